@@ -1,0 +1,367 @@
+//! The sending side of the bus: send, try-send, group send, sync request/response.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{debug, trace};
+
+use crate::Message;
+use crate::bus::Shared;
+use crate::error::{Error, Result};
+use crate::mailbox::Mailbox;
+use crate::stats::{BusStats, ModuleStats, inc};
+use crate::waiters::RespOutcome;
+
+/// A handle for sending on the bus as one named module. Cheap to clone, `Send + Sync`.
+///
+/// Every send into a mailbox respects its capacity: [`Endpoint::send`] waits for room
+/// (back-pressure), [`Endpoint::try_send`] fails at once. Messages from one endpoint to one
+/// module arrive in send order, also through group sends.
+#[derive(Clone)]
+pub struct Endpoint {
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    stats: Arc<ModuleStats>,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// The outcome of delivering one message to each member of a group.
+async fn deliver_to_members(
+    members: &[Arc<Mailbox>],
+    message: &Message,
+    deadline: Option<Instant>,
+) -> Vec<(Arc<str>, Result<()>)> {
+    // Offer to everyone first, so one full member does not hold the others back, then wait
+    // (in member order) for the full ones.
+    let mut results = Vec::with_capacity(members.len());
+    let mut waiting = Vec::new();
+    for (i, mb) in members.iter().enumerate() {
+        match mb.try_send_uncounted(message.clone()) {
+            Ok(()) => results.push((mb.name.clone(), Ok(()))),
+            Err(Error::MailboxFull { message, .. }) => {
+                results.push((mb.name.clone(), Ok(())));
+                waiting.push((i, *message));
+            }
+            Err(e) => results.push((mb.name.clone(), Err(e))),
+        }
+    }
+    for (i, message) in waiting {
+        let mb = &members[i];
+        let outcome = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, mb.send(message)).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::EnqueueTimeout {
+                    module: mb.name.to_string(),
+                    id: String::new(),
+                    timeout: Duration::ZERO,
+                }),
+            },
+            None => mb.send(message).await,
+        };
+        results[i].1 = outcome;
+    }
+    results
+}
+
+impl Endpoint {
+    pub(crate) fn new(shared: Arc<Shared>, name: &str) -> Self {
+        let stats = shared.stats_for(name);
+        Endpoint {
+            shared,
+            name: Arc::from(name),
+            stats,
+        }
+    }
+
+    /// The name this endpoint sends as.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn mailbox(&self, module: &str, message: Message) -> Result<(Arc<Mailbox>, Message)> {
+        match self.shared.lookup(module) {
+            Ok(mb) => Ok((mb, message)),
+            Err(e) => Err(e.into_error(module, Some(message))),
+        }
+    }
+
+    /// Sends to a module, waiting while its mailbox is full.
+    ///
+    /// Errors: [`Error::UnknownModule`], [`Error::ModuleDisabled`], [`Error::Stopped`] (also
+    /// when the module stops while this send waits), [`Error::Shutdown`]. Each hands the
+    /// message back.
+    ///
+    /// ```
+    /// # actix_rt::System::new().block_on(async {
+    /// let bus = beehive::Bus::new();
+    /// let mut hub = bus.register_inbox("cloudhub", "cloudhub", 0).unwrap();
+    /// bus.endpoint("edgecontroller").send("cloudhub", beehive::Message::new()).await.unwrap();
+    /// assert!(hub.recv().await.is_ok());
+    /// # });
+    /// ```
+    pub async fn send(&self, module: &str, message: Message) -> Result<()> {
+        let (mailbox, message) = self.mailbox(module, message)?;
+        trace!(from = %self.name, to = module, msg_id = %message.header.id, "send");
+        mailbox.send(message).await?;
+        inc(&self.stats.sent);
+        Ok(())
+    }
+
+    /// Sends to a module if its mailbox has room now; otherwise [`Error::MailboxFull`] at
+    /// once (counted as a rejection on the destination), with the message handed back.
+    ///
+    /// ```
+    /// # actix_rt::System::new().block_on(async {
+    /// let bus = beehive::Bus::new();
+    /// let _slow = bus.register_inbox("slow", "g", 1).unwrap();
+    /// let ep = bus.endpoint("me");
+    /// ep.try_send("slow", beehive::Message::new()).unwrap();
+    /// let err = ep.try_send("slow", beehive::Message::new()).unwrap_err();
+    /// assert!(matches!(err, beehive::Error::MailboxFull { .. }));
+    /// # });
+    /// ```
+    pub fn try_send(&self, module: &str, message: Message) -> Result<()> {
+        let (mailbox, message) = self.mailbox(module, message)?;
+        mailbox.try_send(message)?;
+        inc(&self.stats.sent);
+        Ok(())
+    }
+
+    /// Sends a copy to every current member of `group` and returns how many took it. Members
+    /// with room get it at once; then this waits for members that are full. One sender's
+    /// group sends arrive in order at every member. A member that stopped is skipped.
+    ///
+    /// Errors: [`Error::EmptyGroup`] for an unknown group or one without members (the
+    /// message is handed back), [`Error::Shutdown`].
+    ///
+    /// ```
+    /// # actix_rt::System::new().block_on(async {
+    /// let bus = beehive::Bus::new();
+    /// let _a = bus.register_inbox("a", "controllers", 0).unwrap();
+    /// let _b = bus.register_inbox("b", "controllers", 0).unwrap();
+    /// let n = bus.endpoint("hub").send_to_group("controllers", beehive::Message::new()).await.unwrap();
+    /// assert_eq!(n, 2);
+    /// # });
+    /// ```
+    pub async fn send_to_group(&self, group: &str, message: Message) -> Result<usize> {
+        let members = match self.shared.group_members(group) {
+            Ok(m) => m,
+            Err(e) => return Err(group_error(e, group, Some(message))),
+        };
+        let results = deliver_to_members(&members, &message, None).await;
+        let mut delivered = 0;
+        for (member, result) in results {
+            match result {
+                Ok(()) => delivered += 1,
+                Err(e) => debug!(group, member = %member, error = %e, "group member skipped"),
+            }
+        }
+        self.stats
+            .sent
+            .fetch_add(delivered as u64, Ordering::Relaxed);
+        Ok(delivered)
+    }
+
+    fn effective_timeout(&self, timeout: Duration) -> Duration {
+        if timeout.is_zero() {
+            self.shared.config.default_sync_timeout
+        } else {
+            timeout
+        }
+    }
+
+    /// Sends a request and waits for the response whose parent id is the request id; any
+    /// module may answer it with [`Endpoint::send_resp`]. The delivered copy has
+    /// `header.sync = true`. A zero timeout means the bus default (30 s); the timeout covers
+    /// both waiting for mailbox room and waiting for the answer.
+    ///
+    /// Errors: addressing errors at once (unknown, disabled or stopped module);
+    /// [`Error::EmptyMessageId`] / [`Error::DuplicateMessageId`] when the id cannot key the
+    /// answer; [`Error::EnqueueTimeout`] when the mailbox stayed full (the request is then
+    /// never delivered); [`Error::ResponseTimeout`] (a later answer is dropped and counted as
+    /// late); [`Error::Shutdown`] when the bus shuts down meanwhile.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # actix_rt::System::new().block_on(async {
+    /// let bus = beehive::Bus::new();
+    /// let mut meta = bus.register_inbox("meta", "meta", 0).unwrap();
+    /// let responder = bus.endpoint("meta");
+    /// actix_rt::spawn(async move {
+    ///     let req = meta.recv().await.unwrap();
+    ///     responder.send_resp(req.response(beehive::Content::string("OK")));
+    /// });
+    /// let req = beehive::Message::new();
+    /// let resp = bus.endpoint("hub").send_sync("meta", req.clone(), Duration::from_secs(1)).await.unwrap();
+    /// assert_eq!(resp.header.parent_id, req.header.id);
+    /// # });
+    /// ```
+    pub async fn send_sync(
+        &self,
+        module: &str,
+        mut message: Message,
+        timeout: Duration,
+    ) -> Result<Message> {
+        let timeout = self.effective_timeout(timeout);
+        if self.shared.is_shutting_down() {
+            return Err(Error::Shutdown);
+        }
+        let (mailbox, message_back) = self.mailbox(module, std::mem::take(&mut message))?;
+        message = message_back;
+        message.header.sync = true;
+        let id = message.header.id.clone();
+        let (registration, mut slot) = self.shared.waiters.register_one(&id, self.stats.clone())?;
+        let deadline = Instant::now() + timeout;
+        match tokio::time::timeout_at(deadline, mailbox.send(message)).await {
+            Ok(Ok(())) => inc(&self.stats.sent),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                registration.expire();
+                return Err(Error::EnqueueTimeout {
+                    module: module.to_owned(),
+                    id,
+                    timeout,
+                });
+            }
+        }
+        match tokio::time::timeout_at(deadline, &mut slot).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(Error::Shutdown),
+            Err(_) => match registration.expire_one(slot) {
+                Some(answer) => answer,
+                None => {
+                    debug!(from = %self.name, to = module, msg_id = %id, "sync request timed out");
+                    Err(Error::ResponseTimeout { id, timeout })
+                }
+            },
+        }
+    }
+
+    /// Sends a request to every member of `group` and waits until each one has answered
+    /// once (via [`Endpoint::send_resp`] on an endpoint named after the member), or until the
+    /// timeout. Returns the answers by member. A member answering twice counts once; answers
+    /// arrive here within one wake-up of the last one (no polling).
+    ///
+    /// Errors: [`Error::EmptyGroup`] for a group without members; [`Error::GroupTimeout`]
+    /// naming who answered and who did not; [`Error::Shutdown`]; id errors as
+    /// [`Endpoint::send_sync`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # actix_rt::System::new().block_on(async {
+    /// let bus = beehive::Bus::new();
+    /// let err = bus.endpoint("hub")
+    ///     .send_to_group_sync("nobody", beehive::Message::new(), Duration::from_millis(10))
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(matches!(err, beehive::Error::EmptyGroup { .. }));
+    /// # });
+    /// ```
+    pub async fn send_to_group_sync(
+        &self,
+        group: &str,
+        mut message: Message,
+        timeout: Duration,
+    ) -> Result<Vec<(String, Message)>> {
+        let timeout = self.effective_timeout(timeout);
+        if self.shared.is_shutting_down() {
+            return Err(Error::Shutdown);
+        }
+        let members = match self.shared.group_members(group) {
+            Ok(m) => m,
+            Err(e) => return Err(group_error(e, group, Some(message))),
+        };
+        message.header.sync = true;
+        let id = message.header.id.clone();
+        let names = members.iter().map(|m| m.name.to_string());
+        let (registration, waiter) =
+            self.shared
+                .waiters
+                .register_group(&id, names, self.stats.clone())?;
+        let deadline = Instant::now() + timeout;
+        let results = deliver_to_members(&members, &message, Some(deadline)).await;
+        let delivered = results.iter().filter(|(_, r)| r.is_ok()).count();
+        self.stats
+            .sent
+            .fetch_add(delivered as u64, Ordering::Relaxed);
+        loop {
+            let notified = waiter.done.notified();
+            if waiter.is_complete() {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        let (answered, missing, shutdown) = waiter.take();
+        if shutdown {
+            return Err(Error::Shutdown);
+        }
+        if missing.is_empty() {
+            return Ok(answered);
+        }
+        registration.expire();
+        Err(Error::GroupTimeout {
+            group: group.to_owned(),
+            answered,
+            missing,
+            timeout,
+        })
+    }
+
+    /// Answers a sync request: delivers `resp` to the request whose id is
+    /// `resp.header.parent_id`. Never fails: an answer nobody waits for is dropped and counted
+    /// (as late for a request that timed out, as unmatched otherwise). The `type` header does
+    /// not affect delivery.
+    pub fn send_resp(&self, resp: Message) -> RespOutcome {
+        let parent = resp.header.parent_id.clone();
+        let (outcome, _dropped) = self.shared.waiters.respond(&self.name, resp);
+        match outcome {
+            RespOutcome::Delivered => {
+                trace!(from = %self.name, parent = %parent, "response delivered")
+            }
+            RespOutcome::Late => {
+                debug!(from = %self.name, parent = %parent, "late response dropped")
+            }
+            RespOutcome::Unmatched => {
+                inc_unmatched(&self.shared);
+                debug!(from = %self.name, parent = %parent, "unmatched response dropped");
+            }
+        }
+        outcome
+    }
+
+    /// True when a sync request with this id is waiting for its answer.
+    pub fn is_waiting(&self, request_id: &str) -> bool {
+        self.shared.waiters.contains(request_id)
+    }
+
+    /// Counters of every module and endpoint on this bus.
+    pub fn stats(&self) -> BusStats {
+        self.shared.stats()
+    }
+}
+
+fn inc_unmatched(shared: &Shared) {
+    shared.unmatched_responses.fetch_add(1, Ordering::Relaxed);
+}
+
+fn group_error(e: crate::bus::LookupError, group: &str, message: Option<Message>) -> Error {
+    match e {
+        crate::bus::LookupError::Shutdown => Error::Shutdown,
+        _ => Error::EmptyGroup {
+            group: group.to_owned(),
+            message: message.map(Box::new),
+        },
+    }
+}

@@ -1,0 +1,51 @@
+//! A beehive-style message bus on actix, wire-compatible with KubeEdge's Go beehive.
+//!
+//! Modules are actix actors registered by name and group on a [`Bus`]. Each has a bounded
+//! mailbox (1024 by default) with real back-pressure; anyone holding an [`Endpoint`] can send
+//! to a module, to every module of a group, or send synchronously and wait for the response
+//! whose parent id matches.
+//!
+//! ```text
+//! controller ─send──► [mailbox 1024] ─► cloudhub actor
+//!     ▲                                       │
+//!     └──── send_resp (parent id) ◄───────────┘  (matched through the waiter table)
+//! ```
+//!
+//! Start with [`Bus`] and [`Module`]; messages are [`Message`] (Go's `model.Message`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use beehive::{Bus, Message, constants::operation};
+//!
+//! # actix_rt::System::new().block_on(async {
+//! let bus = Bus::new();
+//! let mut inbox = bus.register_inbox("hub", "hub", 16).unwrap();
+//! bus.start().unwrap();
+//!
+//! let controller = bus.endpoint("controller");
+//! let msg = Message::new().with_route("controller", "resource", "node/n1/default/pod/p", operation::INSERT);
+//! controller.send("hub", msg).await.unwrap();
+//! assert_eq!(inbox.recv().await.unwrap().route.operation, "insert");
+//! bus.shutdown().await;
+//! # });
+//! ```
+
+mod bus;
+pub mod constants;
+mod endpoint;
+mod error;
+pub mod json;
+mod mailbox;
+mod message;
+mod module;
+mod stats;
+mod waiters;
+
+pub use bus::{Bus, BusConfig};
+pub use endpoint::Endpoint;
+pub use error::{Error, Result};
+pub use mailbox::{DEFAULT_MAILBOX_CAPACITY, Inbox};
+pub use message::{Content, Header, Message, Route, new_id, now_millis};
+pub use module::{Module, RestartPolicy};
+pub use stats::{BusStats, ModuleStatsSnapshot};
+pub use waiters::RespOutcome;

@@ -1,0 +1,320 @@
+//! The table that matches responses to waiting sync requests by parent id.
+//!
+//! A waiter is registered *before* its request is enqueued and holds a one-shot slot that keeps
+//! the value, so an answer that arrives before the caller starts waiting is never lost (Go's
+//! unbuffered hand-off loses ≈0.1% of prompt answers).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use tokio::sync::{Notify, oneshot};
+
+use crate::Message;
+use crate::error::{Error, Result};
+use crate::stats::{ModuleStats, inc};
+
+/// How many expired request ids are remembered so that late answers can be told apart from
+/// answers to unknown requests.
+const EXPIRED_MEMORY: usize = 4096;
+
+/// What [`crate::Endpoint::send_resp`] did with a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RespOutcome {
+    /// Handed to the waiting request.
+    Delivered,
+    /// The request had already timed out; dropped and counted as late for its sender.
+    Late,
+    /// No request with that id is waiting; dropped and counted.
+    Unmatched,
+}
+
+#[derive(Debug)]
+enum Waiter {
+    One {
+        slot: oneshot::Sender<Result<Message>>,
+    },
+    Group(Arc<GroupWaiter>),
+}
+
+#[derive(Debug)]
+pub(crate) struct GroupWaiter {
+    state: Mutex<GroupState>,
+    pub(crate) done: Notify,
+}
+
+#[derive(Debug)]
+struct GroupState {
+    expected: HashSet<String>,
+    answers: Vec<(String, Message)>,
+    shutdown: bool,
+}
+
+impl GroupWaiter {
+    /// True once every expected member has answered (or the bus shut down).
+    pub(crate) fn is_complete(&self) -> bool {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.shutdown || s.answers.len() == s.expected.len()
+    }
+
+    /// The answers so far, and the members still missing (sorted).
+    pub(crate) fn take(&self) -> (Vec<(String, Message)>, Vec<String>, bool) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let answers = std::mem::take(&mut s.answers);
+        let answered: HashSet<&str> = answers.iter().map(|(m, _)| m.as_str()).collect();
+        let mut missing: Vec<String> = s
+            .expected
+            .iter()
+            .filter(|m| !answered.contains(m.as_str()))
+            .cloned()
+            .collect();
+        missing.sort();
+        (answers, missing, s.shutdown)
+    }
+}
+
+/// Concurrent request-id → waiter table.
+/// One table entry: the waiter, the stats of the module waiting, and a token that tells this
+/// registration apart from a later one that reuses the id.
+#[derive(Debug)]
+struct Slot {
+    waiter: Waiter,
+    owner: Arc<ModuleStats>,
+    token: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    table: DashMap<String, Slot>,
+    expired: Mutex<Expired>,
+    next_token: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Expired {
+    order: VecDeque<String>,
+    owners: HashMap<String, Arc<ModuleStats>>,
+}
+
+/// Removes its entry when the request finishes in any way (answer, timeout, cancellation).
+#[derive(Debug)]
+pub(crate) struct Registration<'a> {
+    waiters: &'a Waiters,
+    id: String,
+    token: u64,
+    owner: Arc<ModuleStats>,
+}
+
+impl Registration<'_> {
+    /// The request's time is up. Removes the waiter first, so nothing can be delivered any
+    /// more, then takes an answer that slipped in at the last moment; without one the request
+    /// counts as timed out.
+    pub(crate) fn expire_one(
+        self,
+        mut slot: oneshot::Receiver<Result<Message>>,
+    ) -> Option<Result<Message>> {
+        let token = self.token;
+        self.waiters
+            .table
+            .remove_if(&self.id, |_, s| s.token == token);
+        if let Ok(answer) = slot.try_recv() {
+            return Some(answer);
+        }
+        self.expire();
+        None
+    }
+
+    /// The request expired: count it, forget the waiter, and remember the id so that a late
+    /// answer is counted as late rather than unmatched.
+    pub(crate) fn expire(self) {
+        inc(&self.owner.sync_timeouts);
+        let mut expired = self
+            .waiters
+            .expired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if expired.order.len() >= EXPIRED_MEMORY
+            && let Some(old) = expired.order.pop_front()
+        {
+            expired.owners.remove(&old);
+        }
+        expired.order.push_back(self.id.clone());
+        expired.owners.insert(self.id.clone(), self.owner.clone());
+        // `drop` removes the entry.
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        let token = self.token;
+        self.waiters
+            .table
+            .remove_if(&self.id, |_, slot| slot.token == token);
+    }
+}
+
+impl Waiters {
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.table.contains_key(id)
+    }
+
+    fn check_id(id: &str) -> Result<()> {
+        if id.is_empty() {
+            Err(Error::EmptyMessageId)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Registers a single-answer waiter for request `id`.
+    pub(crate) fn register_one(
+        &self,
+        id: &str,
+        owner: Arc<ModuleStats>,
+    ) -> Result<(Registration<'_>, oneshot::Receiver<Result<Message>>)> {
+        Self::check_id(id)?;
+        let (tx, rx) = oneshot::channel();
+        let registration = self.insert(id, Waiter::One { slot: tx }, owner)?;
+        Ok((registration, rx))
+    }
+
+    /// Registers a waiter that needs one answer from each of `members`.
+    pub(crate) fn register_group(
+        &self,
+        id: &str,
+        members: impl IntoIterator<Item = String>,
+        owner: Arc<ModuleStats>,
+    ) -> Result<(Registration<'_>, Arc<GroupWaiter>)> {
+        Self::check_id(id)?;
+        let waiter = Arc::new(GroupWaiter {
+            state: Mutex::new(GroupState {
+                expected: members.into_iter().collect(),
+                answers: Vec::new(),
+                shutdown: false,
+            }),
+            done: Notify::new(),
+        });
+        let registration = self.insert(id, Waiter::Group(waiter.clone()), owner)?;
+        Ok((registration, waiter))
+    }
+
+    fn insert(
+        &self,
+        id: &str,
+        waiter: Waiter,
+        owner: Arc<ModuleStats>,
+    ) -> Result<Registration<'_>> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        match self.table.entry(id.to_owned()) {
+            Entry::Occupied(_) => Err(Error::DuplicateMessageId(id.to_owned())),
+            Entry::Vacant(v) => {
+                v.insert(Slot {
+                    waiter,
+                    owner: owner.clone(),
+                    token,
+                });
+                Ok(Registration {
+                    waiters: self,
+                    id: id.to_owned(),
+                    token,
+                    owner,
+                })
+            }
+        }
+    }
+
+    /// Delivers `resp` to the waiter of `resp.header.parent_id`; `responder` names the module
+    /// answering (group waiters count each member once).
+    pub(crate) fn respond(&self, responder: &str, resp: Message) -> (RespOutcome, Option<Message>) {
+        let parent = resp.header.parent_id.clone();
+        if parent.is_empty() {
+            return (RespOutcome::Unmatched, Some(resp));
+        }
+        // Single waiters are removed atomically with the hand-off; group waiters stay until
+        // every member answered.
+        let single = self
+            .table
+            .remove_if(&parent, |_, slot| matches!(slot.waiter, Waiter::One { .. }));
+        if let Some((
+            _,
+            Slot {
+                waiter: Waiter::One { slot },
+                owner,
+                ..
+            },
+        )) = single
+        {
+            return match slot.send(Ok(resp)) {
+                Ok(()) => (RespOutcome::Delivered, None),
+                // The caller gave up between its timeout and the removal of its entry.
+                Err(returned) => {
+                    inc(&owner.late_responses);
+                    (RespOutcome::Late, returned.ok())
+                }
+            };
+        }
+        let group = self
+            .table
+            .get(&parent)
+            .and_then(|e| match &e.value().waiter {
+                Waiter::Group(g) => Some(g.clone()),
+                Waiter::One { .. } => None,
+            });
+        if let Some(group) = group {
+            let mut s = group.state.lock().unwrap_or_else(|e| e.into_inner());
+            let fresh =
+                s.expected.contains(responder) && !s.answers.iter().any(|(m, _)| m == responder);
+            if !fresh {
+                return (RespOutcome::Unmatched, Some(resp));
+            }
+            s.answers.push((responder.to_owned(), resp));
+            if s.answers.len() == s.expected.len() {
+                drop(s);
+                group.done.notify_one();
+            }
+            return (RespOutcome::Delivered, None);
+        }
+        let expired = self.expired.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(owner) = expired.owners.get(&parent) {
+            inc(&owner.late_responses);
+            (RespOutcome::Late, Some(resp))
+        } else {
+            (RespOutcome::Unmatched, Some(resp))
+        }
+    }
+
+    /// Wakes every waiter with [`Error::Shutdown`].
+    pub(crate) fn shutdown(&self) {
+        let ids: Vec<String> = self.table.iter().map(|e| e.key().clone()).collect();
+        for id in ids {
+            match self
+                .table
+                .remove_if(&id, |_, slot| matches!(slot.waiter, Waiter::One { .. }))
+            {
+                Some((
+                    _,
+                    Slot {
+                        waiter: Waiter::One { slot },
+                        ..
+                    },
+                )) => {
+                    let _ = slot.send(Err(Error::Shutdown));
+                }
+                _ => {
+                    if let Some(e) = self.table.get(&id)
+                        && let Waiter::Group(g) = &e.value().waiter
+                    {
+                        g.state.lock().unwrap_or_else(|e| e.into_inner()).shutdown = true;
+                        g.done.notify_one();
+                    }
+                }
+            }
+        }
+    }
+}

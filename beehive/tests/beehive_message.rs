@@ -1,0 +1,229 @@
+//! The message model against the JSON Go's beehive produces (spec beehive.md §1, behaviours 37-41).
+
+use beehive::{Content, Message, constants::operation};
+
+/// spec §1.6: a configmap update exactly as Go writes it on the wire (431 bytes).
+const GO_CONFIGMAP_UPDATE: &str = r#"{"header":{"msg_id":"8b6e2f4a-91c3-4d7e-b5a2-3c1d0e9f8a76","timestamp":1733140800123,"resourceversion":"90211"},"route":{"source":"edgecontroller","group":"resource","operation":"update","resource":"default/configmap/app-config"},"content":{"metadata":{"name":"app-config","namespace":"default","uid":"4f3c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a09","resourceVersion":"90211","creationTimestamp":null},"data":{"level":"info","mode":"edge"}}}"#;
+
+/// spec §1.6: the edge's ACK of it.
+const GO_ACK: &str = r#"{"header":{"msg_id":"e7d6c5b4-a392-4817-9f6e-5d4c3b2a1908","parent_msg_id":"8b6e2f4a-91c3-4d7e-b5a2-3c1d0e9f8a76","timestamp":1733140800187},"route":{"source":"edgecontroller","group":"resource","operation":"response","resource":"default/configmap/app-config"},"content":"OK"}"#;
+
+/// cloudhub.md §1.2.4: the edge keepalive (196 bytes with the newline Go's encoder adds).
+const GO_KEEPALIVE: &str = r#"{"header":{"msg_id":"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01","timestamp":1700000000000},"route":{"source":"websocket","group":"resource","operation":"keepalive","resource":"node"},"content":"ping"}"#;
+
+/// Every header and route field set, content keys unsorted, an integer above 2^53 and
+/// Go's HTML escapes in strings.
+const GO_FULL: &str = r#"{"header":{"msg_id":"a\u003cb","parent_msg_id":"p","timestamp":-5,"resourceversion":"7","sync":true,"type":"channel"},"route":{"source":"s\u0026t","destination":"d","group":"g","operation":"o","resource":"r\u003e"},"content":{"zeta":1,"alpha":9007199254740993,"html":"\u003cb\u003e","nested":{"b":[1,2.5,null],"a":true}}}"#;
+
+#[test]
+fn zero_message_encodes_like_go() {
+    let json = Message::default().to_json();
+    assert_eq!(
+        std::str::from_utf8(&json).unwrap(),
+        r#"{"header":{"msg_id":"","timestamp":0},"route":{},"content":null}"#
+    );
+    assert_eq!(json.len(), 64);
+}
+
+#[test]
+fn go_json_round_trips_byte_identically() {
+    for (name, go) in [
+        ("configmap update", GO_CONFIGMAP_UPDATE),
+        ("ack", GO_ACK),
+        ("keepalive", GO_KEEPALIVE),
+        ("all fields", GO_FULL),
+    ] {
+        let msg = Message::from_json(go.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(String::from_utf8(msg.to_json()).unwrap(), go, "{name}");
+    }
+    assert_eq!(GO_CONFIGMAP_UPDATE.len(), 431);
+    assert_eq!(GO_KEEPALIVE.len() + 1, 196);
+}
+
+#[test]
+fn decoded_fields_match_the_go_names() {
+    let msg = Message::from_json(GO_FULL.as_bytes()).unwrap();
+    assert_eq!(msg.header.id, "a<b");
+    assert_eq!(msg.header.parent_id, "p");
+    assert_eq!(msg.header.timestamp, -5);
+    assert_eq!(msg.header.resource_version, "7");
+    assert!(msg.header.sync);
+    assert_eq!(msg.header.message_type, "channel");
+    assert_eq!(msg.route.source, "s&t");
+    assert_eq!(msg.route.destination, "d");
+    assert_eq!(msg.route.group, "g");
+    assert_eq!(msg.route.operation, "o");
+    assert_eq!(msg.route.resource, "r>");
+    assert!(msg.content.as_json().contains("9007199254740993"));
+}
+
+#[test]
+fn unknown_fields_are_accepted_and_keys_match_case_insensitively() {
+    let json = r#"{"HEADER":{"MSG_ID":"x","Timestamp":3,"extra":{"deep":[1]}},"Route":{"Source":"edged","bogus":1},"content":null,"more":"ignored"}"#;
+    let msg = Message::from_json(json.as_bytes()).unwrap();
+    assert_eq!(msg.header.id, "x");
+    assert_eq!(msg.header.timestamp, 3);
+    assert_eq!(msg.route.source, "edged");
+}
+
+#[test]
+fn duplicate_keys_take_the_last_value() {
+    let json = r#"{"header":{"msg_id":"first","msg_id":"last","timestamp":1},"route":{}}"#;
+    assert_eq!(
+        Message::from_json(json.as_bytes()).unwrap().header.id,
+        "last"
+    );
+}
+
+#[test]
+fn missing_or_null_parts_decode_to_zero_values() {
+    let msg = Message::from_json(br#"{"route":null}"#).unwrap();
+    assert!(msg.is_empty());
+    let msg = Message::from_json(br#"{"header":{"msg_id":null,"timestamp":null}}"#).unwrap();
+    assert!(msg.is_empty());
+}
+
+#[test]
+fn timestamps_must_be_integers_that_fit_i64() {
+    for bad in [
+        r#"1.7e12"#,
+        r#"1700000000000.0"#,
+        r#""1700000000000""#,
+        r#"9223372036854775808"#,
+    ] {
+        let json = format!(
+            r#"{{"header":{{"msg_id":"x","timestamp":{bad}}},"route":{{}},"content":null}}"#
+        );
+        let err = Message::from_json(json.as_bytes()).expect_err(bad);
+        assert!(err.to_string().contains("invalid"), "{bad}: {err}");
+    }
+    let ok = r#"{"header":{"msg_id":"x","timestamp":-1700000000000},"route":{},"content":null}"#;
+    assert_eq!(
+        Message::from_json(ok.as_bytes()).unwrap().header.timestamp,
+        -1700000000000
+    );
+}
+
+#[test]
+fn sync_must_be_a_bool_and_route_fields_strings() {
+    assert!(Message::from_json(br#"{"header":{"sync":"true"}}"#).is_err());
+    assert!(Message::from_json(br#"{"header":{"sync":1}}"#).is_err());
+    assert!(Message::from_json(br#"{"route":{"source":5}}"#).is_err());
+    assert!(Message::from_json(b"[]").is_err());
+    assert!(Message::from_json(b"{").is_err());
+}
+
+#[test]
+fn a_new_message_has_a_v4_uuid_and_a_millisecond_timestamp() {
+    let msg = Message::new();
+    let id = &msg.header.id;
+    assert_eq!(id.len(), 36);
+    assert_eq!(id, &id.to_lowercase());
+    assert_eq!(&id[14..15], "4", "version nibble");
+    assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "variant");
+    let now = beehive::now_millis();
+    assert!((now - msg.header.timestamp).abs() < 1000);
+    assert!(msg.header.parent_id.is_empty());
+    assert_ne!(Message::new().header.id, msg.header.id);
+}
+
+fn request() -> Message {
+    let mut m = Message::new()
+        .with_route(
+            "edgecontroller",
+            "resource",
+            "node/e1/default/pod/p",
+            operation::UPDATE,
+        )
+        .with_resource_version("42")
+        .with_destination("cloudhub")
+        .with_content(Content::string("body"));
+    m.header.sync = true;
+    m.header.message_type = "channel".into();
+    m
+}
+
+#[test]
+fn the_response_constructor_matches_new_resp_by_message() {
+    let req = request();
+    let resp = req.response(Content::string("OK"));
+    assert_ne!(resp.header.id, req.header.id);
+    assert_eq!(resp.header.parent_id, req.header.id);
+    assert_eq!(
+        resp.route.source, "edgecontroller",
+        "source is copied, not swapped"
+    );
+    assert_eq!(resp.route.group, "resource");
+    assert_eq!(resp.route.resource, req.route.resource);
+    assert_eq!(resp.header.message_type, "channel");
+    assert_eq!(resp.route.operation, "response");
+    assert!(resp.route.destination.is_empty());
+    assert!(resp.header.resource_version.is_empty());
+    assert!(!resp.header.sync);
+    assert_eq!(resp.content.as_string().as_deref(), Some("OK"));
+}
+
+#[test]
+fn the_error_constructor_matches_new_error_message() {
+    let req = request();
+    let err = req.error_response("boom");
+    assert_eq!(err.header.parent_id, req.header.id);
+    assert_eq!(err.route.operation, "error");
+    assert_eq!(err.route.resource, req.route.resource);
+    assert!(err.route.source.is_empty() && err.route.group.is_empty());
+    let json = String::from_utf8(err.to_json()).unwrap();
+    assert!(
+        json.contains(
+            r#""route":{"operation":"error","resource":"node/e1/default/pod/p"},"content":"boom"}"#
+        ),
+        "{json}"
+    );
+}
+
+#[test]
+fn clone_keeps_routing_and_content_but_gets_a_new_id() {
+    let mut req = request();
+    req.header.parent_id = "parent".into();
+    let c = req.clone_with_new_id();
+    assert_ne!(c.header.id, req.header.id);
+    assert_eq!(c.header.parent_id, "parent");
+    assert_eq!(c.header.timestamp, req.header.timestamp);
+    assert_eq!(
+        (c.route.source.as_str(), c.route.group.as_str()),
+        ("edgecontroller", "resource")
+    );
+    assert_eq!(c.route.operation, req.route.operation);
+    assert_eq!(c.route.resource, req.route.resource);
+    assert_eq!(c.content, req.content);
+    assert!(c.route.destination.is_empty() && c.header.resource_version.is_empty());
+    assert!(!c.header.sync && c.header.message_type.is_empty());
+}
+
+#[test]
+fn content_bytes_follow_get_content_data() {
+    assert_eq!(&*Content::string("a\"b<").bytes(), b"a\"b<");
+    assert_eq!(&*Content::null().bytes(), b"null");
+    let obj = Content::json(&serde_json::json!({"k": [1, 2]})).unwrap();
+    assert_eq!(&*obj.bytes(), br#"{"k":[1,2]}"#);
+    // A string holding JSON text (how the edge sends patches) parses either way.
+    let patch = Content::string(r#"{"status":{"phase":"Running"}}"#);
+    let v: serde_json::Value = patch.parse_bytes().unwrap();
+    assert_eq!(v["status"]["phase"], "Running");
+}
+
+#[test]
+fn content_is_written_with_go_escaping() {
+    let c = Content::string("<a&b>\u{2028}");
+    assert_eq!(c.as_json(), r#""\u003ca\u0026b\u003e\u2028""#);
+}
+
+#[test]
+fn display_is_the_go_log_form() {
+    let m = Message::default()
+        .with_route("s", "g", "r", "o")
+        .with_destination("d");
+    assert_eq!(
+        m.to_string(),
+        "MessageID:  ParentID:  Group: g Source: s Destination: d Resource: r Operation: o"
+    );
+}

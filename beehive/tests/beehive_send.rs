@@ -1,0 +1,310 @@
+//! Sends, back-pressure and groups (beehive.md §5, behaviours 4, 5, 20-22, 27, 30, 35).
+
+mod support;
+
+use std::time::Duration;
+
+use beehive::{Bus, Error, Message};
+use support::{Probe, number_of, numbered, until};
+
+#[actix_rt::test]
+async fn a_send_to_a_full_mailbox_waits_and_try_send_fails_at_once() {
+    let bus = Bus::new();
+    let mut inbox = bus.register_inbox("slow", "g", 2).unwrap();
+    let ep = bus.endpoint("x");
+    ep.send("slow", numbered(0, 0)).await.unwrap();
+    ep.send("slow", numbered(0, 1)).await.unwrap();
+    let err = ep.try_send("slow", numbered(0, 2)).unwrap_err();
+    assert!(matches!(err, Error::MailboxFull { .. }), "{err}");
+    assert_eq!(
+        number_of(&err.into_message().unwrap()),
+        (0, 2),
+        "handed back"
+    );
+
+    let blocked = ep.send("slow", numbered(0, 3));
+    tokio::pin!(blocked);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut blocked)
+            .await
+            .is_err(),
+        "a plain send waits while the mailbox is full"
+    );
+    assert_eq!(number_of(&inbox.recv().await.unwrap()), (0, 0));
+    blocked.await.unwrap();
+    assert_eq!(number_of(&inbox.recv().await.unwrap()), (0, 1));
+    assert_eq!(number_of(&inbox.recv().await.unwrap()), (0, 3));
+}
+
+#[actix_rt::test]
+async fn the_1025th_message_does_not_get_into_a_default_mailbox_even_with_many_senders() {
+    let bus = Bus::new();
+    let _never_read = bus.register_inbox("stuck", "g", 0).unwrap();
+    // Many cloned endpoints: with actix's futures-mpsc each clone could push one extra.
+    let senders: Vec<_> = (0..64).map(|i| bus.endpoint(&format!("s{i}"))).collect();
+    let mut accepted = 0;
+    for i in 0..1024 {
+        senders[i % 64]
+            .try_send("stuck", numbered(i % 64, i))
+            .unwrap();
+        accepted += 1;
+    }
+    for s in &senders {
+        assert!(matches!(
+            s.try_send("stuck", Message::new()),
+            Err(Error::MailboxFull { .. })
+        ));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(2), s.send("stuck", Message::new()))
+                .await
+                .is_err()
+        );
+    }
+    assert_eq!(accepted, 1024);
+    assert_eq!(bus.module_stats("stuck").unwrap().depth, 1024);
+    assert_eq!(bus.module_stats("stuck").unwrap().rejected_full, 64);
+}
+
+#[actix_rt::test]
+async fn the_capacity_is_configurable_per_module() {
+    let bus = Bus::new();
+    let mut probe = Probe::new("small", "g");
+    probe.capacity = 3;
+    bus.register(probe).unwrap(); // not started: nothing drains it
+    let ep = bus.endpoint("x");
+    for _ in 0..3 {
+        ep.try_send("small", Message::new()).unwrap();
+    }
+    assert!(matches!(
+        ep.try_send("small", Message::new()),
+        Err(Error::MailboxFull { .. })
+    ));
+    assert_eq!(bus.module_stats("small").unwrap().capacity, 3);
+}
+
+#[actix_rt::test]
+async fn many_senders_into_one_full_mailbox_lose_nothing_and_keep_their_order() {
+    const SENDERS: usize = 16;
+    const EACH: usize = 2_000;
+    let bus = Bus::new();
+    let mut inbox = bus.register_inbox("sink", "g", 8).unwrap();
+    let mut tasks = Vec::new();
+    for s in 0..SENDERS {
+        let ep = bus.endpoint(&format!("sender-{s}"));
+        tasks.push(actix_rt::spawn(async move {
+            for i in 0..EACH {
+                ep.send("sink", numbered(s, i)).await.unwrap();
+            }
+        }));
+    }
+    let mut next = [0usize; SENDERS];
+    for _ in 0..SENDERS * EACH {
+        let (s, i) = number_of(&inbox.recv().await.unwrap());
+        assert_eq!(i, next[s], "sender {s} out of order or duplicated");
+        next[s] += 1;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(next.iter().all(|n| *n == EACH));
+    assert!(inbox.try_recv().is_none(), "nothing extra");
+}
+
+#[actix_rt::test]
+async fn many_senders_on_many_threads_lose_nothing() {
+    const SENDERS: usize = 4;
+    const EACH: usize = 5_000;
+    let bus = Bus::new();
+    let mut inbox = bus.register_inbox("sink", "g", 16).unwrap();
+    let mut threads = Vec::new();
+    for s in 0..SENDERS {
+        let ep = bus.endpoint(&format!("t{s}"));
+        threads.push(std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                for i in 0..EACH {
+                    ep.send("sink", numbered(s, i)).await.unwrap();
+                }
+            });
+        }));
+    }
+    let mut next = [0usize; SENDERS];
+    for _ in 0..SENDERS * EACH {
+        let (s, i) = number_of(&inbox.recv().await.unwrap());
+        assert_eq!(i, next[s]);
+        next[s] += 1;
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[actix_rt::test]
+async fn a_sender_blocked_on_a_full_mailbox_gets_an_error_when_the_target_stops() {
+    let bus = Bus::new();
+    let mut probe = Probe::new("target", "g");
+    probe.capacity = 1;
+    bus.register(probe).unwrap(); // never started: the mailbox stays full
+    let ep = bus.endpoint("x");
+    ep.send("target", Message::new()).await.unwrap();
+    let ep2 = ep.clone();
+    let blocked = actix_rt::spawn(async move { ep2.send("target", numbered(0, 9)).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    bus.remove("target").await.unwrap();
+    let err = blocked.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::Stopped { .. }),
+        "not a false success: {err}"
+    );
+    assert_eq!(number_of(&err.into_message().unwrap()), (0, 9));
+}
+
+#[actix_rt::test]
+async fn a_group_send_reaches_every_member_exactly_once() {
+    let bus = Bus::new();
+    let mut inboxes: Vec<_> = (0..5)
+        .map(|i| bus.register_inbox(&format!("m{i}"), "ctl", 0).unwrap())
+        .collect();
+    let _other = bus.register_inbox("outsider", "other", 0).unwrap();
+    let ep = bus.endpoint("hub");
+    let msg = Message::new();
+    assert_eq!(ep.send_to_group("ctl", msg.clone()).await.unwrap(), 5);
+    for inbox in &mut inboxes {
+        assert_eq!(inbox.recv().await.unwrap().header.id, msg.header.id);
+        assert!(inbox.try_recv().is_none());
+    }
+}
+
+#[actix_rt::test]
+async fn a_group_send_to_an_unknown_or_empty_group_errors() {
+    let bus = Bus::new();
+    let ep = bus.endpoint("hub");
+    let err = ep
+        .send_to_group("nobody", numbered(1, 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::EmptyGroup { .. }), "{err}");
+    assert_eq!(number_of(&err.into_message().unwrap()), (1, 1));
+    let _a = bus.register_inbox("a", "g", 0).unwrap();
+    bus.leave_group("a", "g");
+    assert!(matches!(
+        ep.send_to_group("g", Message::new()).await,
+        Err(Error::EmptyGroup { .. })
+    ));
+}
+
+#[actix_rt::test]
+async fn group_sends_from_one_sender_keep_their_order_at_every_member() {
+    let bus = Bus::new();
+    let mut inboxes: Vec<_> = (0..4)
+        .map(|i| bus.register_inbox(&format!("m{i}"), "g", 4).unwrap())
+        .collect();
+    let ep = bus.endpoint("hub");
+    let sender = actix_rt::spawn(async move {
+        for i in 0..2_000 {
+            ep.send_to_group("g", numbered(0, i)).await.unwrap();
+        }
+    });
+    for i in 0..2_000 {
+        for inbox in &mut inboxes {
+            assert_eq!(number_of(&inbox.recv().await.unwrap()).1, i);
+        }
+    }
+    sender.await.unwrap();
+}
+
+#[actix_rt::test]
+async fn a_full_group_member_back_pressures_without_growing_and_others_still_receive() {
+    let bus = Bus::new();
+    let _full = bus.register_inbox("full", "g", 2).unwrap(); // never read
+    let mut fast = bus.register_inbox("fast", "g", 1024).unwrap();
+    let ep = bus.endpoint("hub");
+    ep.send_to_group("g", numbered(0, 0)).await.unwrap();
+    ep.send_to_group("g", numbered(0, 1)).await.unwrap();
+    // The third cannot get into "full": the send waits, but "fast" already has it.
+    let third = tokio::time::timeout(
+        Duration::from_millis(50),
+        ep.send_to_group("g", numbered(0, 2)),
+    )
+    .await;
+    assert!(
+        third.is_err(),
+        "the sender is back-pressured by the full member"
+    );
+    for i in 0..3 {
+        assert_eq!(number_of(&fast.recv().await.unwrap()).1, i);
+    }
+    // Nothing was queued on the side: no task or buffer grows per send.
+    assert_eq!(bus.module_stats("full").unwrap().depth, 2);
+    for _ in 0..100 {
+        let _ = tokio::time::timeout(
+            Duration::from_micros(10),
+            ep.send_to_group("g", Message::new()),
+        )
+        .await;
+    }
+    assert_eq!(bus.module_stats("full").unwrap().depth, 2);
+    assert_eq!(bus.stats().pending_sync, 0);
+}
+
+#[actix_rt::test]
+async fn changing_group_membership_during_group_sends_is_safe() {
+    let bus = Bus::new();
+    let mut inboxes = Vec::new();
+    for i in 0..8 {
+        inboxes.push(bus.register_inbox(&format!("m{i}"), "g", 100_000).unwrap());
+    }
+    let ep = bus.endpoint("hub");
+    let sender = actix_rt::spawn(async move {
+        let mut delivered = 0;
+        for _ in 0..5_000 {
+            delivered += ep.send_to_group("g", Message::new()).await.unwrap_or(0);
+            tokio::task::yield_now().await;
+        }
+        delivered
+    });
+    for round in 0..500 {
+        let m = format!("m{}", round % 8);
+        bus.leave_group(&m, "g");
+        tokio::task::yield_now().await;
+        bus.join_group(&m, "g").unwrap();
+    }
+    let delivered = sender.await.unwrap();
+    let received: usize = inboxes.iter().map(|i| i.len()).sum();
+    assert_eq!(received, delivered, "every reported delivery arrived");
+}
+
+#[actix_rt::test]
+async fn sends_to_unknown_modules_fail_visibly() {
+    let bus = Bus::new();
+    let ep = bus.endpoint("x");
+    let err = ep.send("ghost", numbered(3, 4)).await.unwrap_err();
+    assert_eq!(err.to_string(), "module \"ghost\" is not registered");
+    assert_eq!(number_of(&err.into_message().unwrap()), (3, 4));
+    assert!(matches!(
+        ep.try_send("ghost", Message::new()),
+        Err(Error::UnknownModule { .. })
+    ));
+}
+
+#[actix_rt::test]
+async fn actor_modules_receive_group_sends_too() {
+    let bus = Bus::new();
+    let a = Probe::new("a", "controllers");
+    let b = Probe::new("b", "controllers");
+    let (sa, sb) = (a.seen.clone(), b.seen.clone());
+    bus.register(a).unwrap();
+    bus.register(b).unwrap();
+    bus.start().unwrap();
+    let ep = bus.endpoint("hub");
+    for i in 0..100 {
+        ep.send_to_group("controllers", numbered(0, i))
+            .await
+            .unwrap();
+    }
+    until(|| sa.lock().unwrap().len() == 100 && sb.lock().unwrap().len() == 100).await;
+    bus.shutdown().await;
+}

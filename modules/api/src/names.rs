@@ -1,0 +1,69 @@
+//! Module, group and source names KubeEdge routes by (`cloud/pkg/common/modules/modules.go`).
+
+/// The hub edge nodes connect to; downstream messages are sent to this module.
+pub const CLOUDHUB: &str = "cloudhub";
+/// Pods, nodes, configmaps, secrets, leases.
+pub const EDGECONTROLLER: &str = "edgecontroller";
+/// Devices and twins.
+pub const DEVICECONTROLLER: &str = "devicecontroller";
+/// Reliable-delivery reconciliation (ObjectSync).
+pub const SYNCCONTROLLER: &str = "synccontroller";
+/// Serves the edge metaserver's list/watch (not built here; its name is routed to).
+pub const DYNAMICCONTROLLER: &str = "dynamiccontroller";
+/// Node tasks (upgrade, image pre-pull).
+pub const TASKMANAGER: &str = "taskmanager";
+/// Rule-based message routing.
+pub const ROUTER: &str = "router";
+/// Source name of policy messages.
+pub const POLICYCONTROLLER: &str = "policycontroller";
+/// Source name of upgrade-job messages.
+pub const NODEUPGRADEJOBCONTROLLER: &str = "nodeupgradejobcontroller";
+/// The stream tunnel (capital S, as upstream).
+pub const CLOUDSTREAM: &str = "cloudStream";
+
+/// Message group of Kubernetes-object traffic.
+pub const GROUP_RESOURCE: &str = "resource";
+/// Message group of device twin traffic.
+pub const GROUP_TWIN: &str = "twin";
+/// Message group of user (router) traffic.
+pub const GROUP_USER: &str = "user";
+/// Message group edged uses upstream.
+pub const GROUP_META: &str = "meta";
+
+/// Edge source: the edge metaserver (routed to dynamiccontroller).
+pub const SOURCE_METASERVER: &str = "metaserver";
+/// Edge source: devicetwin (routed to devicecontroller).
+pub const SOURCE_TWIN: &str = "twin";
+/// Edge source: edged (the kubelet).
+pub const SOURCE_EDGED: &str = "edged";
+/// Edge source: the edge hub's own module name (its keepalives).
+pub const SOURCE_EDGEHUB: &str = "websocket";
+
+/// Sources that only cloud modules may use: an upstream message claiming one is dropped, so
+/// an edge cannot impersonate a cloud module.
+pub const CLOUD_SOURCES: [&str; 5] = [CLOUDHUB, CLOUDSTREAM, DEVICECONTROLLER, EDGECONTROLLER, SYNCCONTROLLER];
+
+/// The namespace token of cluster-scoped objects in resource paths.
+pub const NULL_NAMESPACE: &str = "null";
+
+/// Label that marks a Node as an edge node (value `""`).
+pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
+
+/// Operations specific to cloudhub and the tasks it relays.
+pub mod operation {
+    /// Edge keepalive.
+    pub const KEEPALIVE: &str = "keepalive";
+    /// Node connected event.
+    pub const CONNECTED: &str = "connected";
+    /// Node disconnected event.
+    pub const DISCONNECTED: &str = "disconnected";
+    /// Metaserver application response.
+    pub const APPLICATION_RESPONSE: &str = "applicationResponse";
+    /// CSI volume operations (answered by the edge synchronously).
+    pub const VOLUME_OPERATIONS: [&str; 4] =
+        ["createvolume", "deletevolume", "controllerpublishvolume", "controllerunpublishvolume"];
+    /// Task operations relayed to the task manager.
+    pub const TASK_OPERATIONS: [&str; 3] = ["prepull", "upgrade", "UpdateNodeActionStatus"];
+    /// Transport control operations a viaduct peer answers itself.
+    pub const CONTROL: [&str; 3] = ["config", "ping", "pong"];
+}

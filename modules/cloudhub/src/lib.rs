@@ -1,0 +1,1 @@
+//! The hub edge nodes connect to: WebSocket sessions, reliable delivery, certificate server

@@ -1,0 +1,1 @@
+//! Syncs Device and DeviceModel objects to edge nodes and writes device status back

@@ -1,0 +1,1 @@
+//! Syncs pods, nodes, configmaps and secrets between Kubernetes and edge nodes

@@ -1,0 +1,1 @@
+//! KubeEdge PKI: the CA, server and edge certificates, bootstrap tokens, rustls configurations

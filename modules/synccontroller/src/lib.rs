@@ -1,0 +1,1 @@
+//! Reconciles ObjectSync records so every edge converges on the latest objects

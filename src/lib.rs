@@ -1,0 +1,14 @@
+//! The cloud side of KubeEdge on a beehive-style actor runtime.
+//!
+//! This crate only re-exports the workspace crates; applications compose the modules they
+//! need on a [`beehive::Bus`].
+//!
+//! ```text
+//! edge ⇄ cloudhub ⇄ beehive ⇄ edgecontroller / devicecontroller / synccontroller ⇄ apiserver
+//! kubectl ⇄ apiserver ⇄ cloudstream ⇄ edge
+//! ```
+
+#[doc(inline)]
+pub use beehive;
+#[doc(inline)]
+pub use kubeedge_api as api;

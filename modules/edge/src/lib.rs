@@ -1,1 +1,6 @@
-//! The edge side: a hub client and a stream agent, for tests, load tools and Rust edge applications
+//! The edge side: a hub client ([`hub`]) that connects to cloudhub like edgecore's edgehub,
+//! and a stream agent ([`stream`]) that serves cloudstream tunnels like edgecore's edgestream.
+//! Used by tests, examples, load tools, and Rust edge applications.
+
+pub mod hub;
+pub mod stream;

@@ -1,0 +1,1 @@
+//! The hub client: certificate bootstrap, WebSocket session to cloudhub, keepalive, reconnect.

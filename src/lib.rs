@@ -12,3 +12,8 @@
 pub use beehive;
 #[doc(inline)]
 pub use kubeedge_api as api;
+
+/// The README's code blocks, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -267,6 +267,7 @@ impl Endpoint {
     /// assert!(matches!(err, beehive::Error::EmptyGroup { .. }));
     /// # });
     /// ```
+    #[tracing::instrument(level = "debug", name = "send_to_group_sync", skip_all, fields(from = %self.name, group, msg_id = %message.header.id))]
     pub async fn send_to_group_sync(
         &self,
         group: &str,

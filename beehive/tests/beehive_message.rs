@@ -227,3 +227,69 @@ fn display_is_the_go_log_form() {
         "MessageID:  ParentID:  Group: g Source: s Destination: d Resource: r Operation: o"
     );
 }
+
+mod roundtrip {
+    use beehive::Message;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        // ASCII, the HTML characters Go escapes, U+2028, and other Unicode.
+        proptest::string::string_regex("[a-z0-9<>&\"\\\\/ \u{2028}é中-]{0,12}").unwrap()
+    }
+
+    fn go_json() -> impl Strategy<Value = String> {
+        let header = (text(), text(), any::<i64>(), text(), any::<bool>(), text());
+        let route = (text(), text(), text(), text(), text());
+        let content = prop_oneof![
+            Just("null".to_string()),
+            text().prop_map(|s| serde_json::to_string(&s).unwrap()),
+            (any::<u64>(), text()).prop_map(|(n, s)| format!(
+                r#"{{"zeta":{n},"alpha":{}}}"#,
+                serde_json::to_string(&s).unwrap()
+            )),
+        ];
+        (header, route, content).prop_map(
+            |((id, parent, ts, rv, sync, ty), (src, dst, grp, op, res), content)| {
+                let q = |s: &str| beehive::json::to_string(s).unwrap();
+                let mut h = format!(r#""msg_id":{}"#, q(&id));
+                if !parent.is_empty() {
+                    h += &format!(r#","parent_msg_id":{}"#, q(&parent));
+                }
+                h += &format!(r#","timestamp":{ts}"#);
+                if !rv.is_empty() {
+                    h += &format!(r#","resourceversion":{}"#, q(&rv));
+                }
+                if sync {
+                    h += r#","sync":true"#;
+                }
+                if !ty.is_empty() {
+                    h += &format!(r#","type":{}"#, q(&ty));
+                }
+                let mut r = Vec::new();
+                for (k, v) in [
+                    ("source", &src),
+                    ("destination", &dst),
+                    ("group", &grp),
+                    ("operation", &op),
+                    ("resource", &res),
+                ] {
+                    if !v.is_empty() {
+                        r.push(format!(r#""{k}":{}"#, q(v)));
+                    }
+                }
+                format!(
+                    r#"{{"header":{{{h}}},"route":{{{}}},"content":{content}}}"#,
+                    r.join(",")
+                )
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn go_encoded_messages_decode_and_reencode_unchanged(json in go_json()) {
+            let msg = Message::from_json(json.as_bytes()).unwrap();
+            prop_assert_eq!(String::from_utf8(msg.to_json()).unwrap(), json);
+        }
+    }
+}

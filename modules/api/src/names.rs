@@ -41,7 +41,13 @@ pub const SOURCE_EDGEHUB: &str = "websocket";
 
 /// Sources that only cloud modules may use: an upstream message claiming one is dropped, so
 /// an edge cannot impersonate a cloud module.
-pub const CLOUD_SOURCES: [&str; 5] = [CLOUDHUB, CLOUDSTREAM, DEVICECONTROLLER, EDGECONTROLLER, SYNCCONTROLLER];
+pub const CLOUD_SOURCES: [&str; 5] = [
+    CLOUDHUB,
+    CLOUDSTREAM,
+    DEVICECONTROLLER,
+    EDGECONTROLLER,
+    SYNCCONTROLLER,
+];
 
 /// The namespace token of cluster-scoped objects in resource paths.
 pub const NULL_NAMESPACE: &str = "null";
@@ -60,8 +66,12 @@ pub mod operation {
     /// Metaserver application response.
     pub const APPLICATION_RESPONSE: &str = "applicationResponse";
     /// CSI volume operations (answered by the edge synchronously).
-    pub const VOLUME_OPERATIONS: [&str; 4] =
-        ["createvolume", "deletevolume", "controllerpublishvolume", "controllerunpublishvolume"];
+    pub const VOLUME_OPERATIONS: [&str; 4] = [
+        "createvolume",
+        "deletevolume",
+        "controllerpublishvolume",
+        "controllerunpublishvolume",
+    ];
     /// Task operations relayed to the task manager.
     pub const TASK_OPERATIONS: [&str; 3] = ["prepull", "upgrade", "UpdateNodeActionStatus"];
     /// Transport control operations a viaduct peer answers itself.

@@ -5,7 +5,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Spec of an [`ObjectSync`]: which object the record tracks.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema,
+)]
 #[kube(
     group = "reliablesyncs.kubeedge.io",
     version = "v1alpha1",
@@ -17,13 +19,25 @@ use serde::{Deserialize, Serialize};
 )]
 pub struct ObjectSyncSpec {
     /// apiVersion of the synced object, e.g. `v1`.
-    #[serde(rename = "objectAPIVersion", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "objectAPIVersion",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub object_api_version: String,
     /// kind of the synced object, e.g. `Pod`.
-    #[serde(rename = "objectKind", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "objectKind",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub object_kind: String,
     /// metadata.name of the synced object.
-    #[serde(rename = "objectName", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "objectName",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub object_name: String,
 }
 
@@ -31,12 +45,18 @@ pub struct ObjectSyncSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct ObjectSyncStatus {
     /// The last resourceVersion the edge acknowledged; `"0"` = created, never acknowledged.
-    #[serde(rename = "objectResourceVersion", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "objectResourceVersion",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub object_resource_version: String,
 }
 
 /// Spec of a [`ClusterObjectSync`] (same fields as [`ObjectSyncSpec`]).
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema,
+)]
 #[kube(
     group = "reliablesyncs.kubeedge.io",
     version = "v1alpha1",
@@ -47,13 +67,25 @@ pub struct ObjectSyncStatus {
 )]
 pub struct ClusterObjectSyncSpec {
     /// apiVersion of the synced object.
-    #[serde(rename = "objectAPIVersion", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "objectAPIVersion",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub object_api_version: String,
     /// kind of the synced object.
-    #[serde(rename = "objectKind", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "objectKind",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub object_kind: String,
     /// metadata.name of the synced object.
-    #[serde(rename = "objectName", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "objectName",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub object_name: String,
 }
 
@@ -77,7 +109,10 @@ mod tests {
     #[test]
     fn names_split_at_the_last_dot() {
         assert_eq!(object_sync_name("edge.2", "u-1"), "edge.2.u-1");
-        assert_eq!(parse_object_sync_name("edge.2.u-1"), Some(("edge.2", "u-1")));
+        assert_eq!(
+            parse_object_sync_name("edge.2.u-1"),
+            Some(("edge.2", "u-1"))
+        );
         assert_eq!(parse_object_sync_name("nodot"), None);
         assert_eq!(parse_object_sync_name(".u"), None);
     }
@@ -92,7 +127,9 @@ mod tests {
                 object_name: "web".into(),
             },
         );
-        os.status = Some(ObjectSyncStatus { object_resource_version: "7".into() });
+        os.status = Some(ObjectSyncStatus {
+            object_resource_version: "7".into(),
+        });
         let v = serde_json::to_value(&os).unwrap();
         assert_eq!(v["apiVersion"], "reliablesyncs.kubeedge.io/v1alpha1");
         assert_eq!(v["kind"], "ObjectSync");

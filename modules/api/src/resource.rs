@@ -58,7 +58,10 @@ impl NodeResource {
         if self.resource_type.is_empty() {
             return Err(ResourceError::Missing("resource type"));
         }
-        let mut s = format!("node/{}/{}/{}", self.node, self.namespace, self.resource_type);
+        let mut s = format!(
+            "node/{}/{}/{}",
+            self.node, self.namespace, self.resource_type
+        );
         if !self.name.is_empty() {
             s.push('/');
             s.push_str(&self.name);
@@ -132,18 +135,39 @@ mod tests {
     fn builds_and_parses_namespaced_and_cluster_paths() {
         let r = NodeResource::new("edge-1", "default", "pod", "web");
         assert_eq!(r.build().unwrap(), "node/edge-1/default/pod/web");
-        assert_eq!(NodeResource::parse("node/edge-1/default/pod/web").unwrap(), r);
+        assert_eq!(
+            NodeResource::parse("node/edge-1/default/pod/web").unwrap(),
+            r
+        );
         let c = NodeResource::cluster("e", "node", "e");
         assert_eq!(c.build().unwrap(), "node/e/null/node/e");
-        assert!(NodeResource::parse("node/e/null/node/e").unwrap().is_cluster_scoped());
-        assert_eq!(NodeResource::new("e", "ns", "podstatus", "").build().unwrap(), "node/e/ns/podstatus");
+        assert!(
+            NodeResource::parse("node/e/null/node/e")
+                .unwrap()
+                .is_cluster_scoped()
+        );
+        assert_eq!(
+            NodeResource::new("e", "ns", "podstatus", "")
+                .build()
+                .unwrap(),
+            "node/e/ns/podstatus"
+        );
     }
 
     #[test]
     fn refuses_empty_required_parts() {
-        assert_eq!(NodeResource::new("", "a", "b", "c").build(), Err(ResourceError::Missing("node")));
-        assert_eq!(NodeResource::new("n", "", "b", "c").build(), Err(ResourceError::Missing("namespace")));
-        assert_eq!(NodeResource::new("n", "a", "", "c").build(), Err(ResourceError::Missing("resource type")));
+        assert_eq!(
+            NodeResource::new("", "a", "b", "c").build(),
+            Err(ResourceError::Missing("node"))
+        );
+        assert_eq!(
+            NodeResource::new("n", "", "b", "c").build(),
+            Err(ResourceError::Missing("namespace"))
+        );
+        assert_eq!(
+            NodeResource::new("n", "a", "", "c").build(),
+            Err(ResourceError::Missing("resource type"))
+        );
         assert!(NodeResource::parse("default/pod/web").is_err());
         assert!(NodeResource::parse("node//x").is_err());
     }
@@ -151,9 +175,19 @@ mod tests {
     #[test]
     fn short_paths_parse_with_empty_parts() {
         let r = NodeResource::parse("node/e1").unwrap();
-        assert_eq!((r.node.as_str(), r.namespace.as_str(), r.resource_type.as_str()), ("e1", "", ""));
+        assert_eq!(
+            (
+                r.node.as_str(),
+                r.namespace.as_str(),
+                r.resource_type.as_str()
+            ),
+            ("e1", "", "")
+        );
         let r = NodeResource::parse("node/e1/membership/detail").unwrap();
-        assert_eq!((r.namespace.as_str(), r.resource_type.as_str()), ("membership", "detail"));
+        assert_eq!(
+            (r.namespace.as_str(), r.resource_type.as_str()),
+            ("membership", "detail")
+        );
     }
 
     #[test]
@@ -167,10 +201,16 @@ mod tests {
 
     #[test]
     fn trims_and_prefixes_the_node() {
-        assert_eq!(trim_node("node/edge-1/default/pod/nginx"), "default/pod/nginx");
+        assert_eq!(
+            trim_node("node/edge-1/default/pod/nginx"),
+            "default/pod/nginx"
+        );
         assert_eq!(trim_node("node/edge-1/membership"), "membership");
         assert_eq!(trim_node("node/edge-1"), "node/edge-1");
         assert_eq!(trim_node("k8s/ca.crt"), "k8s/ca.crt");
-        assert_eq!(with_node("e", "default/podstatus/x"), "node/e/default/podstatus/x");
+        assert_eq!(
+            with_node("e", "default/podstatus/x"),
+            "node/e/default/podstatus/x"
+        );
     }
 }

@@ -75,7 +75,8 @@ impl StatusError {
 
     /// `404 NotFound`, worded like client-go: `<kind> "<name>" not found`.
     pub fn not_found(kind: &str, name: &str) -> Self {
-        StatusError::new(404, "NotFound", format!("{kind} \"{name}\" not found")).with_details(kind, name)
+        StatusError::new(404, "NotFound", format!("{kind} \"{name}\" not found"))
+            .with_details(kind, name)
     }
 
     /// `400 BadRequest`.
@@ -104,7 +105,11 @@ impl StatusError {
             kube::Error::Api(status) => {
                 let mut e = StatusError::new(
                     if status.code == 0 { 500 } else { status.code },
-                    if status.reason.is_empty() { "InternalError" } else { &status.reason },
+                    if status.reason.is_empty() {
+                        "InternalError"
+                    } else {
+                        &status.reason
+                    },
                     status.message.clone(),
                 );
                 if let Some(d) = &status.details {
@@ -146,12 +151,18 @@ pub struct ObjectResp<T> {
 impl<T> ObjectResp<T> {
     /// A success.
     pub fn ok(object: T) -> Self {
-        ObjectResp { object: Some(object), err: None }
+        ObjectResp {
+            object: Some(object),
+            err: None,
+        }
     }
 
     /// A failure.
     pub fn err(err: StatusError) -> Self {
-        ObjectResp { object: None, err: Some(err) }
+        ObjectResp {
+            object: None,
+            err: Some(err),
+        }
     }
 }
 
@@ -171,8 +182,15 @@ mod tests {
     #[test]
     fn object_resp_always_has_both_keys() {
         let r: ObjectResp<serde_json::Value> = ObjectResp::ok(serde_json::json!({"a": 1}));
-        assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"Object":{"a":1},"Err":null}"#);
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"Object":{"a":1},"Err":null}"#
+        );
         let r: ObjectResp<serde_json::Value> = ObjectResp::err(StatusError::internal("down"));
-        assert!(serde_json::to_string(&r).unwrap().starts_with(r#"{"Object":null,"Err":{"ErrStatus":"#));
+        assert!(
+            serde_json::to_string(&r)
+                .unwrap()
+                .starts_with(r#"{"Object":null,"Err":{"ErrStatus":"#)
+        );
     }
 }

@@ -12,7 +12,10 @@ pub fn compare(a: &str, b: &str) -> Option<Ordering> {
 /// True when `candidate` must be delivered over `acknowledged`: it is newer, or either
 /// version does not parse.
 pub fn is_newer(candidate: &str, acknowledged: &str) -> bool {
-    !matches!(compare(candidate, acknowledged), Some(Ordering::Less | Ordering::Equal))
+    !matches!(
+        compare(candidate, acknowledged),
+        Some(Ordering::Less | Ordering::Equal)
+    )
 }
 
 #[cfg(test)]
@@ -22,7 +25,10 @@ mod tests {
     #[test]
     fn compares_numerically_and_tolerates_garbage() {
         assert_eq!(compare("9", "10"), Some(Ordering::Less));
-        assert_eq!(compare("18446744073709551615", "1"), Some(Ordering::Greater));
+        assert_eq!(
+            compare("18446744073709551615", "1"),
+            Some(Ordering::Greater)
+        );
         assert_eq!(compare("abc", "1"), None);
         assert_eq!(compare("", "1"), None);
         assert!(is_newer("11", "10"));

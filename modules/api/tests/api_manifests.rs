@@ -41,9 +41,17 @@ fn reliablesync_crds_have_kubeedge_names_and_status_subresources() {
     let names: Vec<_> = all.iter().filter_map(|c| c.metadata.name.clone()).collect();
     assert!(names.contains(&"objectsyncs.reliablesyncs.kubeedge.io".to_string()));
     assert!(names.contains(&"clusterobjectsyncs.reliablesyncs.kubeedge.io".to_string()));
-    for crd in all.iter().filter(|c| c.spec.group == "reliablesyncs.kubeedge.io") {
+    for crd in all
+        .iter()
+        .filter(|c| c.spec.group == "reliablesyncs.kubeedge.io")
+    {
         let v = &crd.spec.versions[0];
         assert_eq!(v.name, "v1alpha1");
-        assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        assert!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
     }
 }

@@ -52,9 +52,17 @@ impl TestEnv {
         self.dir.join("pki")
     }
 
-    /// `kubectl` with this environment's kubeconfig.
+    /// `kubectl` (the one on PATH, else the one `scripts/k8s-testenv build` made) with this
+    /// environment's kubeconfig.
     pub fn kubectl(&self) -> Command {
-        let mut cmd = Command::new("kubectl");
+        let path = Command::new(script())
+            .arg("kubectl-path")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "kubectl".to_owned());
+        let mut cmd = Command::new(path);
         cmd.env("KUBECONFIG", self.kubeconfig());
         cmd
     }
@@ -101,7 +109,10 @@ pub async fn client() -> Client {
 
 /// Creates a namespace of its own for one test: `<prefix>-<random>`. Returns its name.
 pub async fn namespace(prefix: &str) -> String {
-    let name = format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let name = format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
     let ns = Namespace {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -121,9 +132,13 @@ pub async fn install_crds(crds: &[CustomResourceDefinition]) {
     let api = Api::<CustomResourceDefinition>::all(client().await);
     for crd in crds {
         let name = crd.metadata.name.clone().expect("named CRD");
-        api.patch(&name, &PatchParams::apply("k8s-testenv").force(), &Patch::Apply(crd))
-            .await
-            .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
+        api.patch(
+            &name,
+            &PatchParams::apply("k8s-testenv").force(),
+            &Patch::Apply(crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
     }
     for crd in crds {
         let name = crd.metadata.name.clone().expect("named CRD");
@@ -147,7 +162,8 @@ pub fn crds_from_dir(dir: &Path) -> Vec<CustomResourceDefinition> {
     files
         .iter()
         .map(|p| {
-            let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+            let text =
+                std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
             serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", p.display()))
         })
         .collect()

@@ -21,9 +21,20 @@ fn edge_node(name: &str) -> Node {
 async fn an_edge_node_can_be_created_selected_and_its_status_patched() {
     let client = k8s_testenv::client().await;
     let nodes: Api<Node> = Api::all(client);
-    nodes.create(&PostParams::default(), &edge_node("e2e-edge-1")).await.unwrap();
-    let selected = nodes.list(&ListParams::default().labels(&format!("{EDGE_NODE_LABEL}="))).await.unwrap();
-    assert!(selected.items.iter().any(|n| n.metadata.name.as_deref() == Some("e2e-edge-1")));
+    nodes
+        .create(&PostParams::default(), &edge_node("e2e-edge-1"))
+        .await
+        .unwrap();
+    let selected = nodes
+        .list(&ListParams::default().labels(&format!("{EDGE_NODE_LABEL}=")))
+        .await
+        .unwrap();
+    assert!(
+        selected
+            .items
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some("e2e-edge-1"))
+    );
 
     let patch = serde_json::json!({"status": {
         "conditions": [{"type": "Ready", "status": "True", "reason": "EdgeReady", "message": "ok",
@@ -32,12 +43,24 @@ async fn an_edge_node_can_be_created_selected_and_its_status_patched() {
         "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
     }});
     let patched = nodes
-        .patch_status("e2e-edge-1", &PatchParams::default(), &Patch::Strategic(&patch))
+        .patch_status(
+            "e2e-edge-1",
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
         .await
         .unwrap();
     let status = patched.status.unwrap();
     assert_eq!(status.conditions.unwrap()[0].status, "True");
-    assert_eq!(status.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, 10350);
+    assert_eq!(
+        status
+            .daemon_endpoints
+            .unwrap()
+            .kubelet_endpoint
+            .unwrap()
+            .port,
+        10350
+    );
 }
 
 #[tokio::test]
@@ -47,11 +70,22 @@ async fn the_project_crds_register_and_objectsync_status_is_a_subresource() {
     let api: Api<ObjectSync> = Api::namespaced(k8s_testenv::client().await, &ns);
     let os = ObjectSync::new(
         "edge-1.0f7c",
-        ObjectSyncSpec { object_api_version: "v1".into(), object_kind: "Pod".into(), object_name: "web".into() },
+        ObjectSyncSpec {
+            object_api_version: "v1".into(),
+            object_kind: "Pod".into(),
+            object_name: "web".into(),
+        },
     );
     api.create(&PostParams::default(), &os).await.unwrap();
-    let status = serde_json::json!({"status": ObjectSyncStatus { object_resource_version: "42".into() }});
-    api.patch_status("edge-1.0f7c", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let status =
+        serde_json::json!({"status": ObjectSyncStatus { object_resource_version: "42".into() }});
+    api.patch_status(
+        "edge-1.0f7c",
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
     let got = api.get("edge-1.0f7c").await.unwrap();
     assert_eq!(got.status.unwrap().object_resource_version, "42");
     assert_eq!(got.spec.object_kind, "Pod");
@@ -92,14 +126,26 @@ fn kubectl_works_against_the_environment() {
     let run = |args: &[&str], stdin: Option<&str>| {
         use std::io::Write;
         let mut cmd = env.kubectl();
-        cmd.args(args).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        cmd.args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().expect("kubectl on PATH");
         if let Some(input) = stdin {
-            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
         }
         drop(child.stdin.take());
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     assert!(run(&["get", "ns", "-o", "name"], None).contains("namespace/default"));
@@ -118,9 +164,25 @@ spec:
   containers: [{name: c, image: nginx}]
 "#;
     run(&["apply", "-f", "-"], Some(manifest));
-    assert!(run(&["get", "nodes", "-l", "node-role.kubernetes.io/edge=", "-o", "name"], None).contains("node/kubectl-edge"));
+    assert!(
+        run(
+            &[
+                "get",
+                "nodes",
+                "-l",
+                "node-role.kubernetes.io/edge=",
+                "-o",
+                "name"
+            ],
+            None
+        )
+        .contains("node/kubectl-edge")
+    );
     let crd_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../manifests/crds");
     run(&["apply", "-f", crd_dir], None);
     let crds = run(&["get", "crd", "-o", "name"], None);
-    assert!(crds.contains("objectsyncs.reliablesyncs.kubeedge.io"), "{crds}");
+    assert!(
+        crds.contains("objectsyncs.reliablesyncs.kubeedge.io"),
+        "{crds}"
+    );
 }

@@ -8,6 +8,10 @@
 //! kubectl ⇄ apiserver ⇄ cloudstream ⇄ edge
 //! ```
 
+pub mod config;
+pub mod leader;
+pub mod ops;
+
 #[doc(inline)]
 pub use beehive;
 #[doc(inline)]

@@ -5,9 +5,12 @@ use kube::CustomResourceExt;
 
 use crate::reliablesyncs::{ClusterObjectSync, ObjectSync};
 
-/// All CRDs, in a stable order.
+/// All CRDs, in a stable order: reliablesyncs, devices, rules.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![ObjectSync::crd(), ClusterObjectSync::crd()]
+    let mut all = vec![ObjectSync::crd(), ClusterObjectSync::crd()];
+    all.extend(crate::devices::crds());
+    all.extend(crate::rules::crds());
+    all
 }
 
 /// A CRD as the YAML written to `manifests/crds/<name>.yaml`.

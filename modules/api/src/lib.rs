@@ -7,7 +7,10 @@
 //! ```
 //!
 //! Start with [`NodeResource`] for `node/<id>/<ns>/<type>/<name>` paths and [`names`] for the
-//! module and group names messages are routed by.
+//! module and group names messages are routed by. Controllers share [`watch`] (watch caches
+//! that survive relists), [`client`] (calls made as an edge node), [`queue`] (bounded request
+//! queues) and [`lifecycle`] (background tasks and graceful stop); [`devices`] and [`rules`]
+//! hold the KubeEdge CRDs; `testing` (feature) has a fake edge and a fault-injecting client.
 //!
 //! ```
 //! use kubeedge_api::{NodeResource, trim_node};
@@ -15,11 +18,19 @@
 //! assert_eq!(trim_node(&r), "default/pod/web");
 //! ```
 
+pub mod client;
 pub mod crds;
+pub mod devices;
+pub mod lifecycle;
 pub mod names;
+pub mod queue;
 pub mod reliablesyncs;
 mod resource;
+pub mod rules;
 pub mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod version;
+pub mod watch;
 
 pub use resource::{NodeResource, ResourceError, node_of, trim_node, with_node};

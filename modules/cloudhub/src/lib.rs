@@ -1,1 +1,60 @@
-//! The hub edge nodes connect to: WebSocket sessions, reliable delivery, certificate server
+//! The hub edge nodes connect to: wire-compatible with KubeEdge edgecore (WebSocket + JSON),
+//! with sessions, reliable downstream delivery, upstream routing and the certificate server.
+//!
+//! ```text
+//! controllers ─► [cloudhub module] ─► session actor (one per edge) ─► TLS WebSocket ─► edge
+//!      ▲              │ ACK-class: window, 5 s re-sends, ObjectSync on ACK (store)
+//!      └── group edgecontroller / devicecontroller / router ◄── upstream routing ◄──┘
+//! edge bootstrap ─► HTTPS :10002  /ca.crt  /edge.crt (token or cert)  /node/{name}
+//! ```
+//!
+//! Start with [`CloudHub`] (the module) and [`HubHandle`] (servers, token, counters,
+//! shutdown); the configuration is [`CloudHubConfig`] (`modules.cloudHub`). What the hub
+//! checks, guarantees and leaves to the sync loop is in `README.md` beside this crate.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! let bus = beehive::Bus::new();
+//! let mut config = cloudhub::CloudHubConfig::default();
+//! config.advertise_address = vec!["127.0.0.1".into()];
+//! let hub = cloudhub::CloudHub::new(config, bus.endpoint("cloudhub"), None, Arc::new(cloudhub::MemoryStore::new())).await?;
+//! let handle = hub.handle();
+//! bus.register(hub)?;
+//! bus.start()?;
+//! let addrs = handle.start_servers()?;
+//! println!("edges connect to {:?}, token {}", addrs.websocket, handle.token());
+//! # Ok(()) }
+//! ```
+#![doc = include_str!("../README.md")]
+
+mod certserver;
+mod classify;
+mod config;
+mod conn;
+mod downstream;
+mod error;
+mod events;
+mod hub;
+mod material;
+mod persist;
+mod registry;
+mod session;
+mod store;
+mod upstream;
+pub mod wire;
+mod ws;
+
+pub use classify::{Delivery, ObjectInfo, classify, object_info};
+pub use config::{
+    AuthorizationConfig, AuthorizationMode, CloudHubConfig, ListenerConfig, NodeAuthorization,
+    QuicConfig, UnixSocketConfig,
+};
+pub use error::{Error, Result};
+pub use events::event_message;
+pub use hub::{CloudHub, HubHandle, HubOptions, HubStats, ServerAddrs};
+pub use material::{
+    CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_SECRET, prepare, store_token,
+};
+pub use registry::{NodeCounters, NodeStats};
+pub use store::{Created, KubeStore, MemoryStore, ObjectSyncStore, StoreError, SyncKey, SyncSpec};

@@ -1,1 +1,20 @@
-//! Syncs Device and DeviceModel objects to edge nodes and writes device status back
+//! KubeEdge's devicecontroller on the beehive bus: Devices and DeviceModels down to the node
+//! a device is bound to, twin and state reports up into DeviceStatus.
+//!
+//! ```text
+//!  Device/DeviceModel watch ─► membership, devicemodel, device ─► cloudhub ─► edge devicetwin
+//!  DeviceStatus ◄─ merge patch ◄─ twin / state reports ◄─ devicecontroller mailbox ◄─ cloudhub
+//! ```
+//!
+//! Start with [`DeviceController`] and [`DeviceControllerConfig`] (`modules.deviceController`).
+//! Membership detail requests are answered, an extension over KubeEdge (see the README).
+
+mod config;
+mod controller;
+mod downstream;
+mod shared;
+mod twins;
+mod upstream;
+
+pub use config::{DeviceControllerBuffer, DeviceControllerConfig, DeviceControllerLoad};
+pub use controller::{DeviceController, DeviceControllerMetrics};

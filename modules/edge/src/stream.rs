@@ -1,1 +1,32 @@
-//! The stream agent: the tunnel to cloudstream, relaying each stream to the local kubelet server.
+//! The stream agent: the tunnel to cloudstream, relaying each stream to the local kubelet
+//! server, like edgecore's edgestream (and wire-compatible with a Go cloudcore).
+//!
+//! ```text
+//! cloudstream :10004 ══ wss /v1/kubeedge/connect (node cert) ══► StreamAgent
+//!                                  LOGS/METRIC_CONNECT ─► GET  127.0.0.1:10350 ─► DATA…, REMOVE_CONNECT
+//!                                  EXEC/ATTACH_CONNECT ─► raw socket, bytes both ways (101 head included)
+//! ```
+//!
+//! Start with [`StreamAgent`].
+//!
+//! ```no_run
+//! use edge::stream::{AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
+//! # async fn demo(material: cloudstream::TlsMaterial) -> Result<(), Box<dyn std::error::Error>> {
+//! let tls = client_tls(&material, false)?;
+//! let config = EdgeStreamConfig { server: "10.0.0.1:10004".into(), ..EdgeStreamConfig::default() };
+//! let agent = StreamAgent::new(config, AgentOptions::new("edge-1", "10.0.0.7"), tls).spawn();
+//! agent.wait_connected(std::time::Duration::from_secs(10)).await;
+//! # agent.shutdown().await; Ok(()) }
+//! ```
+
+mod agent;
+mod config;
+mod dial;
+mod exec;
+mod get;
+mod local;
+mod tunnel;
+
+pub use agent::{AgentHandle, AgentStats, StreamAgent};
+pub use config::{AgentOptions, EdgeStreamConfig, client_tls};
+pub use dial::DialError;

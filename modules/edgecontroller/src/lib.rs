@@ -1,1 +1,40 @@
-//! Syncs pods, nodes, configmaps and secrets between Kubernetes and edge nodes
+//! KubeEdge's edgecontroller on the beehive bus: Kubernetes objects down to edge nodes, edge
+//! requests up to the API server.
+//!
+//! ```text
+//!  apiserver ─watch─► downstream ─(node/<id>/<ns>/<type>/<name>)─► cloudhub ─► edge
+//!      ▲                 │ location cache (pods → configmaps/secrets/PVCs per node)
+//!      │                 ▼
+//!      └──── handlers ◄─ bounded queue per kind ◄─ dispatch ◄─ edgecontroller mailbox ◄─ cloudhub
+//! ```
+//!
+//! Start with [`EdgeController`] (the module) and [`EdgeControllerConfig`]
+//! (`modules.edgeController`). Counters are in [`EdgeControllerMetrics`].
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) {
+//! let bus = beehive::Bus::new();
+//! let config = edgecontroller::EdgeControllerConfig::default();
+//! let ec = edgecontroller::EdgeController::new(config, bus.endpoint("edgecontroller"), client);
+//! bus.register(ec).unwrap();
+//! bus.start().unwrap();
+//! # }
+//! ```
+
+mod config;
+mod controller;
+mod downstream;
+mod metrics;
+mod outbox;
+mod reply;
+// Handlers fail with `StatusError` (~176 bytes): the exact shape the edge decodes, built only
+// on failure paths, so boxing it would buy nothing.
+#[allow(clippy::result_large_err)]
+mod upstream;
+
+pub use config::{
+    DEFAULT_NODE_LIMIT, EdgeControllerBuffer, EdgeControllerConfig, EdgeControllerLoad,
+};
+pub use controller::{EdgeController, Synced, default_cloudcore_ip};
+pub use kubeedge_api::queue::QueueSnapshot;
+pub use metrics::{EdgeControllerMetrics, MetricsSnapshot};

@@ -1,1 +1,19 @@
-//! Reconciles ObjectSync records so every edge converges on the latest objects
+//! KubeEdge's synccontroller on the beehive bus: reliable-delivery reconciliation.
+//!
+//! ```text
+//!  ObjectSync / ClusterObjectSync (what each edge acknowledged, written by cloudhub)
+//!        │ watch                      live objects (one filtered watch per kind)
+//!        ▼                                  │
+//!   reconciler ── newer? update ── gone/recreated? delete ──► cloudhub ──► edge
+//! ```
+//!
+//! Start with [`SyncController`] and [`SyncControllerConfig`] (`modules.syncController`).
+
+mod config;
+mod controller;
+mod kinds;
+mod reconciler;
+mod record;
+
+pub use config::SyncControllerConfig;
+pub use controller::{SyncController, SyncControllerMetrics, SyncMetricsSnapshot};

@@ -1,0 +1,561 @@
+//! Per-node delivery state (spec §3.3–§3.6, with the Rust pipeline of §9.7): a paced no-ACK
+//! FIFO, and an ACK store keyed by object UID (coalescing) feeding a bounded window of
+//! in-flight messages that are re-sent every 5 s, 5 writes in all, then re-queued with
+//! back-off. Pure state: the session actor feeds it and writes what it returns.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use beehive::Message;
+use beehive::constants::operation as op;
+use kubeedge_api::version::is_newer;
+use tokio::time::Instant;
+
+use crate::classify::{ObjectInfo, is_delete, is_node_deletion, object_info};
+
+/// Spec §3.6: re-send period and writes per round.
+pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const WRITES_PER_ROUND: u32 = 5;
+/// Spec §3.6 back-off of a key after an unacknowledged round: 5 ms doubling, at most 1000 s.
+const BACKOFF_BASE: Duration = Duration::from_millis(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(1000);
+
+/// Limits of one node's delivery.
+#[derive(Debug, Clone)]
+pub(crate) struct DownConfig {
+    pub(crate) window: usize,
+    pub(crate) queue_limit: usize,
+    pub(crate) retry_interval: Duration,
+    pub(crate) burst: f64,
+    pub(crate) rate: f64,
+}
+
+/// What happened to an ACK-class message offered to the node.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Intake {
+    /// Waiting to be written.
+    Queued,
+    /// Not delivered, with the reason (stale, no resource version, queue full).
+    Dropped(&'static str),
+    /// The acknowledgement record must be read first (first sight of this UID); call
+    /// [`Downstream::lookup_done`] with the result.
+    Lookup { key: String, info: ObjectInfo },
+    /// A record lookup for this UID is already running; the message waits for it.
+    Waiting,
+}
+
+/// A message the edge acknowledged.
+#[derive(Debug)]
+pub(crate) struct Acked {
+    pub(crate) msg: Message,
+    pub(crate) info: Option<ObjectInfo>,
+    pub(crate) delete: bool,
+}
+
+/// What to do now.
+#[derive(Debug, Default)]
+pub(crate) struct Pump {
+    /// Messages to write, in order (new ACK-class messages, re-sends, no-ACK messages).
+    pub(crate) writes: Vec<Message>,
+    /// How many of `writes` are re-sends.
+    pub(crate) resends: u64,
+    /// A node-deletion message was reached: close the session instead of writing it.
+    pub(crate) node_deleted: bool,
+    /// When to pump again.
+    pub(crate) next: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    msg: Message,
+    info: Option<ObjectInfo>,
+    delete: bool,
+    queued: bool,
+    /// Id of the in-flight write of `msg`, if any.
+    flight: Option<String>,
+    /// `msg` was written before (a back-off round re-sends it).
+    written: bool,
+}
+
+#[derive(Debug)]
+struct Flight {
+    key: String,
+    writes: u32,
+    next: Instant,
+}
+
+/// One node's downstream state. Empty collections do not allocate, so an idle node costs
+/// only this struct.
+#[derive(Debug)]
+pub(crate) struct Downstream {
+    cfg: DownConfig,
+    no_ack: VecDeque<Message>,
+    tokens: f64,
+    refilled: Instant,
+    entries: HashMap<String, Entry>,
+    queue: VecDeque<String>,
+    inflight: HashMap<String, Flight>,
+    /// Last resource version the edge acknowledged (or the record holds), per key.
+    acked: HashMap<String, String>,
+    lookups: HashMap<String, Message>,
+    delayed: Vec<(Instant, String)>,
+    backoff: HashMap<String, u32>,
+}
+
+fn rv(msg: &Message) -> &str {
+    &msg.header.resource_version
+}
+
+impl Downstream {
+    pub(crate) fn new(cfg: DownConfig, now: Instant) -> Self {
+        Downstream {
+            tokens: cfg.burst,
+            cfg,
+            no_ack: VecDeque::new(),
+            refilled: now,
+            entries: HashMap::new(),
+            queue: VecDeque::new(),
+            inflight: HashMap::new(),
+            acked: HashMap::new(),
+            lookups: HashMap::new(),
+            delayed: Vec::new(),
+            backoff: HashMap::new(),
+        }
+    }
+
+    /// Queues a no-ACK message; `false` when the queue is full (the message is dropped).
+    pub(crate) fn push_no_ack(&mut self, msg: Message) -> bool {
+        if self.no_ack.len() >= self.cfg.queue_limit {
+            return false;
+        }
+        self.no_ack.push_back(msg);
+        true
+    }
+
+    fn put(&mut self, key: String, msg: Message, info: Option<ObjectInfo>) {
+        let delete = is_delete(&msg, info.as_ref());
+        let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
+            msg: Message::default(),
+            info: None,
+            delete: false,
+            queued: false,
+            flight: None,
+            written: false,
+        });
+        entry.msg = msg;
+        entry.written = false;
+        entry.info = info;
+        entry.delete = delete;
+        // A newer version supersedes one in flight: its late ACK will match nothing.
+        if let Some(id) = entry.flight.take() {
+            self.inflight.remove(&id);
+        }
+        if !entry.queued {
+            entry.queued = true;
+            self.queue.push_back(key);
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.entries.len() + self.lookups.len() >= self.cfg.queue_limit
+    }
+
+    /// Offers an ACK-class message (spec §3.4 rules; Rust: a message without a UID is keyed by
+    /// its id and delivered without a record; unparsable versions count as newer).
+    pub(crate) fn intake_ack(&mut self, msg: Message) -> Intake {
+        let info = object_info(&msg);
+        let delete = is_delete(&msg, info.as_ref());
+        if rv(&msg).is_empty() && !delete {
+            return Intake::Dropped("ack-class message without resourceVersion");
+        }
+        let key = match &info {
+            Some(i) => i.uid.clone(),
+            None => format!("msg:{}", msg.header.id),
+        };
+        if let Some(e) = self.entries.get(&key) {
+            if !(delete || msg.route.operation == op::RESPONSE)
+                && (e.delete || !is_newer(rv(&msg), rv(&e.msg)))
+            {
+                return Intake::Dropped("not newer than the pending version");
+            }
+            self.put(key, msg, info);
+            return Intake::Queued;
+        }
+        if self.full() {
+            return Intake::Dropped("node queue full");
+        }
+        if delete || msg.route.operation == op::RESPONSE || info.is_none() {
+            self.put(key, msg, info);
+            return Intake::Queued;
+        }
+        if let Some(acked) = self.acked.get(&key) {
+            if !is_newer(rv(&msg), acked) {
+                return Intake::Dropped("not newer than the acknowledged version");
+            }
+            self.put(key, msg, info);
+            return Intake::Queued;
+        }
+        if let Some(waiting) = self.lookups.get_mut(&key) {
+            if !is_newer(rv(&msg), rv(waiting)) {
+                return Intake::Dropped("not newer than the pending version");
+            }
+            *waiting = msg;
+            return Intake::Waiting;
+        }
+        self.lookups.insert(key.clone(), msg);
+        Intake::Lookup {
+            key,
+            info: info.unwrap_or_default(),
+        }
+    }
+
+    /// The record lookup for `key` finished: `Some(rv)` is the recorded version (`""` counts as
+    /// `"0"`, spec §9.22), `None` means it failed and the message is delivered anyway.
+    pub(crate) fn lookup_done(&mut self, key: &str, recorded: Option<String>) -> Intake {
+        let Some(msg) = self.lookups.remove(key) else {
+            return Intake::Dropped("lookup for an unknown key");
+        };
+        if let Some(recorded) = recorded {
+            let recorded = if recorded.is_empty() {
+                "0".to_owned()
+            } else {
+                recorded
+            };
+            let newer = is_newer(rv(&msg), &recorded);
+            self.acked.insert(key.to_owned(), recorded);
+            if !newer {
+                return Intake::Dropped("not newer than the recorded version");
+            }
+        }
+        let info = object_info(&msg);
+        self.put(key.to_owned(), msg, info);
+        Intake::Queued
+    }
+
+    /// Gives back the memory of empty collections: an idle node should cost only the struct.
+    fn compact(&mut self) {
+        if self.entries.is_empty() && self.entries.capacity() > 0 {
+            self.entries = HashMap::new();
+        }
+        if self.inflight.is_empty() && self.inflight.capacity() > 0 {
+            self.inflight = HashMap::new();
+        }
+        if self.lookups.is_empty() && self.lookups.capacity() > 0 {
+            self.lookups = HashMap::new();
+        }
+        if self.queue.is_empty() && self.queue.capacity() > 0 {
+            self.queue = VecDeque::new();
+        }
+        if self.no_ack.is_empty() && self.no_ack.capacity() > 0 {
+            self.no_ack = VecDeque::new();
+        }
+        if self.backoff.is_empty() && self.backoff.capacity() > 0 {
+            self.backoff = HashMap::new();
+        }
+        if self.delayed.is_empty() && self.delayed.capacity() > 0 {
+            self.delayed = Vec::new();
+        }
+    }
+
+    /// An upstream `response` arrived: if it acknowledges an in-flight message, that message
+    /// is done and returned (for recording); otherwise `None`.
+    pub(crate) fn on_ack(&mut self, parent_id: &str) -> Option<Acked> {
+        let flight = self.inflight.remove(parent_id)?;
+        self.backoff.remove(&flight.key);
+        let entry = self.entries.remove(&flight.key);
+        self.compact();
+        let entry = entry?;
+        if entry.delete {
+            self.acked.remove(&flight.key);
+        } else if !flight.key.starts_with("msg:") {
+            self.acked
+                .insert(flight.key, entry.msg.header.resource_version.clone());
+        }
+        Some(Acked {
+            msg: entry.msg,
+            info: entry.info,
+            delete: entry.delete,
+        })
+    }
+
+    fn backoff_for(&mut self, key: &str) -> Duration {
+        let n = self.backoff.entry(key.to_owned()).or_insert(0);
+        let wait = BACKOFF_BASE
+            .saturating_mul(1u32 << (*n).min(20))
+            .min(BACKOFF_MAX);
+        *n += 1;
+        wait
+    }
+
+    /// Decides what to write now. With `can_write` false (the socket is backed up) nothing
+    /// is taken and a short retry is scheduled.
+    pub(crate) fn pump(&mut self, now: Instant, can_write: bool) -> Pump {
+        let mut out = Pump::default();
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.cfg.rate).min(self.cfg.burst);
+        self.refilled = now;
+        if !can_write {
+            out.next = Some(now + Duration::from_millis(20));
+            return out;
+        }
+        while self.tokens >= 1.0 {
+            let Some(msg) = self.no_ack.pop_front() else {
+                break;
+            };
+            if is_node_deletion(&msg) {
+                out.node_deleted = true;
+                return out;
+            }
+            self.tokens -= 1.0;
+            out.writes.push(msg);
+        }
+        // Back-off expired: the key goes back in line.
+        let mut i = 0;
+        while i < self.delayed.len() {
+            if self.delayed[i].0 <= now {
+                let (_, key) = self.delayed.swap_remove(i);
+                if let Some(e) = self.entries.get_mut(&key)
+                    && !e.queued
+                    && e.flight.is_none()
+                {
+                    e.queued = true;
+                    self.queue.push_back(key);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        // Re-sends of in-flight messages that were not acknowledged in time.
+        let due: Vec<String> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| f.next <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            let Some(f) = self.inflight.get_mut(&id) else {
+                continue;
+            };
+            if f.writes < WRITES_PER_ROUND {
+                f.writes += 1;
+                f.next = now + self.cfg.retry_interval;
+                if let Some(e) = self.entries.get(&f.key) {
+                    out.writes.push(e.msg.clone());
+                    out.resends += 1;
+                }
+            } else {
+                let key = f.key.clone();
+                self.inflight.remove(&id);
+                if let Some(e) = self.entries.get_mut(&key) {
+                    e.flight = None;
+                }
+                let wait = self.backoff_for(&key);
+                self.delayed.push((now + wait, key));
+            }
+        }
+        // New messages, up to the window.
+        while self.inflight.len() < self.cfg.window.max(1) {
+            let Some(key) = self.queue.pop_front() else {
+                break;
+            };
+            let Some(e) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            e.queued = false;
+            let id = e.msg.header.id.clone();
+            e.flight = Some(id.clone());
+            if e.written {
+                out.resends += 1;
+            }
+            e.written = true;
+            out.writes.push(e.msg.clone());
+            self.inflight.insert(
+                id,
+                Flight {
+                    key,
+                    writes: 1,
+                    next: now + self.cfg.retry_interval,
+                },
+            );
+        }
+        self.compact();
+        let mut next = self.inflight.values().map(|f| f.next).min();
+        for (t, _) in &self.delayed {
+            next = Some(next.map_or(*t, |n| n.min(*t)));
+        }
+        if !self.no_ack.is_empty() {
+            let wait =
+                Duration::from_secs_f64(((1.0 - self.tokens) / self.cfg.rate.max(1.0)).max(0.001));
+            let t = now + wait;
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        out.next = next;
+        out
+    }
+
+    /// Everything still waiting (no-ACK first, then ACK-class not yet written), for a last
+    /// write on shutdown. In-flight messages are not repeated.
+    pub(crate) fn drain(&mut self) -> Vec<Message> {
+        let mut out: Vec<Message> = self
+            .no_ack
+            .drain(..)
+            .filter(|m| !is_node_deletion(m))
+            .collect();
+        while let Some(key) = self.queue.pop_front() {
+            if let Some(e) = self.entries.get(&key) {
+                out.push(e.msg.clone());
+            }
+        }
+        out
+    }
+
+    /// Messages waiting or in flight (for metrics).
+    pub(crate) fn pending(&self) -> usize {
+        self.no_ack.len() + self.entries.len() + self.lookups.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beehive::Content;
+
+    fn cfg(window: usize) -> DownConfig {
+        DownConfig {
+            window,
+            queue_limit: 100,
+            retry_interval: RETRY_INTERVAL,
+            burst: 50.0,
+            rate: 100.0,
+        }
+    }
+
+    fn pod(uid: &str, rv: &str, operation: &str) -> Message {
+        Message::new()
+            .with_route("edgecontroller", "resource", "node/e/default/pod/p", operation)
+            .with_resource_version(rv)
+            .with_content(
+                Content::json(&serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": uid, "resourceVersion": rv}})).unwrap(),
+            )
+    }
+
+    fn ids(p: &Pump) -> Vec<String> {
+        p.writes
+            .iter()
+            .map(|m| m.header.resource_version.clone())
+            .collect()
+    }
+
+    #[test]
+    fn first_sight_needs_a_lookup_then_is_sent() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        let m = pod("u1", "10", "update");
+        let Intake::Lookup { key, .. } = d.intake_ack(m.clone()) else {
+            panic!()
+        };
+        assert_eq!(d.lookup_done(&key, Some("0".into())), Intake::Queued);
+        let p = d.pump(now, true);
+        assert_eq!(p.writes, vec![m.clone()]);
+        let acked = d.on_ack(&m.header.id).unwrap();
+        assert_eq!(acked.msg.header.resource_version, "10");
+        // Now the acknowledged version is known: an equal version is dropped without a lookup.
+        assert!(matches!(
+            d.intake_ack(pod("u1", "10", "update")),
+            Intake::Dropped(_)
+        ));
+        assert_eq!(d.intake_ack(pod("u1", "11", "update")), Intake::Queued);
+    }
+
+    #[test]
+    fn recorded_version_suppresses_old_updates() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        let Intake::Lookup { key, .. } = d.intake_ack(pod("u1", "5", "update")) else {
+            panic!()
+        };
+        assert!(matches!(
+            d.lookup_done(&key, Some("7".into())),
+            Intake::Dropped(_)
+        ));
+        assert!(d.pump(now, true).writes.is_empty());
+    }
+
+    #[test]
+    fn empty_version_is_dropped_unless_delete() {
+        let mut d = Downstream::new(cfg(4), Instant::now());
+        assert!(matches!(
+            d.intake_ack(pod("u1", "", "update")),
+            Intake::Dropped(_)
+        ));
+        assert_eq!(d.intake_ack(pod("u1", "", "delete")), Intake::Queued);
+    }
+
+    #[test]
+    fn resends_every_interval_five_writes_then_backs_off() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        d.intake_ack(pod("u1", "", "delete"));
+        assert_eq!(d.pump(now, true).writes.len(), 1);
+        let mut t = now;
+        for _ in 0..4 {
+            t += RETRY_INTERVAL;
+            let p = d.pump(t, true);
+            assert_eq!((p.writes.len(), p.resends), (1, 1));
+        }
+        t += RETRY_INTERVAL;
+        let p = d.pump(t, true);
+        assert!(p.writes.is_empty());
+        let next = p.next.unwrap();
+        assert!(next > t && next <= t + Duration::from_millis(5));
+        let p = d.pump(next, true);
+        assert_eq!(p.writes.len(), 1, "re-queued after the back-off");
+    }
+
+    #[test]
+    fn window_bounds_in_flight_and_coalesces_by_uid() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(1), now);
+        d.intake_ack(pod("a", "", "delete"));
+        assert_eq!(d.pump(now, true).writes.len(), 1);
+        for rv in ["10", "11"] {
+            let m = pod("b", rv, "update");
+            match d.intake_ack(m) {
+                Intake::Lookup { key, .. } => {
+                    assert_eq!(d.lookup_done(&key, Some("0".into())), Intake::Queued)
+                }
+                other => assert_eq!(other, Intake::Queued),
+            }
+        }
+        assert!(d.pump(now, true).writes.is_empty(), "window of 1 is full");
+        let first = d.inflight.keys().next().unwrap().clone();
+        d.on_ack(&first).unwrap();
+        let p = d.pump(now, true);
+        assert_eq!(ids(&p), ["11"]);
+    }
+
+    #[test]
+    fn no_ack_is_paced_and_node_deletion_stops() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        for _ in 0..60 {
+            assert!(d.push_no_ack(Message::new().with_route(
+                "edgecontroller",
+                "resource",
+                "node/e/ns/podstatus/x",
+                "response"
+            )));
+        }
+        let p = d.pump(now, true);
+        assert_eq!(p.writes.len(), 50);
+        let p = d.pump(now + Duration::from_millis(100), true);
+        assert_eq!(p.writes.len(), 10);
+        d.push_no_ack(Message::new().with_route(
+            "edgecontroller",
+            "resource",
+            "node/e/null/node/e",
+            "delete",
+        ));
+        assert!(d.pump(now + Duration::from_secs(1), true).node_deleted);
+    }
+}

@@ -1,0 +1,468 @@
+//! The `cloudhub` module and the handle a composer uses: key material, token, servers,
+//! counters, graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use actix::{Actor, Context, Handler};
+use beehive::{Endpoint, Message, Module};
+use kubeedge_api::names;
+use pki::{CertAndKey, CertificateAuthority, ExtKeyUsage, SignPolicy};
+use tokio::sync::Notify;
+use tracing::{debug, error, info, warn};
+
+use crate::classify::legacy_drop;
+use crate::config::CloudHubConfig;
+use crate::error::{Error, Result};
+use crate::events::Events;
+use crate::material::{self, Material};
+use crate::persist::Persister;
+use crate::registry::{NodeStats, Registry};
+use crate::session::{Deliver, Stop, StopReason};
+use crate::store::ObjectSyncStore;
+
+/// Hub-wide counters.
+#[derive(Debug, Default)]
+pub(crate) struct HubCounters {
+    pub(crate) dropped_no_node: AtomicU64,
+    pub(crate) dropped_offline: AtomicU64,
+    pub(crate) dropped_full: AtomicU64,
+    pub(crate) upstream_unroutable: AtomicU64,
+}
+
+/// A snapshot of the hub's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HubStats {
+    /// Live sessions (the `KubeEdge_CloudHub_connected_nodes` gauge).
+    pub connected_nodes: usize,
+    /// Downstream messages whose resource names no node.
+    pub dropped_no_node: u64,
+    /// Downstream messages for nodes without a session here (the sync loop redelivers
+    /// ACK-class state once the node is back).
+    pub dropped_offline: u64,
+    /// Downstream messages refused because the node's intake queue was full.
+    pub dropped_full: u64,
+    /// Upstream messages no module could take.
+    pub upstream_unroutable: u64,
+    /// ObjectSync writes done after acknowledgements.
+    pub records_written: u64,
+    /// ObjectSync writes that failed (the sync loop repairs them).
+    pub records_failed: u64,
+}
+
+/// Addresses the servers actually listen on (useful with port 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerAddrs {
+    /// The WebSocket listener, when enabled.
+    pub websocket: Option<SocketAddr>,
+    /// The certificate server, when enabled.
+    pub https: Option<SocketAddr>,
+}
+
+/// Options a composer may set besides the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct HubOptions {
+    /// The Kubernetes CA (PEM) served to edges asking for `k8s/ca.crt`; empty when unknown.
+    pub kube_ca_pem: String,
+    /// Overrides `tokenRefreshDuration` (tests; production uses the configuration).
+    pub token_refresh: Option<Duration>,
+}
+
+#[derive(Default)]
+struct Servers {
+    websocket: Option<actix_server::ServerHandle>,
+    https: Option<actix_web::dev::ServerHandle>,
+}
+
+/// The state every session, the module and the servers share.
+pub(crate) struct Hub {
+    pub(crate) config: CloudHubConfig,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) registry: Registry,
+    pub(crate) persister: Arc<Persister>,
+    pub(crate) events: Events,
+    pub(crate) kube: Option<kube::Client>,
+    pub(crate) counters: HubCounters,
+    material: Material,
+    sign_policy: SignPolicy,
+    token: RwLock<String>,
+    kube_ca_pem: RwLock<String>,
+    token_refresh: Duration,
+    servers: Mutex<Servers>,
+    started: AtomicBool,
+    stopping: AtomicBool,
+    stopped: Notify,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub")
+            .field("nodes", &self.registry.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Hub {
+    pub(crate) fn ca(&self) -> &CertificateAuthority {
+        &self.material.ca
+    }
+
+    pub(crate) fn sign_policy(&self) -> SignPolicy {
+        self.sign_policy.clone()
+    }
+
+    pub(crate) fn kube_ca_pem(&self) -> String {
+        self.kube_ca_pem
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Routes one downstream message to its node's session (spec §3.1). Never blocks: a
+    /// node without a session here, or with a full intake queue, loses the message (counted).
+    fn dispatch(&self, msg: Message) {
+        let Some(node) = kubeedge_api::node_of(&msg.route.resource).map(str::to_owned) else {
+            self.counters
+                .dropped_no_node
+                .fetch_add(1, Ordering::Relaxed);
+            warn!(msg = %msg, "downstream message without node id dropped");
+            return;
+        };
+        if legacy_drop(&msg) {
+            return;
+        }
+        let node = node.as_str();
+        let Some(entry) = self.registry.get(node) else {
+            self.counters
+                .dropped_offline
+                .fetch_add(1, Ordering::Relaxed);
+            debug!(node, msg = %msg, "node not connected here, message dropped");
+            return;
+        };
+        if let Err(e) = entry.addr.try_send(Deliver(msg)) {
+            match e {
+                actix::dev::SendError::Full(_) => {
+                    self.counters.dropped_full.fetch_add(1, Ordering::Relaxed);
+                    entry.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    warn!(node, "node intake queue full, message dropped");
+                }
+                actix::dev::SendError::Closed(_) => {
+                    self.counters
+                        .dropped_offline
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    async fn refresh_tokens(self: Arc<Self>) {
+        let mut wait = self.token_refresh;
+        let mut failures = 0u32;
+        loop {
+            let stopped = self.stopped.notified();
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stopped => return,
+            }
+            if self.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let token = pki::create_token(self.ca(), self.config.token_lifetime());
+            *self.token.write().unwrap_or_else(|e| e.into_inner()) = token.clone();
+            match material::store_token(&self.config, self.kube.as_ref(), &token).await {
+                Ok(()) => {
+                    failures = 0;
+                    wait = self.token_refresh;
+                    info!("bootstrap token refreshed");
+                }
+                Err(e) => {
+                    // spec §9.10: keep trying, never give up on refreshing.
+                    failures += 1;
+                    wait = Duration::from_secs(1u64 << failures.min(8)).min(self.token_refresh);
+                    error!(error = %e, retry_in_s = wait.as_secs(), "storing the refreshed token failed");
+                }
+            }
+        }
+    }
+}
+
+/// The handle a composer keeps: cheap to clone, `Send + Sync`.
+#[derive(Clone, Debug)]
+pub struct HubHandle(Arc<Hub>);
+
+impl HubHandle {
+    /// The KubeEdge CA (for cloudstream's tunnel TLS and edge bootstrap).
+    pub fn ca(&self) -> &CertificateAuthority {
+        self.0.ca()
+    }
+
+    /// The cloudcore server certificate and key (DER).
+    pub fn server_cert(&self) -> &CertAndKey {
+        &self.0.material.server
+    }
+
+    /// The current bootstrap token (`<sha256(CA)>.<JWT>`); also in `tokendata` beside the CA
+    /// file and, with Kubernetes, in Secret `kubeedge/tokensecret`.
+    pub fn token(&self) -> String {
+        self.0
+            .token
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets the Kubernetes CA PEM served for `k8s/ca.crt` queries.
+    pub fn set_kube_ca_pem(&self, pem: impl Into<String>) {
+        *self
+            .0
+            .kube_ca_pem
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = pem.into();
+    }
+
+    /// Number of live sessions.
+    pub fn connected_nodes(&self) -> usize {
+        self.0.registry.len()
+    }
+
+    /// Ids of connected nodes.
+    pub fn nodes(&self) -> Vec<String> {
+        self.0.registry.nodes()
+    }
+
+    /// Counters of one connected node.
+    pub fn node_stats(&self, node: &str) -> Option<NodeStats> {
+        self.0.registry.get(node).map(|e| e.counters.snapshot())
+    }
+
+    /// Counters of every connected node.
+    pub fn all_node_stats(&self) -> Vec<(String, NodeStats)> {
+        self.0
+            .registry
+            .all()
+            .into_iter()
+            .map(|(n, e)| (n, e.counters.snapshot()))
+            .collect()
+    }
+
+    /// Hub-wide counters.
+    pub fn stats(&self) -> HubStats {
+        let c = &self.0.counters;
+        HubStats {
+            connected_nodes: self.0.registry.len(),
+            dropped_no_node: c.dropped_no_node.load(Ordering::Relaxed),
+            dropped_offline: c.dropped_offline.load(Ordering::Relaxed),
+            dropped_full: c.dropped_full.load(Ordering::Relaxed),
+            upstream_unroutable: c.upstream_unroutable.load(Ordering::Relaxed),
+            records_written: self.0.persister.written.load(Ordering::Relaxed),
+            records_failed: self.0.persister.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Starts the enabled listeners on the running actix system (call from it) and returns
+    /// their addresses. QUIC and the unix socket are not implemented: enabling them is logged.
+    pub fn start_servers(&self) -> Result<ServerAddrs> {
+        let hub = &self.0;
+        let c = &hub.config;
+        let mut addrs = ServerAddrs::default();
+        if c.quic.enable {
+            error!(
+                "quic is enabled but not supported (gQUIC, unauthenticated); edges must use websocket"
+            );
+        }
+        if c.unixsocket.enable {
+            info!(address = %c.unixsocket.address, "the unix socket CSI bridge is not implemented; not listening");
+        }
+        let server = &hub.material.server;
+        if c.https.enable {
+            let tls = pki::tls::server_config_optional_client(&server.cert_der, &server.key_der)?;
+            let (handle, addr) = crate::certserver::start(hub.clone(), tls)?;
+            hub.servers.lock().unwrap_or_else(|e| e.into_inner()).https = Some(handle);
+            addrs.https = Some(addr);
+        }
+        if c.websocket.enable {
+            let tls = pki::tls::server_config_mutual(
+                hub.ca().cert_der(),
+                &server.cert_der,
+                &server.key_der,
+            )?;
+            let (handle, addr) = crate::ws::start(hub.clone(), tls)?;
+            hub.servers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .websocket = Some(handle);
+            addrs.websocket = Some(addr);
+        }
+        Ok(addrs)
+    }
+
+    /// Graceful shutdown: stop accepting connections, let every session write what it has
+    /// queued and close (up to 5 s), stop the servers, write pending ObjectSync records
+    /// (up to 5 s). Calling it again does nothing.
+    pub async fn shutdown(&self) {
+        let hub = &self.0;
+        if hub.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        info!(nodes = hub.registry.len(), "cloudhub shutting down");
+        hub.registry.close();
+        hub.stopped.notify_waiters();
+        let (ws, https) = {
+            let mut s = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
+            (s.websocket.take(), s.https.take())
+        };
+        if let Some(ws) = &ws {
+            ws.pause().await;
+        }
+        for (_, entry) in hub.registry.all() {
+            entry.addr.do_send(Stop(StopReason::Shutdown));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while hub.registry.len() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if let Some(ws) = ws {
+            ws.stop(true).await;
+        }
+        if let Some(https) = https {
+            https.stop(true).await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), hub.persister.flushed()).await;
+        info!("cloudhub stopped");
+    }
+
+    /// Waits until every acknowledgement so far is written to the ObjectSync store.
+    pub async fn flush_records(&self) {
+        self.0.persister.flushed().await;
+    }
+}
+
+/// The `cloudhub` module: receives downstream messages from controllers (module name
+/// `cloudhub`, group `cloudhub`) and hands each to its node's session.
+///
+/// Register it on the [`beehive::Bus`], start the bus, then call
+/// [`HubHandle::start_servers`] on the running system. See the crate docs for the checks,
+/// delivery guarantees and limits.
+pub struct CloudHub {
+    hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for CloudHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudHub").field("hub", &self.hub).finish()
+    }
+}
+
+impl CloudHub {
+    /// Prepares the hub: validates the configuration, loads or creates the CA, server
+    /// certificate and token (spec §5.4 order). `endpoint` is what the hub sends with
+    /// (normally `bus.endpoint("cloudhub")`); `kube` enables the Secrets, `/node/{name}` and
+    /// the token Secret; `store` holds acknowledgement records ([`crate::KubeStore`] with
+    /// Kubernetes, [`crate::MemoryStore`] without).
+    pub async fn new(
+        config: CloudHubConfig,
+        endpoint: Endpoint,
+        kube: Option<kube::Client>,
+        store: Arc<dyn ObjectSyncStore>,
+    ) -> Result<Self> {
+        Self::with_options(config, endpoint, kube, store, HubOptions::default()).await
+    }
+
+    /// [`CloudHub::new`] with [`HubOptions`].
+    pub async fn with_options(
+        config: CloudHubConfig,
+        endpoint: Endpoint,
+        kube: Option<kube::Client>,
+        store: Arc<dyn ObjectSyncStore>,
+        options: HubOptions,
+    ) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        let material = material::prepare(&config, kube.as_ref()).await?;
+        let token = pki::create_token(&material.ca, config.token_lifetime());
+        if let Err(e) = material::store_token(&config, kube.as_ref(), &token).await {
+            error!(error = %e, "storing the bootstrap token failed; the refresh loop retries");
+        }
+        let allowed = config
+            .allowed_ext_key_usages
+            .iter()
+            .filter_map(|n| ExtKeyUsage::from_go(*n))
+            .collect();
+        let sign_policy = SignPolicy {
+            validity_days: config.edge_cert_signing_duration.max(1),
+            allowed_ext_key_usages: allowed,
+        };
+        let token_refresh = options
+            .token_refresh
+            .unwrap_or_else(|| config.token_refresh());
+        let hub = Hub {
+            endpoint,
+            registry: Registry::default(),
+            persister: Persister::new(store),
+            events: Events::new(),
+            kube,
+            counters: HubCounters::default(),
+            material,
+            sign_policy,
+            token: RwLock::new(token),
+            kube_ca_pem: RwLock::new(options.kube_ca_pem),
+            token_refresh,
+            servers: Mutex::new(Servers::default()),
+            started: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            stopped: Notify::new(),
+            config,
+        };
+        Ok(CloudHub { hub: Arc::new(hub) })
+    }
+
+    /// The handle for servers, counters, token and shutdown.
+    pub fn handle(&self) -> HubHandle {
+        HubHandle(self.hub.clone())
+    }
+}
+
+impl Actor for CloudHub {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Context<Self>) {
+        if self.hub.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let hub = self.hub.clone();
+        let endpoint = hub.endpoint.clone();
+        actix_rt::spawn(async move { hub.events.run(endpoint).await });
+        actix_rt::spawn(self.hub.persister.clone().run());
+        actix_rt::spawn(self.hub.clone().refresh_tokens());
+    }
+}
+
+impl Handler<Message> for CloudHub {
+    type Result = ();
+
+    fn handle(&mut self, msg: Message, _ctx: &mut Context<Self>) {
+        self.hub.dispatch(msg);
+    }
+}
+
+impl Module for CloudHub {
+    fn name(&self) -> &str {
+        names::CLOUDHUB
+    }
+
+    fn group(&self) -> &str {
+        names::CLOUDHUB
+    }
+
+    fn enabled(&self) -> bool {
+        self.hub.config.enable
+    }
+
+    fn shutdown(&mut self, _ctx: &mut Context<Self>) {
+        // The bus drained our mailbox already; close sessions and servers in the background
+        // (call HubHandle::shutdown first to wait for it).
+        let handle = HubHandle(self.hub.clone());
+        actix_rt::spawn(async move { handle.shutdown().await });
+    }
+}

@@ -1,0 +1,287 @@
+//! The WebSocket framing edgecore speaks: one JSON message per WebSocket data message, text
+//! opcode, JSON followed by `\n`; text or binary accepted, fragments reassembled, size capped.
+//!
+//! This module is the one owner of that format on the cloud side; the Rust edge client speaks
+//! it through tokio-tungstenite and the end-to-end tests check the two agree.
+
+use actix_codec::Decoder;
+use actix_http::ws::{CloseCode, CloseReason, Codec, Frame, Item, OpCode, Parser, ProtocolError};
+use beehive::Message;
+use bytes::{Bytes, BytesMut};
+
+/// Why a WebSocket message was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The payload is not a JSON message (Go's `ReadJSON` would fail the same way).
+    #[error("invalid message: {0}")]
+    Json(#[from] beehive::json::DecodeError),
+    /// The message (all its fragments together) is larger than the limit.
+    #[error("message of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Bytes received so far.
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A WebSocket protocol violation (unmasked client frame, bad opcode, fragment order…).
+    #[error("websocket protocol error: {0}")]
+    Protocol(String),
+}
+
+impl WireError {
+    /// The close code to send before closing for this error (RFC 6455 §7.4.1).
+    pub fn close_code(&self) -> CloseCode {
+        match self {
+            WireError::Json(_) => CloseCode::Invalid,
+            WireError::TooLarge { .. } => CloseCode::Size,
+            WireError::Protocol(_) => CloseCode::Protocol,
+        }
+    }
+}
+
+impl From<ProtocolError> for WireError {
+    fn from(e: ProtocolError) -> Self {
+        match e {
+            ProtocolError::Overflow => WireError::TooLarge { size: 0, limit: 0 },
+            other => WireError::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// Encodes a message for the wire exactly as gorilla's `WriteJSON` after viaduct forced
+/// `sync=false`: Go-compatible JSON plus one `\n`.
+pub fn encode_json(msg: &Message) -> Vec<u8> {
+    let mut out = if msg.header.sync {
+        let mut m = msg.clone();
+        m.header.sync = false;
+        m.to_json()
+    } else {
+        msg.to_json()
+    };
+    out.push(b'\n');
+    out
+}
+
+/// Decodes one message from a WebSocket payload: the first JSON value; anything after it
+/// (the trailing newline, or garbage) is ignored, as Go's `ReadJSON` does.
+pub fn decode_json(payload: &[u8]) -> Result<Message, WireError> {
+    let mut values = serde_json::Deserializer::from_slice(payload).into_iter::<Message>();
+    match values.next() {
+        Some(Ok(m)) => Ok(m),
+        Some(Err(e)) => Err(WireError::Json(e.into())),
+        None => Err(WireError::Json(
+            serde_json::Error::io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "empty message",
+            ))
+            .into(),
+        )),
+    }
+}
+
+/// One unmasked (server-side) text frame carrying `msg`.
+pub fn server_frame(msg: &Message) -> Bytes {
+    frame(&encode_json(msg), OpCode::Text, false)
+}
+
+/// One masked (client-side) text frame carrying `msg`.
+pub fn client_frame(msg: &Message) -> Bytes {
+    frame(&encode_json(msg), OpCode::Text, true)
+}
+
+/// One complete frame with `payload` (FIN set).
+pub fn frame(payload: &[u8], op: OpCode, mask: bool) -> Bytes {
+    let mut dst = BytesMut::with_capacity(payload.len() + 14);
+    Parser::write_message(&mut dst, payload, op, true, mask);
+    dst.freeze()
+}
+
+/// A close frame with `code` and a short reason.
+pub fn close_frame(code: CloseCode, reason: &str, mask: bool) -> Bytes {
+    let mut dst = BytesMut::new();
+    // A close reason must fit a control frame (125 bytes with the code).
+    let reason: String = reason.chars().take(100).collect();
+    Parser::write_close(
+        &mut dst,
+        Some(CloseReason {
+            code,
+            description: Some(reason),
+        }),
+        mask,
+    );
+    dst.freeze()
+}
+
+/// What a complete frame (or fragment sequence) amounted to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Incoming {
+    /// A complete data message (text or binary), reassembled.
+    Data(Bytes),
+    /// A ping; answer with a pong carrying the same bytes.
+    Ping(Bytes),
+    /// A pong.
+    Pong,
+    /// The peer is closing.
+    Close,
+}
+
+/// Splits a byte stream into frames and reassembles fragmented messages, enforcing one size
+/// limit on whole messages. Holds no buffer while no fragment is pending.
+#[derive(Debug)]
+pub struct Reassembler {
+    codec: Codec,
+    partial: Option<BytesMut>,
+    limit: usize,
+}
+
+impl Reassembler {
+    /// A server-side reassembler (client frames must be masked) with the message size limit.
+    pub fn server(limit: usize) -> Self {
+        Reassembler {
+            codec: Codec::new().max_size(limit),
+            partial: None,
+            limit,
+        }
+    }
+
+    /// A client-side reassembler (server frames must not be masked).
+    pub fn client(limit: usize) -> Self {
+        Reassembler {
+            codec: Codec::new().max_size(limit).client_mode(),
+            partial: None,
+            limit,
+        }
+    }
+
+    /// Decodes at most one complete item from the front of `buf`, consuming its bytes;
+    /// `Ok(None)` when more bytes are needed.
+    pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Incoming>, WireError> {
+        loop {
+            let frame = match self.codec.decode(buf) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(None),
+                Err(ProtocolError::Overflow) => {
+                    return Err(WireError::TooLarge {
+                        size: buf.len(),
+                        limit: self.limit,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match frame {
+                Frame::Text(b) | Frame::Binary(b) => {
+                    if self.partial.is_some() {
+                        return Err(WireError::Protocol(
+                            "data frame inside a fragmented message".into(),
+                        ));
+                    }
+                    return Ok(Some(Incoming::Data(b)));
+                }
+                Frame::Ping(b) => return Ok(Some(Incoming::Ping(b))),
+                Frame::Pong(_) => return Ok(Some(Incoming::Pong)),
+                Frame::Close(_) => return Ok(Some(Incoming::Close)),
+                Frame::Continuation(item) => match item {
+                    Item::FirstText(b) | Item::FirstBinary(b) => {
+                        if self.partial.is_some() {
+                            return Err(WireError::Protocol("fragment started twice".into()));
+                        }
+                        self.partial = Some(BytesMut::from(&b[..]));
+                    }
+                    item @ (Item::Continue(_) | Item::Last(_)) => {
+                        let (b, last) = match item {
+                            Item::Last(b) => (b, true),
+                            Item::Continue(b) | Item::FirstText(b) | Item::FirstBinary(b) => {
+                                (b, false)
+                            }
+                        };
+                        let Some(acc) = self.partial.as_mut() else {
+                            return Err(WireError::Protocol(
+                                "continuation without a first fragment".into(),
+                            ));
+                        };
+                        if acc.len() + b.len() > self.limit {
+                            let size = acc.len() + b.len();
+                            self.partial = None;
+                            return Err(WireError::TooLarge {
+                                size,
+                                limit: self.limit,
+                            });
+                        }
+                        acc.extend_from_slice(&b);
+                        if last {
+                            let whole = self.partial.take().unwrap_or_default();
+                            return Ok(Some(Incoming::Data(whole.freeze())));
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalive_vector_is_byte_exact() {
+        // spec §1.2.4: 196 bytes ending with a newline.
+        let wire = "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n";
+        assert_eq!(wire.len(), 196);
+        let m = decode_json(wire.as_bytes()).unwrap();
+        assert_eq!(m.route.operation, "keepalive");
+        assert_eq!(m.content.as_string().as_deref(), Some("ping"));
+        assert_eq!(encode_json(&m), wire.as_bytes());
+    }
+
+    #[test]
+    fn sync_is_forced_false_on_the_wire() {
+        let mut m =
+            Message::new().with_route("edgecontroller", "resource", "default/pod/a", "update");
+        m.header.sync = true;
+        assert!(!String::from_utf8(encode_json(&m)).unwrap().contains("sync"));
+    }
+
+    #[test]
+    fn trailing_bytes_after_the_first_value_are_ignored() {
+        let m = decode_json(b"{\"header\":{\"msg_id\":\"a\",\"timestamp\":1},\"route\":{},\"content\":null}\n garbage").unwrap();
+        assert_eq!(m.header.id, "a");
+        assert!(decode_json(b"").is_err());
+        assert!(decode_json(b"not json").is_err());
+        assert!(decode_json(b"{\"header\":{\"timestamp\":1.5}}").is_err());
+    }
+
+    #[test]
+    fn fragments_are_reassembled_and_limited() {
+        let mut r = Reassembler::server(10);
+        let mut buf = BytesMut::new();
+        let mut first = BytesMut::new();
+        Parser::write_message(&mut first, b"01234", OpCode::Text, false, true);
+        let mut last = BytesMut::new();
+        Parser::write_message(&mut last, b"5678", OpCode::Continue, true, true);
+        buf.extend_from_slice(&first);
+        assert_eq!(r.next(&mut buf).unwrap(), None);
+        buf.extend_from_slice(&last);
+        assert_eq!(
+            r.next(&mut buf).unwrap(),
+            Some(Incoming::Data(Bytes::from_static(b"012345678")))
+        );
+        // Too large across fragments.
+        buf.extend_from_slice(&first);
+        buf.extend_from_slice(&first);
+        let mut more = BytesMut::new();
+        Parser::write_message(&mut more, b"0123456", OpCode::Continue, false, true);
+        buf.extend_from_slice(&more);
+        assert!(r.next(&mut buf).is_err());
+    }
+
+    #[test]
+    fn unmasked_client_frames_and_oversized_single_frames_are_refused() {
+        let mut r = Reassembler::server(8);
+        let mut buf = BytesMut::from(&frame(b"x", OpCode::Text, false)[..]);
+        assert!(matches!(r.next(&mut buf), Err(WireError::Protocol(_))));
+        let mut r = Reassembler::server(8);
+        let mut buf = BytesMut::from(&frame(b"0123456789", OpCode::Binary, true)[..]);
+        assert!(matches!(r.next(&mut buf), Err(WireError::TooLarge { .. })));
+    }
+}

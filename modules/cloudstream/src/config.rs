@@ -1,0 +1,186 @@
+//! Configuration: KubeEdge's `modules.cloudStream` and `modules.iptablesManager` keys with
+//! their defaults, plus the Rust-only knobs (timeouts, buffers) in [`Tuning`].
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `modules.cloudStream` (KubeEdge `CloudStream`, defaults from `default.go`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CloudStreamConfig {
+    /// Run the module (KubeEdge default `false`; Helm sets `true`).
+    pub enable: bool,
+    /// CA verifying edge certificates; the composer falls back to the cloudhub CA.
+    #[serde(rename = "tlsTunnelCAFile")]
+    pub tls_tunnel_ca_file: String,
+    /// Tunnel server certificate; falls back to the cloudhub certificate.
+    pub tls_tunnel_cert_file: String,
+    /// Tunnel server key; falls back to the cloudhub key.
+    pub tls_tunnel_private_key_file: String,
+    /// Tunnel listen port.
+    pub tunnel_port: u32,
+    /// CA verifying the API server's client certificate (upstream only requests it).
+    #[serde(rename = "tlsStreamCAFile")]
+    pub tls_stream_ca_file: String,
+    /// Stream server certificate.
+    pub tls_stream_cert_file: String,
+    /// Stream server key.
+    pub tls_stream_private_key_file: String,
+    /// Stream server listen port, and the DNAT target of the iptables rules.
+    pub stream_port: u32,
+    /// Rust: verify the API server's client certificate against `tlsStreamCAFile`
+    /// (upstream requests it but never verifies, W1). Set `false` for upstream behaviour.
+    pub verify_stream_client_cert: bool,
+}
+
+impl Default for CloudStreamConfig {
+    fn default() -> Self {
+        CloudStreamConfig {
+            enable: false,
+            tls_tunnel_ca_file: "/etc/kubeedge/ca/rootCA.crt".into(),
+            tls_tunnel_cert_file: "/etc/kubeedge/certs/server.crt".into(),
+            tls_tunnel_private_key_file: "/etc/kubeedge/certs/server.key".into(),
+            tunnel_port: 10004,
+            tls_stream_ca_file: "/etc/kubeedge/ca/streamCA.crt".into(),
+            tls_stream_cert_file: "/etc/kubeedge/certs/stream.crt".into(),
+            tls_stream_private_key_file: "/etc/kubeedge/certs/stream.key".into(),
+            stream_port: 10003,
+            verify_stream_client_cert: true,
+        }
+    }
+}
+
+/// Where the iptables manager runs (`modules.iptablesManager.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IptablesMode {
+    /// Inside cloudcore (the default).
+    #[default]
+    Internal,
+    /// As a separate DaemonSet on the API server hosts; cloudcore runs none.
+    External,
+}
+
+/// `modules.iptablesManager`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IptablesManagerConfig {
+    /// Run it (default `true`).
+    pub enable: bool,
+    /// Internal or external (default internal).
+    pub mode: IptablesMode,
+}
+
+impl Default for IptablesManagerConfig {
+    fn default() -> Self {
+        IptablesManagerConfig {
+            enable: true,
+            mode: IptablesMode::Internal,
+        }
+    }
+}
+
+impl IptablesManagerConfig {
+    /// True when cloudcore itself should run the manager (enabled and internal).
+    pub fn runs_inside_cloudcore(&self) -> bool {
+        self.enable && self.mode == IptablesMode::Internal
+    }
+}
+
+/// Rust-only timing and buffering; the defaults suit production.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tuning {
+    /// The cloud pings each tunnel this often (upstream never does).
+    pub ping_interval: Duration,
+    /// A tunnel from which nothing arrives for this long is closed (edges ping every 5 s).
+    pub pong_timeout: Duration,
+    /// A socket write that takes longer fails its connection.
+    pub write_timeout: Duration,
+    /// TLS handshake plus request head must arrive within this.
+    pub handshake_timeout: Duration,
+    /// Wait between attempts to set the Node's kubelet port (upstream 20 s).
+    pub node_update_interval: Duration,
+    /// Give up setting the kubelet port after this (upstream 2 min), then close the tunnel.
+    pub node_update_deadline: Duration,
+    /// Bytes one stream may have queued toward a slow API client. Past it the node's tunnel
+    /// waits for that client (upstream always does, W14), as long as it makes progress.
+    pub stream_queue_bytes: usize,
+    /// A stream over its queue budget whose client takes nothing for this long is ended, so
+    /// a stuck client stalls its node's tunnel at most this long.
+    pub stream_stall_timeout: Duration,
+    /// Read buffer of API-side relays (upstream reads 256 bytes at a time, W24).
+    pub relay_buffer: usize,
+    /// Messages queued toward one tunnel's socket.
+    pub tunnel_queue: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            ping_interval: Duration::from_secs(10),
+            pong_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(15),
+            handshake_timeout: Duration::from_secs(10),
+            node_update_interval: Duration::from_secs(20),
+            node_update_deadline: Duration::from_secs(120),
+            stream_queue_bytes: 8 << 20,
+            stream_stall_timeout: Duration::from_secs(15),
+            relay_buffer: 32 * 1024,
+            tunnel_queue: 1024,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_should_parse_and_default_as_kubeedge() {
+        let c: CloudStreamConfig = serde_yaml::from_str("enable: true").unwrap();
+        assert_eq!(
+            c,
+            CloudStreamConfig {
+                enable: true,
+                ..CloudStreamConfig::default()
+            }
+        );
+        assert_eq!(c.tunnel_port, 10004);
+        assert_eq!(c.stream_port, 10003);
+        let yaml = r#"
+enable: true
+tlsTunnelCAFile: /a/ca.crt
+tlsTunnelCertFile: /a/t.crt
+tlsTunnelPrivateKeyFile: /a/t.key
+tunnelPort: 20004
+tlsStreamCAFile: /b/ca.crt
+tlsStreamCertFile: /b/s.crt
+tlsStreamPrivateKeyFile: /b/s.key
+streamPort: 20003
+someFutureKey: 1
+"#;
+        let c: CloudStreamConfig = serde_yaml::from_str(yaml).unwrap();
+        assert_eq!(c.tls_tunnel_ca_file, "/a/ca.crt");
+        assert_eq!(c.tls_tunnel_cert_file, "/a/t.crt");
+        assert_eq!(c.tls_tunnel_private_key_file, "/a/t.key");
+        assert_eq!(c.tunnel_port, 20004);
+        assert_eq!(c.tls_stream_ca_file, "/b/ca.crt");
+        assert_eq!(c.tls_stream_cert_file, "/b/s.crt");
+        assert_eq!(c.tls_stream_private_key_file, "/b/s.key");
+        assert_eq!(c.stream_port, 20003);
+        assert!(c.verify_stream_client_cert);
+        let back: CloudStreamConfig =
+            serde_yaml::from_str(&serde_yaml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn iptables_manager_should_default_to_internal_and_enabled() {
+        let d: IptablesManagerConfig = serde_yaml::from_str("{}").unwrap();
+        assert!(d.runs_inside_cloudcore());
+        let e: IptablesManagerConfig = serde_yaml::from_str("mode: external").unwrap();
+        assert_eq!(e.mode, IptablesMode::External);
+        assert!(!e.runs_inside_cloudcore());
+    }
+}

@@ -1,0 +1,88 @@
+//! Counters for metrics: sessions, streams and bytes relayed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Live counters, updated lock-free by the servers.
+#[derive(Debug, Default)]
+pub struct Counters {
+    sessions: AtomicU64,
+    sessions_total: AtomicU64,
+    tunnels_refused: AtomicU64,
+    streams_active: AtomicU64,
+    streams_total: AtomicU64,
+    requests_refused: AtomicU64,
+    bytes_to_edge: AtomicU64,
+    bytes_from_edge: AtomicU64,
+}
+
+/// A point-in-time copy of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountersSnapshot {
+    /// Tunnels open now.
+    pub sessions: u64,
+    /// Tunnels accepted since start.
+    pub sessions_total: u64,
+    /// Tunnel connections refused (TLS, identity or handshake).
+    pub tunnels_refused: u64,
+    /// Streams (API connections) open now.
+    pub streams_active: u64,
+    /// Streams opened since start.
+    pub streams_total: u64,
+    /// API requests answered with an error status.
+    pub requests_refused: u64,
+    /// Stream bytes sent into tunnels.
+    pub bytes_to_edge: u64,
+    /// Stream bytes received from tunnels.
+    pub bytes_from_edge: u64,
+}
+
+impl Counters {
+    /// A copy of every counter.
+    pub fn snapshot(&self) -> CountersSnapshot {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CountersSnapshot {
+            sessions: g(&self.sessions),
+            sessions_total: g(&self.sessions_total),
+            tunnels_refused: g(&self.tunnels_refused),
+            streams_active: g(&self.streams_active),
+            streams_total: g(&self.streams_total),
+            requests_refused: g(&self.requests_refused),
+            bytes_to_edge: g(&self.bytes_to_edge),
+            bytes_from_edge: g(&self.bytes_from_edge),
+        }
+    }
+
+    pub(crate) fn session_opened(&self) {
+        self.sessions.fetch_add(1, Ordering::Relaxed);
+        self.sessions_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn session_closed(&self) {
+        self.sessions.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn tunnel_refused(&self) {
+        self.tunnels_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_opened(&self) {
+        self.streams_active.fetch_add(1, Ordering::Relaxed);
+        self.streams_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_closed(&self) {
+        self.streams_active.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn request_refused(&self) {
+        self.requests_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn sent_to_edge(&self, n: usize) {
+        self.bytes_to_edge.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn received_from_edge(&self, n: usize) {
+        self.bytes_from_edge.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,492 @@
+//! The HTTP/1.1 pieces both ends need on raw sockets: request and response heads (httparse),
+//! chunked bodies, and short error responses. Raw sockets because exec/attach must relay the
+//! kubelet's own `101` head byte for byte, which HTTP libraries consume.
+
+use std::io;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut};
+/// The buffer types these functions take and return, so callers need not name `bytes`.
+pub use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Largest request or response head accepted.
+pub const MAX_HEAD_LEN: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+
+/// Errors reading a head or a body.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The peer closed before a whole head arrived (`partial`: some bytes had come).
+    #[error("connection closed before a complete HTTP head")]
+    Eof {
+        /// True when part of a head had arrived.
+        partial: bool,
+    },
+    /// The head is over [`MAX_HEAD_LEN`].
+    #[error("HTTP head larger than {MAX_HEAD_LEN} bytes")]
+    TooLarge,
+    /// The head does not parse.
+    #[error("malformed HTTP head: {0}")]
+    Malformed(String),
+    /// A chunked body does not parse.
+    #[error("malformed chunked body: {0}")]
+    BadChunk(&'static str),
+    /// The head did not arrive in time.
+    #[error("timed out waiting for an HTTP head")]
+    Timeout,
+    /// Socket error.
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Header pairs as received: names as spelled by the peer, values as raw bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers(pub Vec<(String, Vec<u8>)>);
+
+impl Headers {
+    /// The first value of `name` (case-insensitive).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.0
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// Every value of `name` (case-insensitive), in order.
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.0
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// The first value of `name` as text, if it is valid UTF-8.
+    pub fn get_str<'a>(&'a self, name: &str) -> Option<&'a str> {
+        self.get(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// True when a comma-separated value of `name` equals `token` (case-insensitive), like
+    /// gorilla's `tokenListContainsValue`.
+    pub fn has_token(&self, name: &str, token: &str) -> bool {
+        self.all(name).any(|v| {
+            v.split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+        })
+    }
+
+    /// True when any value of `name` contains `needle` (case-insensitive), like
+    /// `httpstream.IsUpgradeRequest`.
+    pub fn contains_ci(&self, name: &str, needle: &str) -> bool {
+        let needle = needle.to_ascii_lowercase();
+        self.all(name).any(|v| {
+            String::from_utf8_lossy(v)
+                .to_ascii_lowercase()
+                .contains(&needle)
+        })
+    }
+
+    /// Pairs as `(&str, &[u8])`.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
+    }
+}
+
+/// A parsed request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The request target as sent (`/path?query`).
+    pub target: String,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub version: u8,
+    /// The headers.
+    pub headers: Headers,
+}
+
+impl RequestHead {
+    /// The target without its query.
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or("")
+    }
+
+    /// Whether the client lets the connection be reused after this request.
+    pub fn keep_alive(&self) -> bool {
+        if self.headers.has_token("Connection", "close") {
+            return false;
+        }
+        self.version >= 1 || self.headers.has_token("Connection", "keep-alive")
+    }
+
+    /// Bytes of request body that follow the head, when framed by `Content-Length`; `None`
+    /// for a chunked or otherwise unframed body.
+    pub fn content_length(&self) -> Option<u64> {
+        if self.headers.get("Transfer-Encoding").is_some() {
+            return None;
+        }
+        match self.headers.get_str("Content-Length") {
+            None => Some(0),
+            Some(v) => v.trim().parse().ok(),
+        }
+    }
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// The status code.
+    pub status: u16,
+    /// The headers.
+    pub headers: Headers,
+}
+
+/// Reads a request head from `io`, using and refilling `buf`; bytes after the head stay in
+/// `buf`. `Eof { partial: false }` means the peer closed cleanly between requests.
+pub async fn read_request_head<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+) -> Result<RequestHead, HttpError> {
+    loop {
+        if !buf.is_empty() {
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(buf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let head = RequestHead {
+                        method: req.method.unwrap_or("").to_owned(),
+                        target: req.path.unwrap_or("").to_owned(),
+                        version: req.version.unwrap_or(1),
+                        headers: owned(req.headers),
+                    };
+                    buf.advance(n);
+                    return Ok(head);
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(e) => return Err(HttpError::Malformed(e.to_string())),
+            }
+        }
+        fill(io, buf).await?;
+    }
+}
+
+/// Reads a response head; bytes after it stay in `buf`.
+pub async fn read_response_head<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+) -> Result<ResponseHead, HttpError> {
+    loop {
+        if !buf.is_empty() {
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut resp = httparse::Response::new(&mut headers);
+            match resp.parse(buf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let head = ResponseHead {
+                        status: resp.code.unwrap_or(0),
+                        headers: owned(resp.headers),
+                    };
+                    buf.advance(n);
+                    return Ok(head);
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(e) => return Err(HttpError::Malformed(e.to_string())),
+            }
+        }
+        fill(io, buf).await?;
+    }
+}
+
+/// [`read_request_head`] with a deadline.
+pub async fn read_request_head_within<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+    limit: Duration,
+) -> Result<RequestHead, HttpError> {
+    tokio::time::timeout(limit, read_request_head(io, buf))
+        .await
+        .map_err(|_| HttpError::Timeout)?
+}
+
+fn owned(headers: &[httparse::Header<'_>]) -> Headers {
+    Headers(
+        headers
+            .iter()
+            .map(|h| (h.name.to_owned(), h.value.to_vec()))
+            .collect(),
+    )
+}
+
+async fn fill<R: AsyncRead + Unpin>(io: &mut R, buf: &mut BytesMut) -> Result<(), HttpError> {
+    if buf.len() >= MAX_HEAD_LEN {
+        return Err(HttpError::TooLarge);
+    }
+    buf.reserve(8192);
+    if io.read_buf(buf).await? == 0 {
+        return Err(HttpError::Eof {
+            partial: !buf.is_empty(),
+        });
+    }
+    Ok(())
+}
+
+/// A complete short response with a `text/plain` body, for errors. `close` adds
+/// `Connection: close`.
+pub fn text_response(status: u16, body: &str, close: bool) -> Bytes {
+    let mut out = BytesMut::with_capacity(160 + body.len());
+    out.put_slice(format!("HTTP/1.1 {status} {}\r\n", reason(status)).as_bytes());
+    out.put_slice(
+        b"Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\n",
+    );
+    out.put_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+    if close {
+        out.put_slice(b"Connection: close\r\n");
+    }
+    out.put_slice(b"\r\n");
+    out.put_slice(body.as_bytes());
+    out.freeze()
+}
+
+/// The standard reason phrase of the statuses this crate sends.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        101 => "Switching Protocols",
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Unknown",
+    }
+}
+
+/// Appends `data` as one chunk of a chunked body (nothing for empty data: an empty chunk
+/// would end the body).
+pub fn put_chunk(dst: &mut BytesMut, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    dst.put_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    dst.put_slice(data);
+    dst.put_slice(b"\r\n");
+}
+
+/// The last chunk of a chunked body.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// How a response body is framed.
+#[derive(Debug)]
+enum Framing {
+    Length(u64),
+    Chunked(ChunkState),
+    UntilEof,
+    Done,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ChunkState {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+}
+
+/// Reads a response body chunk by chunk, removing chunked framing.
+#[derive(Debug)]
+pub struct BodyReader {
+    framing: Framing,
+}
+
+impl BodyReader {
+    /// A reader for the body that follows `head`.
+    pub fn new(head: &ResponseHead) -> Self {
+        let framing = if head.headers.has_token("Transfer-Encoding", "chunked") {
+            Framing::Chunked(ChunkState::Size)
+        } else if let Some(n) = head
+            .headers
+            .get_str("Content-Length")
+            .and_then(|v| v.trim().parse().ok())
+        {
+            Framing::Length(n)
+        } else {
+            Framing::UntilEof
+        };
+        BodyReader { framing }
+    }
+
+    /// The next piece of the body (`None` at its end). `buf` holds bytes already read past
+    /// the head; the reader refills it from `io`.
+    pub async fn next<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        buf: &mut BytesMut,
+        max: usize,
+    ) -> Result<Option<Bytes>, HttpError> {
+        loop {
+            match &mut self.framing {
+                Framing::Done => return Ok(None),
+                Framing::Length(0) => {
+                    self.framing = Framing::Done;
+                    return Ok(None);
+                }
+                Framing::Length(left) => {
+                    if buf.is_empty() && read_more(io, buf, max).await? == 0 {
+                        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+                    }
+                    let n = (*left).min(buf.len() as u64).min(max as u64) as usize;
+                    *left -= n as u64;
+                    return Ok(Some(buf.split_to(n).freeze()));
+                }
+                Framing::UntilEof => {
+                    if buf.is_empty() && read_more(io, buf, max).await? == 0 {
+                        self.framing = Framing::Done;
+                        return Ok(None);
+                    }
+                    let n = buf.len().min(max);
+                    return Ok(Some(buf.split_to(n).freeze()));
+                }
+                Framing::Chunked(state) => match *state {
+                    ChunkState::Size => {
+                        let Some(line) = take_line(buf)? else {
+                            more(io, buf, max).await?;
+                            continue;
+                        };
+                        let hex = line[..].split(|b| *b == b';').next().unwrap_or(&[]);
+                        let text = std::str::from_utf8(hex.trim_ascii())
+                            .map_err(|_| HttpError::BadChunk("size is not text"))?;
+                        let size = u64::from_str_radix(text, 16)
+                            .map_err(|_| HttpError::BadChunk("size is not hex"))?;
+                        *state = if size == 0 {
+                            ChunkState::Trailers
+                        } else {
+                            ChunkState::Data(size)
+                        };
+                    }
+                    ChunkState::Data(left) => {
+                        if buf.is_empty() {
+                            more(io, buf, max).await?;
+                        }
+                        let n = left.min(buf.len() as u64).min(max as u64) as usize;
+                        *state = if left == n as u64 {
+                            ChunkState::DataEnd
+                        } else {
+                            ChunkState::Data(left - n as u64)
+                        };
+                        return Ok(Some(buf.split_to(n).freeze()));
+                    }
+                    ChunkState::DataEnd => {
+                        let Some(line) = take_line(buf)? else {
+                            more(io, buf, max).await?;
+                            continue;
+                        };
+                        if !line.is_empty() {
+                            return Err(HttpError::BadChunk("chunk not followed by CRLF"));
+                        }
+                        *state = ChunkState::Size;
+                    }
+                    ChunkState::Trailers => {
+                        let Some(line) = take_line(buf)? else {
+                            more(io, buf, max).await?;
+                            continue;
+                        };
+                        if line.is_empty() {
+                            self.framing = Framing::Done;
+                            return Ok(None);
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// One CRLF-terminated line from the front of `buf`, without the CRLF.
+fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, HttpError> {
+    match buf.windows(2).position(|w| w == b"\r\n") {
+        Some(i) => {
+            let mut line = buf.split_to(i + 2);
+            line.truncate(i);
+            Ok(Some(line))
+        }
+        None if buf.len() > 4096 => Err(HttpError::BadChunk("line too long")),
+        None => Ok(None),
+    }
+}
+
+async fn read_more<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<usize, HttpError> {
+    buf.reserve(max.max(4096));
+    Ok(io.read_buf(buf).await?)
+}
+
+async fn more<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<(), HttpError> {
+    if read_more(io, buf, max).await? == 0 {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(raw: &'static [u8], max: usize) -> Result<Vec<u8>, HttpError> {
+        let mut io = raw;
+        let mut buf = BytesMut::new();
+        let head = read_response_head(&mut io, &mut buf).await?;
+        let mut body = BodyReader::new(&head);
+        let mut out = Vec::new();
+        while let Some(b) = body.next(&mut io, &mut buf, max).await? {
+            assert!(b.len() <= max);
+            out.extend_from_slice(&b);
+        }
+        Ok(out)
+    }
+
+    #[tokio::test]
+    async fn chunked_body_should_be_unframed() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n8\r\n, \xffworld\r\n0\r\nTrailer: a\r\n\r\n";
+        assert_eq!(body_of(raw, 3).await.unwrap(), b"hello, \xffworld");
+    }
+
+    #[tokio::test]
+    async fn length_and_eof_bodies_should_be_read_whole() {
+        let raw = b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnopeEXTRA";
+        assert_eq!(body_of(raw, 2).await.unwrap(), b"nope");
+        let raw = b"HTTP/1.0 200 OK\r\n\r\nuntil the end";
+        assert_eq!(body_of(raw, 64).await.unwrap(), b"until the end");
+    }
+
+    #[tokio::test]
+    async fn truncated_bodies_should_be_errors() {
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort";
+        assert!(body_of(raw, 64).await.is_err());
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+        assert!(body_of(raw, 64).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn request_head_should_leave_the_following_bytes_in_the_buffer() {
+        let mut io: &[u8] =
+            b"POST /exec/a/b/c?x=1 HTTP/1.1\r\nConnection: Upgrade\r\nupgrade: SPDY/3.1\r\n\r\n\x80\x03";
+        let mut buf = BytesMut::new();
+        let head = read_request_head(&mut io, &mut buf).await.unwrap();
+        assert_eq!(head.method, "POST");
+        assert_eq!(head.path(), "/exec/a/b/c");
+        assert!(head.headers.has_token("connection", "upgrade"));
+        assert_eq!(head.headers.get_str("UPGRADE"), Some("SPDY/3.1"));
+        assert_eq!(&buf[..], b"\x80\x03");
+    }
+}

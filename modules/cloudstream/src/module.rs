@@ -1,0 +1,447 @@
+//! The `cloudStream` beehive module: owns the tunnel server, the stream server and the
+//! iptables manager, on an actix arbiter of their own.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Context, Handler};
+use actix_rt::Arbiter;
+use beehive::{Endpoint, Message, Module};
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info};
+
+use crate::config::{CloudStreamConfig, IptablesManagerConfig, Tuning};
+use crate::counters::{Counters, CountersSnapshot};
+use crate::iptables::{CommandRunner, IptablesManager};
+use crate::negotiate;
+use crate::stream::{self, KubePodLocator, PodLocator, StreamContext};
+use crate::tls::{self, ServerTls, TlsError, TlsMaterial};
+use crate::tunnel::{self, NodeUpdater, Shared};
+
+/// Errors creating the module.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// TLS material missing or unusable.
+    #[error("tls: {0}")]
+    Tls(#[from] TlsError),
+    /// A listener could not be bound.
+    #[error("bind {what} port {port}: {source}")]
+    Bind {
+        /// `tunnel` or `stream`.
+        what: &'static str,
+        /// The port.
+        port: u32,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The TLS the two servers use.
+#[derive(Debug, Clone)]
+pub struct CloudStreamTls {
+    /// The tunnel: the cloudhub CA (verifies edge certificates) and the cloudhub server
+    /// certificate, unless the `tlsTunnel*` files were chosen by the composer.
+    pub tunnel: ServerTls,
+    /// The stream server; `None` loads the `tlsStream*` files of the configuration.
+    pub stream: Option<ServerTls>,
+}
+
+/// The `cloudStream` module. Create it with [`CloudStream::new`] (which binds both ports),
+/// keep a [`CloudStreamHandle`], and register it on the bus: starting the actor starts the
+/// servers on their own arbiter; bus shutdown stops them gracefully.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use beehive::Bus;
+/// use cloudstream::iptables::SystemRunner;
+/// use cloudstream::{CloudStream, CloudStreamConfig, CloudStreamTls, IptablesManagerConfig, ServerTls, TlsMaterial};
+/// # async fn demo(cloudhub: TlsMaterial, kube: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// let bus = Bus::new();
+/// let config = CloudStreamConfig { enable: true, ..CloudStreamConfig::default() };
+/// // commonConfig.tunnelPort: what connecting Nodes will report as their kubelet port.
+/// let port = cloudstream::negotiate::negotiate_tunnel_port(kube.clone(), "10.0.0.1").await?;
+/// let tls = CloudStreamTls { tunnel: ServerTls::Material(cloudhub), stream: None };
+/// let module = CloudStream::new(config, bus.endpoint("cloudStream"), Some(kube), tls)?
+///     .with_advertised_port(port)
+///     .with_iptables(IptablesManagerConfig::default(), Arc::new(SystemRunner::new()));
+/// let handle = module.handle();
+/// bus.register(module)?;
+/// bus.start()?;
+/// // … later: bus.shutdown().await closes every tunnel; handle.stopped().await waits for it.
+/// # let _ = handle; Ok(()) }
+/// ```
+pub struct CloudStream {
+    config: CloudStreamConfig,
+    endpoint: Endpoint,
+    kube: Option<kube::Client>,
+    tunnel_tls: Arc<rustls::ServerConfig>,
+    stream_tls: Arc<rustls::ServerConfig>,
+    listeners: Option<(TcpListener, TcpListener)>,
+    pods: Option<Arc<dyn PodLocator>>,
+    advertised_port: u16,
+    iptables: Option<(IptablesManagerConfig, Arc<dyn CommandRunner>)>,
+    handle: CloudStreamHandle,
+    arbiter: Option<Arbiter>,
+}
+
+impl std::fmt::Debug for CloudStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudStream")
+            .field("config", &self.config)
+            .field("endpoint", &self.endpoint)
+            .field("advertised_port", &self.advertised_port)
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A cheap, cloneable view of a running [`CloudStream`]: addresses, counters, sessions and
+/// shutdown.
+#[derive(Debug, Clone)]
+pub struct CloudStreamHandle {
+    tunnel_addr: SocketAddr,
+    stream_addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    stopped_tx: Arc<watch::Sender<bool>>,
+    stopped: watch::Receiver<bool>,
+}
+
+impl CloudStreamHandle {
+    /// Where the tunnel server listens.
+    pub fn tunnel_addr(&self) -> SocketAddr {
+        self.tunnel_addr
+    }
+
+    /// Where the stream server listens.
+    pub fn stream_addr(&self) -> SocketAddr {
+        self.stream_addr
+    }
+
+    /// Current counters.
+    pub fn counters(&self) -> CountersSnapshot {
+        self.shared.counters.snapshot()
+    }
+
+    /// Names of the nodes with a tunnel now, sorted.
+    pub fn connected_nodes(&self) -> Vec<String> {
+        let mut nodes: Vec<String> = self
+            .shared
+            .registry
+            .all()
+            .iter()
+            .map(|s| s.node.clone())
+            .collect();
+        nodes.sort();
+        nodes
+    }
+
+    /// Waits until `node` has a tunnel (by name or internal IP); false after `limit`.
+    pub async fn wait_for_session(&self, node: &str, limit: Duration) -> bool {
+        let mut changes = self.shared.registry.subscribe();
+        tokio::time::timeout(limit, async {
+            loop {
+                if self.shared.registry.get(node).is_some() {
+                    return;
+                }
+                if changes.changed().await.is_err() {
+                    futures::future::pending::<()>().await;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// Starts a graceful shutdown: stop accepting, close every tunnel (their streams end with
+    /// an error), remove the iptables rules. Returns at once; see [`CloudStreamHandle::stopped`].
+    pub fn shutdown(&self) {
+        self.stop.cancel();
+    }
+
+    /// Resolves when the servers have stopped after [`CloudStreamHandle::shutdown`].
+    pub async fn stopped(&self) {
+        let mut rx = self.stopped.clone();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+impl CloudStreamTls {
+    /// The tunnel's material as upstream picks it (`cloudstream/config/config.go`): the CA
+    /// from `tlsTunnelCAFile` if readable, else the cloudhub CA; the certificate and key from
+    /// the `tlsTunnel*` files if both are readable, else cloudhub's. A file that is readable
+    /// but unusable is an error (upstream panics, W29).
+    pub fn tunnel_from_config(
+        config: &CloudStreamConfig,
+        cloudhub: TlsMaterial,
+    ) -> Result<ServerTls, TlsError> {
+        let read = |path: &str| std::fs::read(path).ok();
+        let ca = match read(&config.tls_tunnel_ca_file) {
+            Some(bytes) => tls::certificates(&bytes, "tunnel CA")?,
+            None => cloudhub.ca,
+        };
+        let (cert_chain, key) = match (
+            read(&config.tls_tunnel_cert_file),
+            read(&config.tls_tunnel_private_key_file),
+        ) {
+            (Some(cert), Some(key)) => (
+                tls::certificates(&cert, "tunnel certificate")?,
+                tls::private_key(&key)?,
+            ),
+            _ => (cloudhub.cert_chain, cloudhub.key),
+        };
+        Ok(ServerTls::Material(TlsMaterial {
+            cert_chain,
+            key,
+            ca,
+        }))
+    }
+}
+
+fn bind(what: &'static str, port: u32) -> Result<TcpListener, Error> {
+    let bind_err = |source| Error::Bind { what, port, source };
+    let port16 =
+        u16::try_from(port).map_err(|_| bind_err(std::io::Error::other("port out of range")))?;
+    let l = TcpListener::bind(("0.0.0.0", port16)).map_err(bind_err)?;
+    l.set_nonblocking(true).map_err(bind_err)?;
+    Ok(l)
+}
+
+fn server_config(tls: ServerTls, verify: bool) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    match tls {
+        ServerTls::Config(c) => Ok(c),
+        ServerTls::Material(m) => tls::server_config(&m, verify),
+    }
+}
+
+impl CloudStream {
+    /// Binds both ports (`0` picks free ones; nothing is bound when `config.enable` is false)
+    /// and prepares TLS; servers start with the actor.
+    /// With a `kube` client, connecting nodes get their kubelet port set to the advertised
+    /// port and pods are located through a reflector cache.
+    pub fn new(
+        config: CloudStreamConfig,
+        endpoint: Endpoint,
+        kube: Option<kube::Client>,
+        tls: CloudStreamTls,
+    ) -> Result<Self, Error> {
+        let tunnel_tls = server_config(tls.tunnel, true)?;
+        let stream_material = match tls.stream {
+            Some(s) => s,
+            None => ServerTls::Material(TlsMaterial::from_files(
+                config.tls_stream_cert_file.as_ref(),
+                config.tls_stream_private_key_file.as_ref(),
+                config.tls_stream_ca_file.as_ref(),
+            )?),
+        };
+        let stream_tls = server_config(stream_material, config.verify_stream_client_cert)?;
+        // A disabled module never starts: it does not hold its ports either.
+        let listeners = if config.enable {
+            Some((
+                bind("tunnel", config.tunnel_port)?,
+                bind("stream", config.stream_port)?,
+            ))
+        } else {
+            None
+        };
+        let addr = |l: Option<&TcpListener>, what, port: u32| match l {
+            Some(l) => l
+                .local_addr()
+                .map_err(|source| Error::Bind { what, port, source }),
+            None => Ok(SocketAddr::from((
+                [0, 0, 0, 0],
+                u16::try_from(port).unwrap_or(0),
+            ))),
+        };
+        let (stopped_tx, stopped) = watch::channel(false);
+        let shared = Arc::new(Shared::new(
+            Arc::new(Counters::default()),
+            Tuning::default(),
+        ));
+        let handle = CloudStreamHandle {
+            tunnel_addr: addr(
+                listeners.as_ref().map(|l| &l.0),
+                "tunnel",
+                config.tunnel_port,
+            )?,
+            stream_addr: addr(
+                listeners.as_ref().map(|l| &l.1),
+                "stream",
+                config.stream_port,
+            )?,
+            shared,
+            stop: CancellationToken::new(),
+            stopped_tx: Arc::new(stopped_tx),
+            stopped,
+        };
+        Ok(CloudStream {
+            advertised_port: 10350,
+            config,
+            endpoint,
+            kube,
+            tunnel_tls,
+            stream_tls,
+            listeners,
+            pods: None,
+            iptables: None,
+            handle,
+            arbiter: None,
+        })
+    }
+
+    /// The kubelet port written into connecting Nodes (`commonConfig.tunnelPort`, usually
+    /// from [`negotiate::negotiate_tunnel_port`]; default 10350).
+    pub fn with_advertised_port(mut self, port: u16) -> Self {
+        self.advertised_port = port;
+        self
+    }
+
+    /// Locates pods with `pods` instead of the kube reflector.
+    pub fn with_pod_locator(mut self, pods: Arc<dyn PodLocator>) -> Self {
+        self.pods = Some(pods);
+        self
+    }
+
+    /// Replaces the timing and buffering knobs.
+    pub fn with_tuning(mut self, tuning: Tuning) -> Self {
+        // Nothing runs before the actor starts, so a fresh shared state loses nothing.
+        self.handle.shared = Arc::new(Shared::new(self.handle.shared.counters.clone(), tuning));
+        self
+    }
+
+    /// Runs the iptables manager when `config` says it runs inside cloudcore and a kube
+    /// client was given (it reads the `tunnelport` ConfigMap).
+    pub fn with_iptables(
+        mut self,
+        config: IptablesManagerConfig,
+        runner: Arc<dyn CommandRunner>,
+    ) -> Self {
+        self.iptables = Some((config, runner));
+        self
+    }
+
+    /// A handle for addresses, counters and shutdown.
+    pub fn handle(&self) -> CloudStreamHandle {
+        self.handle.clone()
+    }
+
+    /// The bus endpoint the module sends as (cloudstream sends nothing on the bus today).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    fn start_servers(&mut self) {
+        let Some((tunnel_l, stream_l)) = self.listeners.take() else {
+            return;
+        };
+        let handle = self.handle.clone();
+        let shared = handle.shared.clone();
+        let kube = self.kube.clone();
+        let pods = self.pods.clone();
+        let tunnel_tls = TlsAcceptor::from(self.tunnel_tls.clone());
+        let stream_tls = TlsAcceptor::from(self.stream_tls.clone());
+        let advertised = self.advertised_port;
+        let stream_port = self.config.stream_port;
+        let iptables = self
+            .iptables
+            .clone()
+            .filter(|(c, _)| c.runs_inside_cloudcore())
+            .and_then(|(_, runner)| kube.clone().map(|k| (k, runner)));
+        let arbiter = Arbiter::new();
+        let started = arbiter.spawn(async move {
+            let stop = handle.stop.clone();
+            let (tunnel_l, stream_l) = match (
+                tokio::net::TcpListener::from_std(tunnel_l),
+                tokio::net::TcpListener::from_std(stream_l),
+            ) {
+                (Ok(t), Ok(s)) => (t, s),
+                (Err(e), _) | (_, Err(e)) => {
+                    error!(error = %e, "cloudstream listeners unusable");
+                    handle.stopped_tx.send_replace(true);
+                    Arbiter::current().stop();
+                    return;
+                }
+            };
+            let nodes = kube.clone().map(|k| {
+                NodeUpdater::new(k, advertised, shared.tuning.node_update_interval, shared.tuning.node_update_deadline)
+            });
+            let pods: Option<Arc<dyn PodLocator>> =
+                pods.or_else(|| kube.clone().map(|k| Arc::new(KubePodLocator::start(k)) as Arc<dyn PodLocator>));
+            let ctx = StreamContext {
+                shared: shared.clone(),
+                pods,
+            };
+            let tunnel = tokio::spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, stop.clone()));
+            let streams = tokio::spawn(stream::run(stream_l, stream_tls, ctx, stop.clone()));
+            let iptables = iptables.map(|(client, runner)| {
+                let records = negotiate::watch_record(client.clone(), stop.clone());
+                tokio::spawn(negotiate::release_deleted_cloudcores(client, stop.clone()));
+                tokio::spawn(IptablesManager::new(runner, stream_port as u16).run(records, stop.clone()))
+            });
+            info!(tunnel = %handle.tunnel_addr, stream = %handle.stream_addr, advertised, "cloudstream started");
+            stop.cancelled().await;
+            let _ = tunnel.await;
+            let _ = streams.await;
+            for s in shared.registry.all() {
+                s.close("cloudstream is shutting down");
+            }
+            if let Some(ipt) = iptables {
+                let _ = ipt.await;
+            }
+            // Let the writers send their Close frames.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            info!("cloudstream stopped");
+            handle.stopped_tx.send_replace(true);
+            Arbiter::current().stop();
+        });
+        if !started {
+            error!("cloudstream arbiter refused the server task");
+        }
+        self.arbiter = Some(arbiter);
+    }
+}
+
+impl Actor for CloudStream {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Self::Context) {
+        // spec: upstream waits for cloudhub's tunnel certificates; here the composer hands
+        // them over before the module exists.
+        self.start_servers();
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.handle.shutdown();
+    }
+}
+
+impl Handler<Message> for CloudStream {
+    type Result = ();
+
+    fn handle(&mut self, msg: Message, _ctx: &mut Self::Context) {
+        // Upstream cloudstream receives nothing on the bus.
+        debug!(id = %msg.header.id, resource = %msg.route.resource, "cloudStream ignores bus messages");
+    }
+}
+
+impl Module for CloudStream {
+    fn name(&self) -> &str {
+        kubeedge_api::names::CLOUDSTREAM
+    }
+
+    fn group(&self) -> &str {
+        kubeedge_api::names::CLOUDSTREAM
+    }
+
+    fn enabled(&self) -> bool {
+        self.config.enable
+    }
+
+    fn shutdown(&mut self, _ctx: &mut Self::Context) {
+        self.handle.shutdown();
+    }
+}

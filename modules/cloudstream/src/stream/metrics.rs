@@ -1,0 +1,67 @@
+//! Which session a `/stats` or `/metrics` request is for: the node name from
+//! `X-Forwarded-Uri` (node proxy requests), else the host part of `Host` (the node IP).
+
+use crate::http1::RequestHead;
+
+/// The registry key for a metrics request (spec §4.3).
+pub(crate) fn session_key(head: &RequestHead) -> Option<String> {
+    if let Some(uri) = head.headers.get_str("X-Forwarded-Uri")
+        && uri.starts_with("/api/v1/nodes/")
+    {
+        let parts: Vec<&str> = uri.split('/').collect();
+        if parts.len() > 6 && !parts[4].is_empty() {
+            return Some(parts[4].to_owned());
+        }
+    }
+    let host = head.headers.get_str("Host")?.trim();
+    Some(host_part(host).to_owned()).filter(|h| !h.is_empty())
+}
+
+/// `[::1]:10351` → `::1`, `10.0.0.5:10351` → `10.0.0.5`, `edge` → `edge` (upstream splits
+/// on the first `:`, which breaks IPv6, W7).
+fn host_part(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("");
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if !h.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http1::Headers;
+
+    fn head(headers: &[(&str, &str)]) -> RequestHead {
+        RequestHead {
+            method: "GET".into(),
+            target: "/metrics".into(),
+            version: 1,
+            headers: Headers(
+                headers
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn forwarded_uri_should_name_the_node_and_short_ones_fall_back_to_host() {
+        let h = head(&[
+            ("Host", "10.0.0.5:10351"),
+            ("X-Forwarded-Uri", "/api/v1/nodes/edge-1/proxy/metrics"),
+        ]);
+        assert_eq!(session_key(&h).as_deref(), Some("edge-1"));
+        let h = head(&[
+            ("Host", "10.0.0.5:10351"),
+            ("X-Forwarded-Uri", "/api/v1/nodes/edge-1/proxy"),
+        ]);
+        assert_eq!(session_key(&h).as_deref(), Some("10.0.0.5"));
+        let h = head(&[("host", "[fd00::5]:10351")]);
+        assert_eq!(session_key(&h).as_deref(), Some("fd00::5"));
+        assert_eq!(session_key(&head(&[])), None);
+    }
+}

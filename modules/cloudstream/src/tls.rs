@@ -1,0 +1,291 @@
+//! TLS material (PEM or DER, any key format) and the rustls configurations of the tunnel, the
+//! stream server and the edge's tunnel client.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{
+    CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer,
+    ServerName, UnixTime,
+};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+
+/// Errors loading TLS material or building a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No certificate in the given input (upstream panics on this, W29).
+    #[error("no certificate found in the {0}")]
+    NoCertificate(&'static str),
+    /// No usable private key (tried PKCS#8, SEC1 and PKCS#1).
+    #[error("no usable private key found")]
+    NoKey,
+    /// rustls refused the material.
+    #[error("tls: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The client verifier could not be built (e.g. an empty CA).
+    #[error("client verifier: {0}")]
+    Verifier(String),
+}
+
+/// A certificate chain, its key and the CA that verifies peers.
+pub struct TlsMaterial {
+    /// Leaf first.
+    pub cert_chain: Vec<CertificateDer<'static>>,
+    /// The leaf's key.
+    pub key: PrivateKeyDer<'static>,
+    /// Trust anchors for peer certificates.
+    pub ca: Vec<CertificateDer<'static>>,
+}
+
+impl Clone for TlsMaterial {
+    fn clone(&self) -> Self {
+        TlsMaterial {
+            cert_chain: self.cert_chain.clone(),
+            key: self.key.clone_key(),
+            ca: self.ca.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("cert_chain", &self.cert_chain.len())
+            .field("ca", &self.ca.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsMaterial {
+    /// From bytes that are each PEM or DER (detected by the `-----BEGIN` marker).
+    pub fn from_bytes(cert: &[u8], key: &[u8], ca: &[u8]) -> Result<Self, TlsError> {
+        Ok(TlsMaterial {
+            cert_chain: certificates(cert, "certificate")?,
+            key: private_key(key)?,
+            ca: certificates(ca, "CA")?,
+        })
+    }
+
+    /// From three files, each PEM or DER.
+    pub fn from_files(cert: &Path, key: &Path, ca: &Path) -> Result<Self, TlsError> {
+        TlsMaterial::from_bytes(&read(cert)?, &read(key)?, &read(ca)?)
+    }
+}
+
+/// Server TLS as the composer hands it over: material, or a ready configuration.
+#[derive(Debug, Clone)]
+pub enum ServerTls {
+    /// Build the configuration from this material (client certificates verified against
+    /// its CA when the server asks for verification).
+    Material(TlsMaterial),
+    /// Use this configuration as is.
+    Config(Arc<ServerConfig>),
+}
+
+/// Reads a file.
+pub fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn is_pem(data: &[u8]) -> bool {
+    data.windows(10).any(|w| w == b"-----BEGIN")
+}
+
+/// Certificates from PEM (every `CERTIFICATE` block) or one DER certificate.
+pub fn certificates(
+    data: &[u8],
+    what: &'static str,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<_> = if is_pem(data) {
+        rustls_pemfile::certs(&mut &data[..])
+            .filter_map(Result::ok)
+            .collect()
+    } else if data.is_empty() {
+        Vec::new()
+    } else {
+        vec![CertificateDer::from(data.to_vec())]
+    };
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate(what));
+    }
+    Ok(certs)
+}
+
+/// A private key from PEM (any key block, whatever its label says) or DER, trying PKCS#8,
+/// then SEC1, then PKCS#1: cloudhub writes SEC1 DER under a `PRIVATE KEY` label.
+pub fn private_key(data: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let der: Vec<u8> = if is_pem(data) {
+        rustls_pemfile::read_all(&mut &data[..])
+            .filter_map(Result::ok)
+            .find_map(|item| match item {
+                rustls_pemfile::Item::Pkcs8Key(k) => Some(k.secret_pkcs8_der().to_vec()),
+                rustls_pemfile::Item::Sec1Key(k) => Some(k.secret_sec1_der().to_vec()),
+                rustls_pemfile::Item::Pkcs1Key(k) => Some(k.secret_pkcs1_der().to_vec()),
+                _ => None,
+            })
+            .ok_or(TlsError::NoKey)?
+    } else {
+        data.to_vec()
+    };
+    let provider = provider();
+    let candidates: [PrivateKeyDer<'static>; 3] = [
+        PrivatePkcs8KeyDer::from(der.clone()).into(),
+        PrivateSec1KeyDer::from(der.clone()).into(),
+        PrivatePkcs1KeyDer::from(der).into(),
+    ];
+    candidates
+        .into_iter()
+        .find(|k| {
+            provider
+                .key_provider
+                .load_private_key(k.clone_key())
+                .is_ok()
+        })
+        .ok_or(TlsError::NoKey)
+}
+
+/// The crypto provider every configuration here uses (ring), chosen explicitly so that no
+/// process-wide default is needed.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn roots(ca: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for c in ca {
+        roots.add(c.clone())?;
+    }
+    Ok(roots)
+}
+
+/// A server configuration: TLS 1.2 and 1.3, ALPN `http/1.1` only, and client certificates
+/// required and verified against `material.ca` (chain and EKU clientAuth-or-none, as Go's
+/// `RequireAndVerifyClientCert`) when `verify_clients` is set.
+pub fn server_config(
+    material: &TlsMaterial,
+    verify_clients: bool,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = provider();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = if verify_clients {
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&material.ca)?), provider)
+                .build()
+                .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let mut config =
+        builder.with_single_cert(material.cert_chain.clone(), material.key.clone_key())?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The subject common name of a DER certificate, if it has one.
+pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let cn = parsed.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
+}
+
+/// A client configuration presenting `cert_chain`/`key`, with no ALPN (as gorilla). With
+/// `server_ca` the server is verified against it; without, any server certificate is taken
+/// (upstream edgestream's `InsecureSkipVerify`), though handshake signatures are still checked.
+pub fn client_config(
+    cert_chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    server_ca: Option<&[CertificateDer<'static>]>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match server_ca {
+        Some(ca) => builder.with_root_certificates(roots(ca)?),
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServer(provider))),
+    };
+    Ok(Arc::new(builder.with_client_auth_cert(cert_chain, key)?))
+}
+
+/// Opens a TLS connection to `addr`, verifying the server as `server_name` (an IP or DNS
+/// name) with `config`. For tools and tests that play the API server or an edge.
+pub async fn connect(
+    addr: std::net::SocketAddr,
+    server_name: &str,
+    config: Arc<ClientConfig>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let name = ServerName::try_from(server_name.to_owned())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let _ = tcp.set_nodelay(true);
+    tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+}
+
+/// Accepts any server certificate but still checks handshake signatures.
+#[derive(Debug)]
+struct AnyServer(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

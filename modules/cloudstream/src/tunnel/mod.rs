@@ -1,0 +1,52 @@
+//! The tunnel server: edges dial in over mTLS WebSocket; each node's session multiplexes the
+//! API server's streams by connect id.
+
+mod node;
+mod registry;
+mod server;
+mod session;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+pub(crate) use node::NodeUpdater;
+pub(crate) use registry::Registry;
+pub(crate) use server::run;
+pub(crate) use session::{ApiStream, Session};
+
+use crate::config::Tuning;
+use crate::counters::Counters;
+
+/// Errors opening or using a stream on a session.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SessionError {
+    /// The session's tunnel is closed (the reason says why).
+    #[error("the tunnel of node {node} has closed: {reason}")]
+    Closed {
+        /// The node.
+        node: String,
+        /// Why the tunnel closed.
+        reason: Arc<str>,
+    },
+}
+
+/// State the tunnel server and the stream server share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) registry: Registry,
+    /// Connect ids: process-wide, from 1, never reused (spec §3.3).
+    pub(crate) next_id: AtomicU64,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) tuning: Tuning,
+}
+
+impl Shared {
+    pub(crate) fn new(counters: Arc<Counters>, tuning: Tuning) -> Self {
+        Shared {
+            registry: Registry::default(),
+            next_id: AtomicU64::new(1),
+            counters,
+            tuning,
+        }
+    }
+}

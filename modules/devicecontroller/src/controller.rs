@@ -1,0 +1,243 @@
+//! The `devicecontroller` beehive module.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Context, Handler};
+use beehive::{Endpoint, Message, Module};
+use kubeedge_api::client::NodeClient;
+use kubeedge_api::lifecycle::Lifecycle;
+use kubeedge_api::names::DEVICECONTROLLER;
+use kubeedge_api::queue::{Limit, Queue, QueueSnapshot, QueueStats};
+use kubeedge_api::watch;
+use tracing::{debug, info, warn};
+
+use crate::config::{DeviceControllerConfig, at_least_one};
+use crate::downstream::Downstream;
+use crate::shared::Shared;
+use crate::upstream::{Kind, classify};
+
+/// The devicecontroller module: name and group `devicecontroller`.
+///
+/// * **Downstream**: Devices bound to a node are announced to it (membership, model, device,
+///   in that order); model edits are pushed to every node using the model.
+/// * **Upstream**: devicetwin's twin and state reports are merge-patched into the Device's
+///   DeviceStatus and confirmed; membership detail requests are answered (extension, W16).
+///
+/// ```no_run
+/// # async fn demo(client: kube::Client) {
+/// use devicecontroller::{DeviceController, DeviceControllerConfig};
+/// let bus = beehive::Bus::new();
+/// let dc = DeviceController::new(DeviceControllerConfig::default(), bus.endpoint("devicecontroller"), client);
+/// bus.register(dc).unwrap();
+/// bus.start().unwrap();
+/// # }
+/// ```
+pub struct DeviceController {
+    config: DeviceControllerConfig,
+    client: kube::Client,
+    shared: Arc<Shared>,
+    writers: Option<Writers>,
+    life: Lifecycle,
+    stats: Vec<(Kind, Arc<QueueStats>)>,
+    queues: HashMap<&'static str, Queue>,
+    watch_timeout: Option<Duration>,
+    drain_timeout: Duration,
+}
+
+struct Writers {
+    devices: watch::CacheWriter<kubeedge_api::devices::Device>,
+    models: watch::CacheWriter<kubeedge_api::devices::DeviceModel>,
+    statuses: watch::CacheWriter<kubeedge_api::devices::DeviceStatus>,
+}
+
+impl std::fmt::Debug for DeviceController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceController")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeviceController {
+    /// A controller with `config`, sending with `endpoint` and talking to Kubernetes with
+    /// `client` (no impersonation until [`DeviceController::with_impersonation`]).
+    pub fn new(config: DeviceControllerConfig, endpoint: Endpoint, client: kube::Client) -> Self {
+        let (devices, devices_r) = watch::cache();
+        let (models, models_r) = watch::cache();
+        let (statuses, statuses_r) = watch::cache();
+        let shared = Arc::new(Shared {
+            kube: NodeClient::new(client.clone(), false),
+            endpoint,
+            devices: devices_r,
+            models: models_r,
+            statuses: statuses_r,
+            written: Default::default(),
+            cache_wait: Duration::from_secs(10),
+        });
+        let workers = at_least_one(config.load.update_device_status_workers);
+        let stats = Kind::ALL
+            .iter()
+            .map(|&k| {
+                let capacity = match k {
+                    Kind::Twin => config.buffer.update_device_twins,
+                    Kind::State | Kind::MembershipDetail => config.buffer.update_device_states,
+                };
+                (
+                    k,
+                    Arc::new(QueueStats::new(k.name(), at_least_one(capacity), workers)),
+                )
+            })
+            .collect();
+        DeviceController {
+            config,
+            client,
+            shared,
+            writers: Some(Writers {
+                devices,
+                models,
+                statuses,
+            }),
+            life: Lifecycle::new(),
+            stats,
+            queues: HashMap::new(),
+            watch_timeout: None,
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Write twin reports "as node" (cloudhub's `authorization.enable && !debug`).
+    pub fn with_impersonation(mut self, on: bool) -> Self {
+        // The caches are shared handles: earlier `synced()`/`metrics()` handles stay valid.
+        let s = &self.shared;
+        self.shared = Arc::new(Shared {
+            kube: NodeClient::new(self.client.clone(), on),
+            endpoint: s.endpoint.clone(),
+            devices: s.devices.clone(),
+            models: s.models.clone(),
+            statuses: s.statuses.clone(),
+            written: Default::default(),
+            cache_wait: s.cache_wait,
+        });
+        self
+    }
+
+    /// Server-side timeout of each watch request (kube's default when unset).
+    pub fn with_watch_timeout(mut self, timeout: Duration) -> Self {
+        self.watch_timeout = Some(timeout);
+        self
+    }
+
+    /// Counters of the three request queues.
+    pub fn metrics(&self) -> DeviceControllerMetrics {
+        DeviceControllerMetrics(self.stats.iter().map(|(_, s)| s.clone()).collect())
+    }
+
+    /// Whether Devices, DeviceModels and DeviceStatuses have been listed.
+    pub fn is_synced(&self) -> bool {
+        self.shared.devices.is_ready()
+            && self.shared.models.is_ready()
+            && self.shared.statuses.is_ready()
+    }
+
+    /// A handle that resolves once [`DeviceController::is_synced`].
+    pub fn synced(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let s = self.shared.clone();
+        async move {
+            s.models.wait_ready().await;
+            s.statuses.wait_ready().await;
+            s.devices.wait_ready().await;
+        }
+    }
+
+    /// The background tasks: after `bus.shutdown()`, `lifecycle().join(timeout)` waits for
+    /// them to end.
+    pub fn lifecycle(&self) -> Lifecycle {
+        self.life.clone()
+    }
+}
+
+/// Counters of the devicecontroller's request queues.
+#[derive(Debug, Clone)]
+pub struct DeviceControllerMetrics(Vec<Arc<QueueStats>>);
+
+impl DeviceControllerMetrics {
+    /// One entry per queue (`updateDeviceTwins`, `updateDeviceStatus`, `membershipDetail`).
+    pub fn snapshot(&self) -> Vec<QueueSnapshot> {
+        self.0.iter().map(|s| s.snapshot()).collect()
+    }
+}
+
+impl Actor for DeviceController {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Self::Context) {
+        if let Some(w) = self.writers.take() {
+            let downstream = Downstream::new(
+                self.client.clone(),
+                self.shared.clone(),
+                w.devices,
+                w.models,
+                w.statuses,
+                self.watch_timeout,
+            );
+            self.life.spawn(downstream.run(self.life.stop_signal()));
+        }
+        // One limit across the three queues, as Go's shared workers.
+        let limit = Limit::new(at_least_one(self.config.load.update_device_status_workers));
+        for (kind, stats) in &self.stats {
+            let (kind, shared) = (*kind, self.shared.clone());
+            let queue = Queue::start(
+                stats.clone(),
+                limit.clone(),
+                &self.life,
+                self.drain_timeout,
+                move |msg| {
+                    let shared = shared.clone();
+                    async move { shared.handle(kind, msg).await }
+                },
+                // Unanswered on stop: an answer would confirm a report that was not written.
+                |_msg| async {},
+            );
+            self.queues.insert(kind.name(), queue);
+        }
+        info!("devicecontroller started");
+    }
+}
+
+impl Handler<Message> for DeviceController {
+    type Result = ();
+
+    fn handle(&mut self, msg: Message, _ctx: &mut Self::Context) {
+        let Some(kind) = classify(&msg.route.resource) else {
+            debug!(resource = %msg.route.resource, operation = %msg.route.operation, "not a device request; ignored");
+            return;
+        };
+        let Some(queue) = self.queues.get(kind.name()) else {
+            return;
+        };
+        if let Err(refused) = queue.try_enqueue(msg) {
+            // No answer: devicetwin takes any answer as a confirmation and would stop retrying.
+            warn!(kind = kind.name(), %refused, "device request dropped; the edge retries");
+        }
+    }
+}
+
+impl Module for DeviceController {
+    fn name(&self) -> &str {
+        DEVICECONTROLLER
+    }
+
+    fn group(&self) -> &str {
+        DEVICECONTROLLER
+    }
+
+    fn enabled(&self) -> bool {
+        self.config.enable
+    }
+
+    fn shutdown(&mut self, _ctx: &mut Self::Context) {
+        self.life.stop();
+    }
+}

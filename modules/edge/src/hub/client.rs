@@ -1,0 +1,456 @@
+//! The connection loop: dial like edgecore, keepalive every heartbeat, auto-ACK, reconnect
+//! with jittered exponential back-off. Runtime-agnostic (plain tokio tasks, `Send`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use beehive::constants::operation as op;
+use beehive::{Content, Message};
+use futures::{SinkExt, StreamExt};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, mpsc};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message as Frame};
+use tracing::{debug, info, warn};
+
+use super::error::HubError;
+
+/// edgecore's default `edgeHub.projectID`.
+pub const DEFAULT_PROJECT_ID: &str = "e632aba927ea4ac2b575ec1603d56f10";
+
+/// Reconnect delays: `initial · 2ⁿ` capped at `max`, each drawn uniformly from its upper
+/// half ("equal jitter"), so a fleet that lost the cloud together does not return together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backoff {
+    /// First delay (before jitter).
+    pub initial: Duration,
+    /// Largest delay (before jitter).
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before reconnect attempt `attempt` (1-based).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let base = self
+            .initial
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+            .min(self.max);
+        let half = base / 2;
+        half + half.mul_f64(rand::random::<f64>())
+    }
+}
+
+/// Settings of one hub connection (edgecore `modules.edgeHub` where it has them).
+#[derive(Debug, Clone)]
+pub struct HubClientConfig {
+    /// The node name (`Node_id`, URL, certificate CN).
+    pub node_name: String,
+    /// `projectID` (default edgecore's).
+    pub project_id: String,
+    /// `websocket.server`: `host:port` of cloudhub.
+    pub server: String,
+    /// `heartbeat`: keepalive period (default 15 s).
+    pub heartbeat: Duration,
+    /// `websocket.writeDeadline` (default 15 s).
+    pub write_timeout: Duration,
+    /// `websocket.handshakeTimeout` (default 30 s).
+    pub handshake_timeout: Duration,
+    /// Reconnect back-off.
+    pub backoff: Backoff,
+    /// Largest message accepted from the cloud (default 32 MiB).
+    pub max_message_size: usize,
+    /// ACK downstream insert/update/delete and object responses like edgecore's metamanager
+    /// (`response`, content `"OK"`, parent = message id, route copied). Default true.
+    pub auto_ack: bool,
+    /// Capacity of the event channel and of the outgoing queue.
+    pub queue_capacity: usize,
+}
+
+impl HubClientConfig {
+    /// Defaults for `node` talking to `server` (`host:port`).
+    pub fn new(node: impl Into<String>, server: impl Into<String>) -> Self {
+        HubClientConfig {
+            node_name: node.into(),
+            project_id: DEFAULT_PROJECT_ID.into(),
+            server: server.into(),
+            heartbeat: Duration::from_secs(15),
+            write_timeout: Duration::from_secs(15),
+            handshake_timeout: Duration::from_secs(30),
+            backoff: Backoff::default(),
+            max_message_size: 32 * 1024 * 1024,
+            auto_ack: true,
+            queue_capacity: 1024,
+        }
+    }
+}
+
+/// What the client reports.
+// clippy::large_enum_variant: a message is the common case; boxing it would cost an
+// allocation per message for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HubEvent {
+    /// A WebSocket session is up (after every reconnect too).
+    Connected,
+    /// The session ended; the client reconnects after its back-off.
+    Disconnected {
+        /// Why.
+        reason: String,
+    },
+    /// A message from the cloud (resource in the edge's view, e.g. `default/pod/nginx`).
+    Message(Message),
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    connected: AtomicBool,
+    stopped: AtomicBool,
+    stop: Notify,
+    drop_connection: Notify,
+    /// Bumped by every drop request, so a request made while no session is waiting on the
+    /// notify (e.g. right after connecting) is not lost.
+    drops: AtomicU64,
+    connects: AtomicU64,
+}
+
+/// A running hub connection. Dropping it does not stop it; call [`HubClient::stop`].
+#[derive(Debug, Clone)]
+pub struct HubClient {
+    out: mpsc::Sender<Message>,
+    shared: Arc<Shared>,
+}
+
+/// The keepalive edgecore sends (spec §1.2.4).
+pub fn keepalive() -> Message {
+    Message::new()
+        .with_route("websocket", "resource", "node", "keepalive")
+        .with_content(Content::string("ping"))
+}
+
+/// True for the downstream messages edgecore's metamanager acknowledges.
+pub fn needs_ack(msg: &Message) -> bool {
+    match msg.route.operation.as_str() {
+        op::INSERT | op::UPDATE | op::DELETE => true,
+        op::RESPONSE => {
+            msg.content.as_string().as_deref() != Some(beehive::constants::SUCCESS_CONTENT)
+        }
+        _ => false,
+    }
+}
+
+/// The acknowledgement of `msg`.
+pub fn ack_for(msg: &Message) -> Message {
+    msg.response(Content::string(beehive::constants::SUCCESS_CONTENT))
+}
+
+fn encode(msg: &Message) -> Frame {
+    // Same bytes as cloudhub::wire::encode_json: Go JSON plus "\n", sync forced false.
+    let mut m = msg.clone();
+    m.header.sync = false;
+    let mut json = m.to_json();
+    json.push(b'\n');
+    Frame::Text(String::from_utf8(json).unwrap_or_default().into())
+}
+
+fn decode(payload: &[u8]) -> Result<Message, String> {
+    let mut values = serde_json::Deserializer::from_slice(payload).into_iter::<Message>();
+    match values.next() {
+        Some(Ok(m)) => Ok(m),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("empty message".into()),
+    }
+}
+
+impl HubClient {
+    /// Starts connecting (and reconnecting) on the current tokio runtime. Events arrive on
+    /// the returned channel; if it is not drained, reading from the cloud pauses.
+    pub fn start(
+        config: HubClientConfig,
+        tls: Arc<ClientConfig>,
+    ) -> (HubClient, mpsc::Receiver<HubEvent>) {
+        let (out_tx, out_rx) = mpsc::channel(config.queue_capacity.max(1));
+        let (ev_tx, ev_rx) = mpsc::channel(config.queue_capacity.max(1));
+        let shared = Arc::new(Shared::default());
+        tokio::spawn(run(config, tls, shared.clone(), out_rx, ev_tx));
+        (
+            HubClient {
+                out: out_tx,
+                shared,
+            },
+            ev_rx,
+        )
+    }
+
+    /// Queues a message for the cloud, waiting for room. Messages queued while disconnected
+    /// are sent after the next connect.
+    pub async fn send(&self, msg: Message) -> Result<(), HubError> {
+        self.out
+            .send(msg)
+            .await
+            .map_err(|e| HubError::Stopped(Box::new(e.0)))
+    }
+
+    /// Queues a message if there is room now.
+    pub fn try_send(&self, msg: Message) -> Result<(), HubError> {
+        self.out.try_send(msg).map_err(|e| {
+            let m = match e {
+                mpsc::error::TrySendError::Full(m) | mpsc::error::TrySendError::Closed(m) => m,
+            };
+            HubError::Stopped(Box::new(m))
+        })
+    }
+
+    /// True while a session is up.
+    pub fn is_connected(&self) -> bool {
+        self.shared.connected.load(Ordering::Acquire)
+    }
+
+    /// How many sessions have been established so far.
+    pub fn connects(&self) -> u64 {
+        self.shared.connects.load(Ordering::Relaxed)
+    }
+
+    /// Drops the current connection (abruptly, like a crashed edge); the client reconnects.
+    pub fn drop_connection(&self) {
+        self.shared.drops.fetch_add(1, Ordering::AcqRel);
+        self.shared.drop_connection.notify_waiters();
+    }
+
+    /// Stops for good: closes the connection, no reconnect.
+    pub fn stop(&self) {
+        self.shared.stopped.store(true, Ordering::Release);
+        self.shared.drops.fetch_add(1, Ordering::AcqRel);
+        self.shared.stop.notify_waiters();
+        self.shared.drop_connection.notify_waiters();
+    }
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
+
+async fn connect(cfg: &HubClientConfig, tls: &Arc<ClientConfig>) -> Result<Ws, HubError> {
+    let host = cfg
+        .server
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(&cfg.server)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    tokio::time::timeout(cfg.handshake_timeout, async {
+        let tcp = TcpStream::connect(&cfg.server)
+            .await
+            .map_err(|e| HubError::transport("connect", e))?;
+        let _ = tcp.set_nodelay(true);
+        let name = ServerName::try_from(host).map_err(|e| HubError::transport("server name", e))?;
+        let stream = tokio_rustls::TlsConnector::from(tls.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| HubError::transport("tls handshake", e))?;
+        let url = format!(
+            "wss://{}/{}/{}/events",
+            cfg.server, cfg.project_id, cfg.node_name
+        );
+        let mut req = url
+            .into_client_request()
+            .map_err(|e| HubError::transport("websocket request", e))?;
+        let h = req.headers_mut();
+        for (k, v) in [("node_id", &cfg.node_name), ("project_id", &cfg.project_id)] {
+            let v = HeaderValue::from_str(v).map_err(|e| HubError::transport("header", e))?;
+            h.insert(k, v);
+        }
+        h.insert("connectionuse", HeaderValue::from_static("msg"));
+        let ws_config = WebSocketConfig::default()
+            .read_buffer_size(4096)
+            .write_buffer_size(0)
+            .max_message_size(Some(cfg.max_message_size))
+            .max_frame_size(Some(cfg.max_message_size));
+        let (ws, _resp) = tokio_tungstenite::client_async_with_config(req, stream, Some(ws_config))
+            .await
+            .map_err(|e| match e {
+                tungstenite::Error::Http(resp) => HubError::Http {
+                    status: resp.status().as_u16(),
+                    body: resp
+                        .body()
+                        .as_ref()
+                        .map(|b| String::from_utf8_lossy(b).into_owned())
+                        .unwrap_or_default(),
+                },
+                other => HubError::transport("websocket upgrade", other),
+            })?;
+        Ok(ws)
+    })
+    .await
+    .map_err(|_| HubError::transport("connect", "handshake timed out"))?
+}
+
+async fn run(
+    cfg: HubClientConfig,
+    tls: Arc<ClientConfig>,
+    shared: Arc<Shared>,
+    mut out: mpsc::Receiver<Message>,
+    events: mpsc::Sender<HubEvent>,
+) {
+    let mut attempt = 0u32;
+    while !shared.stopped.load(Ordering::Acquire) {
+        let drops = shared.drops.load(Ordering::Acquire);
+        match connect(&cfg, &tls).await {
+            Ok(ws) => {
+                attempt = 0;
+                shared.connected.store(true, Ordering::Release);
+                shared.connects.fetch_add(1, Ordering::Relaxed);
+                debug!(node = %cfg.node_name, "connected to cloudhub");
+                if events.send(HubEvent::Connected).await.is_err() {
+                    return;
+                }
+                let reason = serve(&cfg, ws, &shared, drops, &mut out, &events).await;
+                shared.connected.store(false, Ordering::Release);
+                info!(node = %cfg.node_name, reason = %reason, "disconnected from cloudhub");
+                if events
+                    .send(HubEvent::Disconnected { reason })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) => warn!(node = %cfg.node_name, error = %e, "connecting to cloudhub failed"),
+        }
+        if shared.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        attempt += 1;
+        let stop = shared.stop.notified();
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.backoff.delay(attempt)) => {}
+            _ = stop => return,
+        }
+    }
+}
+
+/// One session; returns why it ended.
+async fn serve(
+    cfg: &HubClientConfig,
+    ws: Ws,
+    shared: &Shared,
+    drops: u64,
+    out: &mut mpsc::Receiver<Message>,
+    events: &mpsc::Sender<HubEvent>,
+) -> String {
+    let (mut sink, mut stream) = ws.split();
+    let mut heartbeat = tokio::time::interval(cfg.heartbeat);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let deadline = cfg.write_timeout;
+    macro_rules! write {
+        ($msg:expr) => {
+            match tokio::time::timeout(deadline, sink.send(encode($msg))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return format!("write failed: {e}"),
+                Err(_) => return "write timed out".into(),
+            }
+        };
+    }
+    loop {
+        let dropped = shared.drop_connection.notified();
+        if shared.drops.load(Ordering::Acquire) != drops {
+            return "connection dropped on request".into();
+        }
+        tokio::select! {
+            _ = dropped => return "connection dropped on request".into(),
+            _ = heartbeat.tick() => write!(&keepalive()),
+            next = out.recv() => match next {
+                Some(msg) => write!(&msg),
+                None => return "client handle dropped".into(),
+            },
+            frame = stream.next() => {
+                let payload = match frame {
+                    Some(Ok(Frame::Text(t))) => t.as_bytes().to_vec(),
+                    Some(Ok(Frame::Binary(b))) => b.to_vec(),
+                    Some(Ok(Frame::Close(c))) => return format!("closed by cloudhub: {c:?}"),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return format!("read failed: {e}"),
+                    None => return "connection closed by cloudhub".into(),
+                };
+                let msg = match decode(&payload) {
+                    Ok(m) => m,
+                    // Go's ReadJSON fails the connection the same way.
+                    Err(e) => return format!("undecodable message from cloudhub: {e}"),
+                };
+                if cfg.auto_ack && needs_ack(&msg) {
+                    write!(&ack_for(&msg));
+                }
+                if events.send(HubEvent::Message(msg)).await.is_err() {
+                    return "event receiver dropped".into();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered_in_the_upper_half() {
+        let b = Backoff {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(8),
+        };
+        for (attempt, base) in [(1, 1), (2, 2), (3, 4), (4, 8), (9, 8)] {
+            for _ in 0..50 {
+                let d = b.delay(attempt);
+                let base = Duration::from_secs(base);
+                assert!(d >= base / 2 && d <= base, "attempt {attempt}: {d:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn keepalive_is_the_edgecore_message_on_the_wire() {
+        let mut k = keepalive();
+        k.header.id = "5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01".into();
+        k.header.timestamp = 1_700_000_000_000;
+        let Frame::Text(text) = encode(&k) else {
+            panic!()
+        };
+        assert_eq!(
+            text.as_str(),
+            "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n"
+        );
+        assert_eq!(decode(text.as_bytes()).unwrap(), k);
+    }
+
+    #[test]
+    fn acks_copy_the_route_and_answer_the_message() {
+        let m = Message::new().with_route("edgecontroller", "resource", "default/pod/p", "update");
+        assert!(needs_ack(&m));
+        let a = ack_for(&m);
+        assert_eq!(a.header.parent_id, m.header.id);
+        assert_eq!(
+            (a.route.source.as_str(), a.route.operation.as_str()),
+            ("edgecontroller", "response")
+        );
+        assert_eq!(a.content.as_string().as_deref(), Some("OK"));
+        assert!(!needs_ack(&a), "an OK is never acknowledged");
+        assert!(!needs_ack(&Message::new().with_route(
+            "x",
+            "twin",
+            "membership",
+            "keepalive"
+        )));
+    }
+}

@@ -1,0 +1,193 @@
+//! The agent: dials, serves the tunnel, redials with jittered back-off, until shut down.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::config::{AgentOptions, EdgeStreamConfig};
+use super::dial::dial;
+use super::tunnel::{self, Ctx};
+
+/// Counters of an agent.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    tunnels: AtomicU64,
+    streams_total: AtomicU64,
+    streams_active: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn stream_started(&self) {
+        self.streams_total.fetch_add(1, Ordering::Relaxed);
+        self.streams_active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_ended(&self) {
+        self.streams_active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A copy of an agent's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AgentStats {
+    /// Tunnels established so far (a redial adds one).
+    pub tunnels: u64,
+    /// Streams started so far.
+    pub streams_total: u64,
+    /// Streams running now.
+    pub streams_active: u64,
+}
+
+/// The edge stream agent (edgecore's edgestream). Build it, then [`StreamAgent::spawn`].
+#[derive(Debug)]
+pub struct StreamAgent {
+    config: EdgeStreamConfig,
+    options: AgentOptions,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct AgentHandle {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+    connected: watch::Receiver<bool>,
+    stats: Arc<Stats>,
+}
+
+impl StreamAgent {
+    /// An agent dialing `config.server` as `options.node_name` with client TLS `tls`
+    /// (see [`super::client_tls`]).
+    pub fn new(
+        config: EdgeStreamConfig,
+        options: AgentOptions,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Self {
+        StreamAgent {
+            config,
+            options,
+            tls,
+        }
+    }
+
+    /// Starts the dial loop on the current tokio runtime.
+    pub fn spawn(self) -> AgentHandle {
+        let stop = CancellationToken::new();
+        let (tx, connected) = watch::channel(false);
+        let stats = Arc::new(Stats::default());
+        let task = tokio::spawn(self.run(stop.clone(), tx, stats.clone()));
+        AgentHandle {
+            stop,
+            task,
+            connected,
+            stats,
+        }
+    }
+
+    async fn run(self, stop: CancellationToken, connected: watch::Sender<bool>, stats: Arc<Stats>) {
+        let ctx = Arc::new(Ctx {
+            options: self.options.clone(),
+            read: self.config.read(),
+            write: self.config.write(),
+            stats: stats.clone(),
+        });
+        let mut failures: u32 = 0;
+        while !stop.is_cancelled() {
+            let dialed = tokio::select! {
+                _ = stop.cancelled() => break,
+                d = dial(&self.config.server, self.tls.clone(), &self.options.node_name, &self.options.node_ip, self.config.handshake()) => d,
+            };
+            match dialed {
+                Ok(d) => {
+                    failures = 0;
+                    stats.tunnels.fetch_add(1, Ordering::Relaxed);
+                    info!(server = %self.config.server, node = %self.options.node_name, ip = %d.node_ip, "tunnel connected");
+                    connected.send_replace(true);
+                    let reason = tunnel::serve(d, ctx.clone(), stop.clone()).await;
+                    connected.send_replace(false);
+                    info!(%reason, "tunnel ended");
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    warn!(server = %self.config.server, error = %e, failures, "tunnel dial failed");
+                }
+            }
+            let wait = backoff(&self.options, failures);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+/// `redial_base` after a session, doubling per consecutive failed dial up to `redial_max`,
+/// each with ±25 % jitter so edges do not redial in lockstep.
+fn backoff(options: &AgentOptions, failures: u32) -> Duration {
+    let base =
+        options.redial_base.as_secs_f64() * 2f64.powi(failures.saturating_sub(1).min(16) as i32);
+    let capped = base.min(options.redial_max.as_secs_f64());
+    let jitter = 0.75 + rand::random::<f64>() * 0.5;
+    Duration::from_secs_f64(capped * jitter)
+}
+
+impl AgentHandle {
+    /// Whether a tunnel is up now.
+    pub fn is_connected(&self) -> bool {
+        *self.connected.borrow()
+    }
+
+    /// Waits until a tunnel is up; false after `limit`.
+    pub async fn wait_connected(&self, limit: Duration) -> bool {
+        let mut rx = self.connected.clone();
+        tokio::time::timeout(limit, rx.wait_for(|c| *c))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Waits until no tunnel is up; false after `limit`.
+    pub async fn wait_disconnected(&self, limit: Duration) -> bool {
+        let mut rx = self.connected.clone();
+        tokio::time::timeout(limit, rx.wait_for(|c| !*c))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> AgentStats {
+        AgentStats {
+            tunnels: self.stats.tunnels.load(Ordering::Relaxed),
+            streams_total: self.stats.streams_total.load(Ordering::Relaxed),
+            streams_active: self.stats.streams_active.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Closes the tunnel (its streams end) and stops redialing; returns when done.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_should_grow_with_failures_and_stay_jittered_within_bounds() {
+        let o = AgentOptions::new("n", "");
+        for _ in 0..50 {
+            let first = backoff(&o, 0).as_secs_f64();
+            assert!((1.5..=2.5).contains(&first), "{first}");
+            let third = backoff(&o, 3).as_secs_f64();
+            assert!((6.0..=10.0).contains(&third), "{third}");
+            let many = backoff(&o, 30).as_secs_f64();
+            assert!((22.5..=37.5).contains(&many), "{many}");
+        }
+    }
+}

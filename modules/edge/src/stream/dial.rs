@@ -1,0 +1,131 @@
+//! Dials the tunnel: TCP, TLS with the node certificate, then the WebSocket upgrade with the
+//! node name and IP headers (as gorilla sends them: no ALPN, no Origin, no extensions).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use cloudstream::http1;
+use cloudstream::ws;
+use rustls::pki_types::ServerName;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+/// The tunnel path on the cloud.
+pub(crate) const CONNECT_PATH: &str = "/v1/kubeedge/connect";
+
+/// Errors dialing the tunnel.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// `server` is not `host:port`.
+    #[error("tunnel server {0:?} is not host:port")]
+    BadServer(String),
+    /// TCP or TLS failed.
+    #[error("connect {server}: {source}")]
+    Connect {
+        /// The server.
+        server: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The upgrade failed (status, headers or a bad response).
+    #[error("upgrade: {0}")]
+    Upgrade(String),
+    /// The whole dial took longer than `handshakeTimeout`.
+    #[error("dial timed out")]
+    Timeout,
+}
+
+/// A connected tunnel: the TLS stream, bytes read past the `101` head, and the IP reported.
+pub(crate) struct Dialed {
+    pub(crate) stream: TlsStream<TcpStream>,
+    pub(crate) leftover: BytesMut,
+    pub(crate) node_ip: String,
+}
+
+fn host_of(server: &str) -> Option<&str> {
+    if let Some(rest) = server.strip_prefix('[') {
+        return rest.split(']').next();
+    }
+    server.rsplit_once(':').map(|(h, _)| h)
+}
+
+/// Dials `server` within `limit`.
+pub(crate) async fn dial(
+    server: &str,
+    tls: Arc<rustls::ClientConfig>,
+    node_name: &str,
+    node_ip: &str,
+    limit: Duration,
+) -> Result<Dialed, DialError> {
+    tokio::time::timeout(limit, dial_inner(server, tls, node_name, node_ip))
+        .await
+        .map_err(|_| DialError::Timeout)?
+}
+
+async fn dial_inner(
+    server: &str,
+    tls: Arc<rustls::ClientConfig>,
+    node_name: &str,
+    node_ip: &str,
+) -> Result<Dialed, DialError> {
+    let host = host_of(server).ok_or_else(|| DialError::BadServer(server.to_owned()))?;
+    let name = ServerName::try_from(host.to_owned())
+        .map_err(|_| DialError::BadServer(server.to_owned()))?;
+    let connect_err = |source| DialError::Connect {
+        server: server.to_owned(),
+        source,
+    };
+    let tcp = TcpStream::connect(server).await.map_err(connect_err)?;
+    let _ = tcp.set_nodelay(true);
+    // Upstream recomputes the default-route IP on every dial; the local address of this
+    // connection is that interface's IP.
+    let node_ip = if node_ip.is_empty() {
+        tcp.local_addr()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_default()
+    } else {
+        node_ip.to_owned()
+    };
+    let mut stream = TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(connect_err)?;
+    let key = ws::new_client_key();
+    let request = ws::client_request(
+        server,
+        CONNECT_PATH,
+        &key,
+        &[
+            ("Sessionhostnameoverride", node_name),
+            ("Sessioninternalip", &node_ip),
+        ],
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(connect_err)?;
+    stream.flush().await.map_err(connect_err)?;
+    let mut leftover = BytesMut::new();
+    let head = http1::read_response_head(&mut stream, &mut leftover)
+        .await
+        .map_err(|e| DialError::Upgrade(e.to_string()))?;
+    if head.status != 101 {
+        // Like gorilla: report the status and the start of the body.
+        let body = String::from_utf8_lossy(&leftover[..leftover.len().min(256)]).into_owned();
+        return Err(DialError::Upgrade(format!(
+            "status {}: {}",
+            head.status,
+            body.trim()
+        )));
+    }
+    ws::check_upgrade_response(&head, &key).map_err(|e| DialError::Upgrade(e.to_string()))?;
+    Ok(Dialed {
+        stream,
+        leftover,
+        node_ip,
+    })
+}

@@ -1,0 +1,251 @@
+//! One tunnel session on the edge: reads the cloud's messages, starts a relay per CONNECT,
+//! feeds DATA/REMOVE_CONNECT to the relays without ever waiting on one (W15), and pings.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cloudstream::ws::{Outgoing, Role, WsMessage, WsReader, write_loop};
+use cloudstream::{
+    ConnectRequest, MessageType, QueueReceiver, QueueSender, StreamEnd, TunnelMessage, stream_queue,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::agent::Stats;
+use super::config::AgentOptions;
+use super::dial::Dialed;
+use super::{exec, get};
+
+/// What a relay needs from its session.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub(crate) options: AgentOptions,
+    pub(crate) read: Duration,
+    pub(crate) write: Duration,
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// How a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// The local side finished or failed: tell the cloud.
+    Local,
+    /// The cloud sent REMOVE_CONNECT: nothing to tell.
+    CloudRemoved,
+    /// The tunnel is gone: nobody to tell.
+    TunnelGone,
+}
+
+/// The sending side of one stream.
+#[derive(Debug, Clone)]
+pub(crate) struct Up {
+    pub(crate) id: u64,
+    out: mpsc::Sender<Outgoing>,
+}
+
+impl Up {
+    /// Sends DATA; `Err` when the tunnel is gone.
+    pub(crate) async fn data(&self, data: Bytes) -> Result<(), End> {
+        self.out
+            .send(Outgoing::Tunnel(TunnelMessage::data(self.id, data)))
+            .await
+            .map_err(|_| End::TunnelGone)
+    }
+}
+
+/// Maps a queue end to a relay end.
+pub(crate) fn end_of(e: StreamEnd) -> End {
+    match e {
+        StreamEnd::Removed => End::CloudRemoved,
+        // An overflow already sent REMOVE_CONNECT from the reader.
+        StreamEnd::Overflow | StreamEnd::TunnelClosed(_) => End::TunnelGone,
+    }
+}
+
+type Streams = Arc<Mutex<HashMap<u64, (u64, QueueSender)>>>;
+
+fn lock(s: &Streams) -> MutexGuard<'_, HashMap<u64, (u64, QueueSender)>> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Serves a dialed tunnel until it ends or `stop` fires; returns why it ended.
+pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken) -> String {
+    let (rd, wr) = tokio::io::split(dialed.stream);
+    let (out, rx) = mpsc::channel::<Outgoing>(1024);
+    let writer = tokio::spawn(write_loop(wr, Role::Client, rx, ctx.write));
+    let session = CancellationToken::new();
+    tokio::spawn(ping(
+        out.clone(),
+        ctx.options.ping_interval,
+        session.clone(),
+    ));
+    let mut reader = WsReader::new(rd, Role::Client, dialed.leftover);
+    let streams: Streams = Arc::default();
+    let generation = AtomicU64::new(0);
+    let reason: String = loop {
+        let next = tokio::select! {
+            _ = stop.cancelled() => break "agent stopping".into(),
+            r = reader.next_within(ctx.read) => r,
+        };
+        let payload = match next {
+            // The Go edge ignores the opcode; so do we.
+            Ok(Some(WsMessage::Text(p) | WsMessage::Binary(p))) => p,
+            Ok(Some(WsMessage::Ping(p))) => {
+                let _ = out.try_send(Outgoing::Pong(p));
+                continue;
+            }
+            Ok(Some(WsMessage::Pong(_))) => continue,
+            Ok(Some(WsMessage::Close(code, _))) => {
+                break format!("cloud sent close ({})", code.unwrap_or(1005));
+            }
+            Ok(None) => break "cloud closed the connection".into(),
+            Err(e) => break e.to_string(),
+        };
+        let msg = match TunnelMessage::decode(payload) {
+            Ok(m) => m,
+            Err(cloudstream::FrameError::TooLarge { connect_id, .. }) => {
+                warn!(
+                    id = connect_id,
+                    "tunnel message over 1 MiB; ending its stream"
+                );
+                if let Some((_, s)) = lock(&streams).remove(&connect_id) {
+                    s.end(StreamEnd::Overflow);
+                }
+                let _ = out.try_send(Outgoing::Tunnel(TunnelMessage::remove(connect_id)));
+                continue;
+            }
+            Err(e) => break format!("malformed tunnel message: {e}"),
+        };
+        let id = msg.connect_id;
+        match msg.kind {
+            MessageType::CloseConnect => {
+                break format!(
+                    "close tunnel stream connection, error:{}",
+                    String::from_utf8_lossy(&msg.data)
+                );
+            }
+            kind if kind.is_connect() => {
+                let (tx, qrx) = stream_queue(ctx.options.stream_queue_bytes);
+                let g = generation.fetch_add(1, Ordering::Relaxed);
+                if let Some((_, old)) = lock(&streams).insert(id, (g, tx)) {
+                    // A live id reused by the cloud: the old stream yields to the new one.
+                    old.end(StreamEnd::Removed);
+                }
+                let up = Up {
+                    id,
+                    out: out.clone(),
+                };
+                tokio::spawn(run_stream(
+                    kind,
+                    msg.data,
+                    g,
+                    up,
+                    qrx,
+                    streams.clone(),
+                    ctx.clone(),
+                ));
+            }
+            MessageType::Data => {
+                let refused = match lock(&streams).get(&id) {
+                    Some((_, s)) => s.push(msg.data).is_err(),
+                    None => false,
+                };
+                if refused {
+                    warn!(
+                        id,
+                        "local connection fell behind its queue budget; ending the stream"
+                    );
+                    lock(&streams).remove(&id);
+                    let _ = out.try_send(Outgoing::Tunnel(TunnelMessage::remove(id)));
+                }
+            }
+            MessageType::RemoveConnect => {
+                if let Some((_, s)) = lock(&streams).remove(&id) {
+                    s.end(StreamEnd::Removed);
+                }
+            }
+            other => warn!(id, kind = %other, "Wrong message type"),
+        }
+    };
+    session.cancel();
+    let ended: Arc<str> = Arc::from(reason.as_str());
+    for (_, (_, s)) in lock(&streams).drain() {
+        s.end(StreamEnd::TunnelClosed(ended.clone()));
+    }
+    let _ = out.try_send(Outgoing::Close(1000, "edge stream closing"));
+    drop(out);
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(ctx.write, writer).await.is_err() {
+        abort.abort();
+    }
+    reason
+}
+
+async fn ping(out: mpsc::Sender<Outgoing>, every: Duration, session: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = session.cancelled() => return,
+            _ = tick.tick() => {
+                if out.try_send(Outgoing::Ping(Bytes::from_static(b"ping you"))).is_err() {
+                    debug!("tunnel queue full; ping skipped");
+                }
+            }
+        }
+    }
+}
+
+/// Runs one stream's relay, then unregisters it and, when the end was local, sends
+/// REMOVE_CONNECT once (always, unlike upstream: bad JSON and dial failures included, W17).
+async fn run_stream(
+    kind: MessageType,
+    json: Bytes,
+    generation: u64,
+    up: Up,
+    rx: QueueReceiver,
+    streams: Streams,
+    ctx: Arc<Ctx>,
+) {
+    ctx.stats.stream_started();
+    let id = up.id;
+    let end = match ConnectRequest::from_json(&json) {
+        Err(e) => {
+            warn!(id, %kind, error = %e, "bad CONNECT JSON; removing the stream");
+            End::Local
+        }
+        Ok(req) => {
+            if req.mess_id != id {
+                debug!(
+                    id,
+                    mess_id = req.mess_id,
+                    "MessID differs from the frame id; answering with the frame id"
+                );
+            }
+            debug!(id, %kind, url = %req.url.to_go_string(), "stream");
+            match kind {
+                MessageType::LogsConnect => get::relay(&req, up.clone(), rx, &ctx, false).await,
+                MessageType::MetricConnect => get::relay(&req, up.clone(), rx, &ctx, true).await,
+                _ => exec::relay(&req, up.clone(), rx, &ctx).await,
+            }
+        }
+    };
+    {
+        let mut map = lock(&streams);
+        if map.get(&id).is_some_and(|(g, _)| *g == generation) {
+            map.remove(&id);
+        }
+    }
+    if end == End::Local {
+        let _ = up
+            .out
+            .send(Outgoing::Tunnel(TunnelMessage::remove(id)))
+            .await;
+    }
+    ctx.stats.stream_ended();
+    info!(id, %kind, ?end, "stream ended");
+}

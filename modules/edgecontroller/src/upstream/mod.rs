@@ -1,0 +1,327 @@
+//! Edge → Kubernetes: requests from edge nodes, one bounded queue and concurrency limit per
+//! kind (spec §3), each answered in the shape the edge decodes.
+
+mod csr;
+mod dispatch;
+mod events;
+mod leases;
+mod nodes;
+mod pods;
+mod queries;
+mod queues;
+mod rules;
+
+use std::time::Duration;
+
+use beehive::Message;
+use beehive::constants::operation;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use kube::Resource;
+use kubeedge_api::NodeResource;
+use kubeedge_api::client::NodeClient;
+use kubeedge_api::status::StatusError;
+use kubeedge_api::watch::Cache;
+use tracing::debug;
+
+use crate::config::{EdgeControllerConfig, at_least_one};
+use crate::downstream::SharedLocations;
+use crate::outbox::Outbox;
+use crate::reply;
+
+pub(crate) use dispatch::{Route, route};
+pub(crate) use queues::Queues;
+
+/// The request kinds, one queue each (spec §3.1), plus the connection events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    UpdateNodeStatus,
+    UpdatePodStatus,
+    ProcessEvent,
+    QueryConfigMap,
+    QuerySecret,
+    ServiceAccountToken,
+    QueryPersistentVolume,
+    QueryPersistentVolumeClaim,
+    QueryVolumeAttachment,
+    CreateNode,
+    QueryNode,
+    UpdateNode,
+    PatchNode,
+    PatchPod,
+    DeletePod,
+    CreatePod,
+    CreateLease,
+    QueryLease,
+    UpdateRuleStatus,
+    CertificateSigningRequest,
+    /// cloudhub's `connected` events (W20): not a KubeEdge queue; sized like `queryNode`,
+    /// served by `updateNodeWorkers`.
+    Connection,
+}
+
+impl Kind {
+    pub(crate) const ALL: [Kind; 21] = [
+        Kind::UpdateNodeStatus,
+        Kind::UpdatePodStatus,
+        Kind::ProcessEvent,
+        Kind::QueryConfigMap,
+        Kind::QuerySecret,
+        Kind::ServiceAccountToken,
+        Kind::QueryPersistentVolume,
+        Kind::QueryPersistentVolumeClaim,
+        Kind::QueryVolumeAttachment,
+        Kind::CreateNode,
+        Kind::QueryNode,
+        Kind::UpdateNode,
+        Kind::PatchNode,
+        Kind::PatchPod,
+        Kind::DeletePod,
+        Kind::CreatePod,
+        Kind::CreateLease,
+        Kind::QueryLease,
+        Kind::UpdateRuleStatus,
+        Kind::CertificateSigningRequest,
+        Kind::Connection,
+    ];
+
+    /// The name of the `buffer.*` key sizing the queue (metrics label).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::UpdateNodeStatus => "updateNodeStatus",
+            Kind::UpdatePodStatus => "updatePodStatus",
+            Kind::ProcessEvent => "processEvent",
+            Kind::QueryConfigMap => "queryConfigMap",
+            Kind::QuerySecret => "querySecret",
+            Kind::ServiceAccountToken => "serviceAccountToken",
+            Kind::QueryPersistentVolume => "queryPersistentVolume",
+            Kind::QueryPersistentVolumeClaim => "queryPersistentVolumeClaim",
+            Kind::QueryVolumeAttachment => "queryVolumeAttachment",
+            Kind::CreateNode => "createNode",
+            Kind::QueryNode => "queryNode",
+            Kind::UpdateNode => "updateNode",
+            Kind::PatchNode => "patchNode",
+            Kind::PatchPod => "patchPod",
+            Kind::DeletePod => "deletePod",
+            Kind::CreatePod => "createPod",
+            Kind::CreateLease => "createLease",
+            Kind::QueryLease => "queryLease",
+            Kind::UpdateRuleStatus => "updateRuleStatus",
+            Kind::CertificateSigningRequest => "certificateSigningRequest",
+            Kind::Connection => "connection",
+        }
+    }
+
+    /// (queue capacity, max concurrent handlers) from the config, as Go sizes them.
+    pub(crate) fn sizes(self, c: &EdgeControllerConfig) -> (usize, usize) {
+        let (b, l) = (&c.buffer, &c.load);
+        let (buffer, workers) = match self {
+            Kind::UpdateNodeStatus => (b.update_node_status, l.update_node_status_workers),
+            Kind::UpdatePodStatus => (b.update_pod_status, l.update_pod_status_workers),
+            Kind::ProcessEvent => (b.process_event, l.process_event_workers),
+            Kind::QueryConfigMap => (b.query_config_map, l.query_config_map_workers),
+            Kind::QuerySecret => (b.query_secret, l.query_secret_workers),
+            Kind::ServiceAccountToken => (b.service_account_token, l.service_account_token_workers),
+            Kind::QueryPersistentVolume => {
+                (b.query_persistent_volume, l.query_persistent_volume_workers)
+            }
+            Kind::QueryPersistentVolumeClaim => (
+                b.query_persistent_volume_claim,
+                l.query_persistent_volume_claim_workers,
+            ),
+            Kind::QueryVolumeAttachment => {
+                (b.query_volume_attachment, l.query_volume_attachment_workers)
+            }
+            Kind::CreateNode => (b.create_node, l.create_node_workers),
+            Kind::QueryNode => (b.query_node, l.query_node_workers),
+            Kind::UpdateNode => (b.update_node, l.update_node_workers),
+            Kind::PatchNode => (b.patch_node, l.patch_node_workers),
+            Kind::PatchPod => (b.patch_pod, l.patch_pod_workers),
+            Kind::DeletePod => (b.delete_pod, l.delete_pod_workers),
+            Kind::CreatePod => (b.create_pod, l.create_pod_works),
+            Kind::CreateLease => (b.create_lease, l.create_lease_workers),
+            Kind::QueryLease => (b.query_lease, l.query_lease_workers),
+            // Go sizes the rule status queue with the node status buffer (spec §3.1).
+            Kind::UpdateRuleStatus => (b.update_node_status, l.update_rule_status_workers),
+            Kind::CertificateSigningRequest => (
+                b.certificate_signing_request,
+                l.certificate_signing_request_workers,
+            ),
+            Kind::Connection => (b.query_node, l.update_node_workers),
+        };
+        (at_least_one(buffer), at_least_one(workers))
+    }
+
+    /// How a request of this kind is answered (spec §3.2).
+    fn shape(self, op: &str) -> Shape {
+        match self {
+            Kind::ProcessEvent | Kind::UpdateRuleStatus | Kind::Connection => Shape::None,
+            Kind::CreateNode
+            | Kind::PatchNode
+            | Kind::PatchPod
+            | Kind::CreatePod
+            | Kind::CreateLease
+            | Kind::QueryLease => Shape::ObjectResp,
+            Kind::CertificateSigningRequest if op == operation::INSERT => Shape::ObjectResp,
+            _ => Shape::Raw,
+        }
+    }
+}
+
+/// The answer shape of a request kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `{"Object", "Err"}`.
+    ObjectResp,
+    /// `"OK"`, a raw object or a raw `{"ErrStatus"}`.
+    Raw,
+    /// Never answered (events, rule status, connection events).
+    None,
+}
+
+/// Whether a handled request succeeded (for the counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Ok,
+    Failed,
+}
+
+/// Settings the upstream handlers need besides the queue sizes.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// Legacy node status heartbeat refresh threshold.
+    pub(crate) node_update_frequency: Duration,
+    /// Written to the `cloudcore` annotation; `None` leaves it alone.
+    pub(crate) cloudcore_ip: Option<String>,
+    /// Refuse reads of ConfigMaps/Secrets/PVCs that no pod of the node uses.
+    pub(crate) restrict_reads: bool,
+    /// How long a cache-backed request waits for the cache's first list before falling back
+    /// to the API (W7).
+    pub(crate) cache_wait: Duration,
+}
+
+/// Everything the handlers share.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    pub(crate) kube: NodeClient,
+    pub(crate) out: Outbox,
+    pub(crate) nodes: Cache<Node>,
+    pub(crate) pods: Cache<Pod>,
+    pub(crate) configmaps: Cache<ConfigMap>,
+    pub(crate) secrets: Cache<Secret>,
+    pub(crate) locations: SharedLocations,
+    pub(crate) settings: Settings,
+}
+
+/// A request builder for a built-in resource type.
+pub(crate) fn api<K: Resource<DynamicType = ()>>(namespace: Option<&str>) -> kube::core::Request {
+    kube::core::Request::new(K::url_path(&(), namespace))
+}
+
+/// The parts of a request's resource, or a `400` naming what is missing.
+pub(crate) fn parts(
+    msg: &Message,
+    need_namespace: bool,
+    need_name: bool,
+) -> Result<NodeResource, StatusError> {
+    let r = NodeResource::parse(&msg.route.resource)
+        .map_err(|e| StatusError::bad_request(e.to_string()))?;
+    if need_namespace && r.namespace.is_empty() {
+        return Err(StatusError::bad_request(format!(
+            "resource {:?} has no namespace",
+            msg.route.resource
+        )));
+    }
+    if need_name && r.name.is_empty() {
+        return Err(StatusError::bad_request(format!(
+            "resource {:?} has no name",
+            msg.route.resource
+        )));
+    }
+    Ok(r)
+}
+
+impl Upstream {
+    /// Runs the handler of `kind` for `msg`; the handler sends its own answers.
+    pub(crate) async fn handle(&self, kind: Kind, msg: Message) -> Outcome {
+        debug!(kind = kind.name(), msg_id = %msg.header.id, resource = %msg.route.resource, operation = %msg.route.operation, "handling");
+        match kind {
+            Kind::UpdateNodeStatus => self.legacy_node_status(&msg).await,
+            Kind::UpdatePodStatus => self.legacy_pod_status(&msg).await,
+            Kind::ProcessEvent => self.event(&msg).await,
+            Kind::QueryConfigMap
+            | Kind::QuerySecret
+            | Kind::QueryPersistentVolume
+            | Kind::QueryPersistentVolumeClaim
+            | Kind::QueryVolumeAttachment
+            | Kind::QueryNode => self.query(&msg).await,
+            Kind::ServiceAccountToken => self.service_account_token(&msg).await,
+            Kind::CreateNode => self.register_node(&msg).await,
+            Kind::UpdateNode => self.update_node(&msg).await,
+            Kind::PatchNode => self.patch_node_status(&msg).await,
+            Kind::PatchPod => self.patch_pod_status(&msg).await,
+            Kind::DeletePod => self.delete_pod(&msg).await,
+            Kind::CreatePod => self.create_pod(&msg).await,
+            Kind::CreateLease => self.write_lease(&msg).await,
+            Kind::QueryLease => self.query_lease(&msg).await,
+            Kind::UpdateRuleStatus => self.rule_status(&msg).await,
+            Kind::CertificateSigningRequest if msg.route.operation == operation::INSERT => {
+                self.create_csr(&msg).await
+            }
+            Kind::CertificateSigningRequest => self.query(&msg).await,
+            Kind::Connection => self.connected(&msg).await,
+        }
+    }
+
+    /// Sends an answer (or a push) and reports `outcome`.
+    pub(crate) async fn send(&self, msg: Message, outcome: Outcome) -> Outcome {
+        self.out.send(msg).await;
+        outcome
+    }
+
+    /// The error answer to a request of `kind` in its shape, `None` for kinds never answered.
+    pub(crate) fn error_reply(kind: Kind, req: &Message, err: &StatusError) -> Option<Message> {
+        match kind.shape(&req.route.operation) {
+            Shape::ObjectResp => Some(reply::object_resp::<()>(req, Err(err.clone()), None)),
+            Shape::Raw => Some(reply::raw_error(req, req.route.resource.clone(), err)),
+            Shape::None => None,
+        }
+    }
+
+    /// Answers `req` with `err` in the shape of `kind` (logged); always [`Outcome::Failed`].
+    pub(crate) async fn fail(&self, kind: Kind, req: &Message, err: StatusError) -> Outcome {
+        debug!(kind = kind.name(), msg_id = %req.header.id, resource = %req.route.resource, error = %err, "request failed");
+        if let Some(resp) = Self::error_reply(kind, req, &err) {
+            self.out.send(resp).await;
+        }
+        Outcome::Failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_sized_from_its_config_keys() {
+        let c = EdgeControllerConfig::default();
+        assert_eq!(Kind::PatchNode.sizes(&c), (1274, 110));
+        assert_eq!(Kind::UpdatePodStatus.sizes(&c), (1024, 1));
+        assert_eq!(Kind::CreatePod.sizes(&c), (1024, 4));
+        assert_eq!(Kind::UpdateRuleStatus.sizes(&c), (1024, 4));
+        let names: std::collections::HashSet<_> = Kind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), Kind::ALL.len(), "names are unique");
+    }
+
+    #[test]
+    fn error_replies_take_the_shape_of_the_kind() {
+        let req = Message::new().with_route("edged", "meta", "node/e/null/nodepatch/e", "patch");
+        let err = StatusError::too_many_requests("full");
+        let r = Upstream::error_reply(Kind::PatchNode, &req, &err).unwrap();
+        let v: serde_json::Value = r.content.parse().unwrap();
+        assert!(v.get("Object").is_some() && v["Err"]["ErrStatus"]["code"] == 429);
+        let r = Upstream::error_reply(Kind::QuerySecret, &req, &err).unwrap();
+        let v: serde_json::Value = r.content.parse().unwrap();
+        assert_eq!(v["ErrStatus"]["reason"], "TooManyRequests");
+        assert!(Upstream::error_reply(Kind::ProcessEvent, &req, &err).is_none());
+    }
+}

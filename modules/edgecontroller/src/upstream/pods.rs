@@ -1,0 +1,472 @@
+//! Pod requests: status patch, legacy status, delete and create (spec §3.3, W13).
+
+use beehive::Message;
+use beehive::constants::{operation, resource_type};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, GetParams, Patch, PatchParams, PostParams, Preconditions};
+use kubeedge_api::NodeResource;
+use kubeedge_api::client::Identity;
+use kubeedge_api::status::StatusError;
+use serde::Deserialize;
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::{Kind, Outcome, Upstream, api, parts};
+use crate::reply;
+
+/// The phrase of a `409` for a UID precondition mismatch: the pod to delete is already gone.
+const RECREATED: &str = "The object might have been deleted and then recreated";
+/// Retries of conflicting status writes (409) before giving up.
+const CONFLICT_RETRIES: usize = 3;
+
+/// The legacy pod status request (`edgeapi.PodStatusRequest`, keys without JSON tags).
+#[derive(Debug, Clone, Deserialize)]
+struct PodStatusRequest {
+    #[serde(rename = "UID", alias = "uid", alias = "Uid", default)]
+    uid: String,
+    #[serde(rename = "Name", alias = "name", default)]
+    name: String,
+    #[serde(rename = "Status", alias = "status", default)]
+    status: PodStatus,
+}
+
+fn seconds(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+fn truncate(t: &mut Option<Time>) {
+    if let Some(t) = t {
+        t.0 = seconds(t.0);
+    }
+}
+
+fn truncate_state(s: &mut Option<ContainerState>) {
+    let Some(s) = s else { return };
+    if let Some(r) = &mut s.running {
+        truncate(&mut r.started_at);
+    }
+    if let Some(t) = &mut s.terminated {
+        truncate(&mut t.started_at);
+        truncate(&mut t.finished_at);
+    }
+}
+
+fn condition<'a>(status: &'a PodStatus, kind: &str) -> Option<&'a PodCondition> {
+    status.conditions.iter().flatten().find(|c| c.type_ == kind)
+}
+
+/// Go's legacy status merge: keep transition times of unchanged Ready/Initialized
+/// conditions, keep the start time, truncate times to seconds, order container statuses.
+pub(crate) fn merge_pod_status(
+    pod: &Pod,
+    live: &PodStatus,
+    mut status: PodStatus,
+    now: Timestamp,
+) -> PodStatus {
+    let now = seconds(now);
+    for c in status.conditions.iter_mut().flatten() {
+        if c.type_ != "Ready" && c.type_ != "Initialized" {
+            continue;
+        }
+        c.last_transition_time = match condition(live, &c.type_) {
+            Some(old) if old.status == c.status => old.last_transition_time.clone(),
+            _ => Some(Time(now)),
+        };
+    }
+    status.start_time = match (&live.start_time, &status.start_time) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(t)) => Some(t.clone()),
+        (None, None) => Some(Time(now)),
+    };
+    truncate(&mut status.start_time);
+    for c in status.conditions.iter_mut().flatten() {
+        truncate(&mut c.last_probe_time);
+        truncate(&mut c.last_transition_time);
+    }
+    let normalize = |list: &mut Option<Vec<ContainerStatus>>| {
+        for c in list.iter_mut().flatten() {
+            truncate_state(&mut c.state);
+            truncate_state(&mut c.last_state);
+        }
+    };
+    normalize(&mut status.container_statuses);
+    normalize(&mut status.init_container_statuses);
+    if let Some(list) = &mut status.container_statuses {
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    if let Some(list) = &mut status.init_container_statuses {
+        let order: Vec<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .map(|c| c.name.as_str())
+            .collect();
+        list.sort_by_key(|c| {
+            order
+                .iter()
+                .position(|n| *n == c.name)
+                .unwrap_or(usize::MAX)
+        });
+    }
+    status
+}
+
+/// True when no container is running (each is terminated or waiting).
+fn none_running(status: &PodStatus) -> bool {
+    status.container_statuses.iter().flatten().all(|c| {
+        c.state
+            .as_ref()
+            .is_some_and(|s| s.terminated.is_some() || s.waiting.is_some())
+    })
+}
+
+impl Upstream {
+    /// `podpatch`: strategic merge patch of `pods/<name>/status` as the node; ObjectResp.
+    pub(crate) async fn patch_pod_status(&self, msg: &Message) -> Outcome {
+        let r = match parts(msg, true, true) {
+            Ok(r) => r,
+            Err(e) => return self.fail(Kind::PatchPod, msg, e).await,
+        };
+        let patch: serde_json::Value = match serde_json::from_slice(&msg.content.bytes()) {
+            Ok(p) => p,
+            Err(e) => {
+                return self
+                    .fail(
+                        Kind::PatchPod,
+                        msg,
+                        StatusError::bad_request(format!("content is not a JSON patch: {e}")),
+                    )
+                    .await;
+            }
+        };
+        let request = api::<Pod>(Some(&r.namespace)).patch_subresource(
+            "status",
+            &r.name,
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        );
+        let result: Result<Pod, _> = self.kube.request(Identity::Node(&r.node), request).await;
+        let rv = result
+            .as_ref()
+            .ok()
+            .and_then(|p| p.metadata.resource_version.clone());
+        let outcome = if result.is_ok() {
+            Outcome::Ok
+        } else {
+            Outcome::Failed
+        };
+        self.send(reply::object_resp(msg, result, rv), outcome)
+            .await
+    }
+
+    /// `pod`/`insert` (mirror pods): creates the pod in the resource's namespace; ObjectResp.
+    pub(crate) async fn create_pod(&self, msg: &Message) -> Outcome {
+        let r = match parts(msg, true, false) {
+            Ok(r) => r,
+            Err(e) => return self.fail(Kind::CreatePod, msg, e).await,
+        };
+        let mut pod: Pod = match msg.content.parse_bytes() {
+            Ok(p) => p,
+            Err(e) => {
+                return self
+                    .fail(
+                        Kind::CreatePod,
+                        msg,
+                        StatusError::bad_request(format!("content is not a Pod: {e}")),
+                    )
+                    .await;
+            }
+        };
+        pod.metadata.resource_version = None;
+        let body = match serde_json::to_vec(&pod) {
+            Ok(b) => b,
+            Err(e) => {
+                return self
+                    .fail(Kind::CreatePod, msg, StatusError::internal(e.to_string()))
+                    .await;
+            }
+        };
+        let request = api::<Pod>(Some(&r.namespace)).create(&PostParams::default(), body);
+        let result: Result<Pod, _> = self.kube.request(Identity::Node(&r.node), request).await;
+        let rv = result
+            .as_ref()
+            .ok()
+            .and_then(|p| p.metadata.resource_version.clone());
+        let outcome = if result.is_ok() {
+            Outcome::Ok
+        } else {
+            Outcome::Failed
+        };
+        self.send(reply::object_resp(msg, result, rv), outcome)
+            .await
+    }
+
+    /// `pod`/`delete` from the edge's status manager: a string content is the pod UID (old
+    /// edges), an object is DeleteOptions. Gone or recreated pods count as deleted: `"OK"`.
+    pub(crate) async fn delete_pod(&self, msg: &Message) -> Outcome {
+        let r = match parts(msg, true, true) {
+            Ok(r) => r,
+            Err(e) => return self.fail(Kind::DeletePod, msg, e).await,
+        };
+        let params = match msg.content.as_string() {
+            Some(uid) => DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            },
+            None => match msg.content.parse::<DeleteOptions>() {
+                Ok(o) => delete_params(o),
+                Err(e) => {
+                    return self
+                        .fail(
+                            Kind::DeletePod,
+                            msg,
+                            StatusError::bad_request(format!("content is not DeleteOptions: {e}")),
+                        )
+                        .await;
+                }
+            },
+        };
+        let request = api::<Pod>(Some(&r.namespace)).delete(&r.name, &params);
+        match self
+            .kube
+            .request::<serde_json::Value>(Identity::Node(&r.node), request)
+            .await
+        {
+            Ok(_) => self.send(reply::ok(msg), Outcome::Ok).await,
+            Err(e)
+                if e.code() == 404
+                    || (e.code() == 409 && e.err_status.message.contains(RECREATED)) =>
+            {
+                debug!(pod = %r.name, namespace = %r.namespace, error = %e, "pod already gone");
+                self.send(reply::ok(msg), Outcome::Ok).await
+            }
+            Err(e) => self.fail(Kind::DeletePod, msg, e).await,
+        }
+    }
+
+    /// `podstatus`/`update` (deprecated): one status or, without a name, a list. Exactly one
+    /// answer per request (W13): `"OK"`, or the first error.
+    pub(crate) async fn legacy_pod_status(&self, msg: &Message) -> Outcome {
+        let r = match parts(msg, true, false) {
+            Ok(r) => r,
+            Err(e) => return self.fail(Kind::UpdatePodStatus, msg, e).await,
+        };
+        let parsed = if r.name.is_empty() {
+            msg.content.parse_bytes::<Vec<PodStatusRequest>>()
+        } else {
+            msg.content
+                .parse_bytes::<PodStatusRequest>()
+                .map(|s| vec![s])
+        };
+        let requests = match parsed {
+            Ok(list) => list,
+            Err(e) => {
+                return self
+                    .fail(
+                        Kind::UpdatePodStatus,
+                        msg,
+                        StatusError::bad_request(format!("content is not a PodStatusRequest: {e}")),
+                    )
+                    .await;
+            }
+        };
+        let mut first_error = None;
+        for request in requests {
+            if let Err(e) = self.write_pod_status(&r, request).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            None => self.send(reply::ok(msg), Outcome::Ok).await,
+            Some(e) => self.fail(Kind::UpdatePodStatus, msg, e).await,
+        }
+    }
+
+    async fn write_pod_status(
+        &self,
+        r: &NodeResource,
+        request: PodStatusRequest,
+    ) -> Result<(), StatusError> {
+        if request.name.is_empty() {
+            return Err(StatusError::bad_request("pod status without a pod name"));
+        }
+        let mut attempt = 0;
+        let updated = loop {
+            attempt += 1;
+            let get = api::<Pod>(Some(&r.namespace)).get(&request.name, &GetParams::default());
+            let mut pod: Pod = match self.kube.request(Identity::Node(&r.node), get).await {
+                Ok(p) => p,
+                Err(e) if e.code() == 404 => return self.delete_at_edge(r, &request).await,
+                Err(e) => return Err(e),
+            };
+            if pod.metadata.uid.as_deref() != Some(request.uid.as_str()) {
+                return self.delete_at_edge(r, &request).await;
+            }
+            let live = pod.status.take().unwrap_or_default();
+            pod.status = Some(merge_pod_status(
+                &pod,
+                &live,
+                request.status.clone(),
+                Timestamp::now(),
+            ));
+            let body =
+                serde_json::to_vec(&pod).map_err(|e| StatusError::internal(e.to_string()))?;
+            let put = api::<Pod>(Some(&r.namespace)).replace_subresource(
+                "status",
+                &request.name,
+                &PostParams::default(),
+                body,
+            );
+            match self.kube.request::<Pod>(Identity::Node(&r.node), put).await {
+                Ok(p) => break p,
+                Err(e) if e.code() == 409 && attempt < CONFLICT_RETRIES => {
+                    debug!(pod = %request.name, attempt, "pod status conflict, retrying");
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let status = updated.status.clone().unwrap_or_default();
+        let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if updated.metadata.deletion_timestamp.is_some() && finished && none_running(&status) {
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            };
+            let delete = api::<Pod>(Some(&r.namespace)).delete(&request.name, &params);
+            match self
+                .kube
+                .request::<serde_json::Value>(Identity::Node(&r.node), delete)
+                .await
+            {
+                Ok(_) => {
+                    info!(pod = %request.name, namespace = %r.namespace, "terminated pod deleted")
+                }
+                Err(e) => {
+                    warn!(pod = %request.name, namespace = %r.namespace, error = %e, "cannot delete terminated pod")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The pod is gone or was recreated: tell the edge to delete its copy, by UID (W13).
+    async fn delete_at_edge(
+        &self,
+        r: &NodeResource,
+        request: &PodStatusRequest,
+    ) -> Result<(), StatusError> {
+        let resource = NodeResource::new(&r.node, &r.namespace, resource_type::POD, &request.name)
+            .build()
+            .map_err(|e| StatusError::bad_request(e.to_string()))?;
+        let content = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": request.name, "namespace": r.namespace, "uid": request.uid},
+        });
+        self.out
+            .send(reply::push(
+                resource,
+                operation::DELETE,
+                reply::json(&content),
+                "",
+            ))
+            .await;
+        Ok(())
+    }
+}
+
+fn delete_params(o: DeleteOptions) -> DeleteParams {
+    DeleteParams {
+        dry_run: o.dry_run.is_some_and(|d| !d.is_empty()),
+        grace_period_seconds: o.grace_period_seconds.and_then(|g| u32::try_from(g).ok()),
+        propagation_policy: match o.propagation_policy.as_deref() {
+            Some("Orphan") => Some(kube::api::PropagationPolicy::Orphan),
+            Some("Background") => Some(kube::api::PropagationPolicy::Background),
+            Some("Foreground") => Some(kube::api::PropagationPolicy::Foreground),
+            _ => None,
+        },
+        preconditions: o.preconditions.map(|p| Preconditions {
+            uid: p.uid,
+            resource_version: p.resource_version,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_keeps_unchanged_transition_times_and_orders_containers() {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+            "spec": {"containers": [], "initContainers": [{"name": "z"}, {"name": "a"}]}}))
+        .unwrap();
+        let live: PodStatus = serde_json::from_value(json!({
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:01Z"},
+                {"type": "Initialized", "status": "False", "lastTransitionTime": "2026-01-01T00:00:02Z"},
+            ]}))
+        .unwrap();
+        let reported: PodStatus = serde_json::from_value(json!({
+            "startTime": "2026-02-01T00:00:00Z",
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-03-01T00:00:00Z"},
+                {"type": "Initialized", "status": "True"},
+            ],
+            "containerStatuses": [{"name": "b", "image": "", "imageID": "", "ready": true, "restartCount": 0},
+                                  {"name": "a", "image": "", "imageID": "", "ready": true, "restartCount": 0}],
+            "initContainerStatuses": [{"name": "a", "image": "", "imageID": "", "ready": true, "restartCount": 0},
+                                      {"name": "z", "image": "", "imageID": "", "ready": true, "restartCount": 0}],
+        }))
+        .unwrap();
+        let now: Timestamp = "2026-04-01T00:00:00.75Z".parse().unwrap();
+        let merged = merge_pod_status(&pod, &live, reported, now);
+        let v = serde_json::to_value(&merged).unwrap();
+        assert_eq!(
+            v["startTime"], "2026-01-01T00:00:00Z",
+            "live start time kept"
+        );
+        assert_eq!(
+            v["conditions"][0]["lastTransitionTime"], "2026-01-01T00:00:01Z",
+            "unchanged Ready keeps its time"
+        );
+        assert_eq!(
+            v["conditions"][1]["lastTransitionTime"], "2026-04-01T00:00:00Z",
+            "changed Initialized gets now"
+        );
+        assert_eq!(v["containerStatuses"][0]["name"], "a");
+        assert_eq!(
+            v["initContainerStatuses"][0]["name"], "z",
+            "init statuses follow the spec order"
+        );
+    }
+
+    #[test]
+    fn pod_status_requests_accept_any_key_case() {
+        let a: PodStatusRequest =
+            serde_json::from_str(r#"{"UID":"u","Name":"n","Status":{"phase":"Running"}}"#).unwrap();
+        let b: PodStatusRequest =
+            serde_json::from_str(r#"{"uid":"u","name":"n","status":{"phase":"Running"}}"#).unwrap();
+        assert_eq!((a.uid.as_str(), a.name.as_str()), ("u", "n"));
+        assert_eq!(b.status.phase.as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn a_pod_with_a_running_container_is_running() {
+        let s: PodStatus = serde_json::from_value(json!({"containerStatuses": [
+            {"name": "a", "image": "", "imageID": "", "ready": false, "restartCount": 0, "state": {"terminated": {"exitCode": 0}}},
+            {"name": "b", "image": "", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}))
+        .unwrap();
+        assert!(!none_running(&s));
+        let s: PodStatus = serde_json::from_value(json!({"containerStatuses": [
+            {"name": "a", "image": "", "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {}}}]}))
+        .unwrap();
+        assert!(none_running(&s));
+    }
+}

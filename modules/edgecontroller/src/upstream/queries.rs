@@ -1,0 +1,208 @@
+//! Queries: configmap, secret, node (caches), persistentvolume(claim), volumeattachment,
+//! certificatesigningrequest (API) and serviceaccounttoken (TokenRequest), spec §3.3.
+//!
+//! A node may read only the ConfigMaps, Secrets and PVCs its pods use (what the Node
+//! authorizer enforces for kubelets): anything else is answered `403 Forbidden`. Cache-backed
+//! queries wait for their cache's first list, then fall back to a direct GET (W7).
+
+use beehive::Message;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
+};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::Resource;
+use kube::api::{GetParams, ListParams, PostParams};
+use kubeedge_api::NodeResource;
+use kubeedge_api::client::Identity;
+use kubeedge_api::status::StatusError;
+use kubeedge_api::watch::Cache;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{Kind, Outcome, Upstream, api, parts};
+use crate::downstream::{ObjectRef, RefKind, references};
+use crate::reply;
+
+type Found = Result<(Value, String), StatusError>;
+
+fn found(v: Value) -> Found {
+    let rv = v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    Ok((v, rv))
+}
+
+fn encode<K: Serialize>(obj: &K) -> Found {
+    serde_json::to_value(obj)
+        .map_err(|e| StatusError::internal(e.to_string()))
+        .and_then(found)
+}
+
+fn kind_for(resource_type: &str) -> Kind {
+    match resource_type {
+        "configmap" => Kind::QueryConfigMap,
+        "secret" => Kind::QuerySecret,
+        "persistentvolume" => Kind::QueryPersistentVolume,
+        "persistentvolumeclaim" => Kind::QueryPersistentVolumeClaim,
+        "volumeattachment" => Kind::QueryVolumeAttachment,
+        "node" => Kind::QueryNode,
+        _ => Kind::CertificateSigningRequest,
+    }
+}
+
+impl Upstream {
+    /// Answers a `query` with the object (header RV = its RV) or a raw `{"ErrStatus"}`.
+    pub(crate) async fn query(&self, msg: &Message) -> Outcome {
+        let r = match parts(msg, true, true) {
+            Ok(r) => r,
+            Err(e) => return self.fail(Kind::QueryConfigMap, msg, e).await,
+        };
+        let kind = kind_for(&r.resource_type);
+        let resource = r.build().unwrap_or_else(|_| msg.route.resource.clone());
+        let ns = Some(r.namespace.as_str());
+        let node = Identity::Node(&r.node);
+        let result = match kind {
+            Kind::QueryConfigMap => match self.may_read(&r, RefKind::ConfigMap).await {
+                Ok(()) => self.cached(&self.configmaps, &r, node).await,
+                Err(e) => Err(e),
+            },
+            Kind::QuerySecret => match self.may_read(&r, RefKind::Secret).await {
+                Ok(()) => self.cached(&self.secrets, &r, node).await,
+                Err(e) => Err(e),
+            },
+            Kind::QueryNode => match self.nodes.get(&r.name) {
+                // The cache holds edge nodes only: a miss is not a NotFound.
+                Some(n) => encode(&*n),
+                None => self.get::<Node>(None, &r.name, node).await,
+            },
+            Kind::QueryPersistentVolume => self.get::<PersistentVolume>(None, &r.name, node).await,
+            Kind::QueryPersistentVolumeClaim => {
+                match self.may_read(&r, RefKind::PersistentVolumeClaim).await {
+                    Ok(()) => self.get::<PersistentVolumeClaim>(ns, &r.name, node).await,
+                    Err(e) => Err(e),
+                }
+            }
+            Kind::QueryVolumeAttachment => self.get::<VolumeAttachment>(None, &r.name, node).await,
+            _ => {
+                self.get::<CertificateSigningRequest>(None, &r.name, Identity::Cloudcore)
+                    .await
+            }
+        };
+        match result {
+            Ok((object, rv)) => {
+                self.send(reply::object(msg, resource, &object, &rv), Outcome::Ok)
+                    .await
+            }
+            Err(e) => {
+                self.send(reply::raw_error(msg, resource, &e), Outcome::Failed)
+                    .await
+            }
+        }
+    }
+
+    /// `serviceaccounttoken`/`query`: the content is a TokenRequest; POSTed to the service
+    /// account's `token` subresource as the node. Answered with the TokenRequest (no RV).
+    pub(crate) async fn service_account_token(&self, msg: &Message) -> Outcome {
+        let r = match parts(msg, true, true) {
+            Ok(r) => r,
+            Err(e) => return self.fail(Kind::ServiceAccountToken, msg, e).await,
+        };
+        let resource = r.build().unwrap_or_else(|_| msg.route.resource.clone());
+        let tr: TokenRequest = match msg.content.parse_bytes() {
+            Ok(t) => t,
+            Err(e) => {
+                let e = StatusError::bad_request(format!("content is not a TokenRequest: {e}"));
+                return self
+                    .send(reply::raw_error(msg, resource, &e), Outcome::Failed)
+                    .await;
+            }
+        };
+        let body = serde_json::to_vec(&tr).unwrap_or_default();
+        let request = api::<ServiceAccount>(Some(&r.namespace)).create_subresource(
+            "token",
+            &r.name,
+            &PostParams::default(),
+            body,
+        );
+        match self
+            .kube
+            .request::<TokenRequest>(Identity::Node(&r.node), request)
+            .await
+        {
+            Ok(token) => {
+                self.send(reply::object(msg, resource, &token, ""), Outcome::Ok)
+                    .await
+            }
+            Err(e) => {
+                self.send(reply::raw_error(msg, resource, &e), Outcome::Failed)
+                    .await
+            }
+        }
+    }
+
+    async fn get<K>(&self, ns: Option<&str>, name: &str, who: Identity<'_>) -> Found
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let request = api::<K>(ns).get(name, &GetParams::default());
+        self.kube
+            .request::<Value>(who, request)
+            .await
+            .and_then(found)
+    }
+
+    /// From the cache once it has listed (waiting at most `cache_wait` for that); a miss, or a
+    /// cache that has not listed yet, is asked of the API (a watch may lag behind a fresh
+    /// object). NotFound names the singular type, as Go's lister error does.
+    async fn cached<K>(&self, cache: &Cache<K>, r: &NodeResource, who: Identity<'_>) -> Found
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        if cache.wait_ready_for(self.settings.cache_wait).await
+            && let Some(obj) = cache.get_by(Some(&r.namespace), &r.name)
+        {
+            return encode(&*obj);
+        }
+        match self.get::<K>(Some(&r.namespace), &r.name, who).await {
+            Err(e) if e.code() == 404 => Err(StatusError::not_found(&r.resource_type, &r.name)),
+            other => other,
+        }
+    }
+
+    /// `403` unless a pod of the requesting node references the object.
+    async fn may_read(&self, r: &NodeResource, kind: RefKind) -> Result<(), StatusError> {
+        if !self.settings.restrict_reads {
+            return Ok(());
+        }
+        let wanted = ObjectRef::new(kind, &r.namespace, &r.name);
+        let allowed = if self.pods.wait_ready_for(self.settings.cache_wait).await {
+            self.locations.read().node_uses(&r.node, &wanted)
+        } else {
+            let lp = ListParams::default().fields(&format!("spec.nodeName={}", r.node));
+            let request = api::<Pod>(None).list(&lp);
+            let pods: k8s_openapi::List<Pod> =
+                self.kube.request(Identity::Cloudcore, request).await?;
+            pods.items.iter().any(|p| references(p).contains(&wanted))
+        };
+        if allowed {
+            return Ok(());
+        }
+        let plural = match kind {
+            RefKind::ConfigMap => "configmaps",
+            RefKind::Secret => "secrets",
+            RefKind::PersistentVolumeClaim => "persistentvolumeclaims",
+        };
+        Err(StatusError::forbidden(format!(
+            "{plural} \"{name}\" is forbidden: User \"system:node:{node}\" cannot get resource \"{plural}\" in API group \"\" \
+             in the namespace \"{ns}\": no relationship found between node '{node}' and this object",
+            name = r.name,
+            node = r.node,
+            ns = r.namespace,
+        ))
+        .with_details(plural, &r.name))
+    }
+}

@@ -1,0 +1,85 @@
+//! Rule status from the router module: counters merge-patched under `status` (W12).
+
+use beehive::Message;
+use kube::api::{GetParams, Patch, PatchParams};
+use kubeedge_api::client::Identity;
+use kubeedge_api::rules::Rule;
+use kubeedge_api::status::StatusError;
+use serde::Deserialize;
+use serde_json::json;
+use tracing::debug;
+
+use super::{Outcome, Upstream, api, parts};
+
+/// The router's `ExecResult` (no JSON tags upstream: capitalised keys).
+#[derive(Debug, Deserialize)]
+struct ExecResult {
+    #[serde(rename = "Status", alias = "status", default)]
+    status: String,
+    #[serde(rename = "Error", alias = "error", default)]
+    error: ErrorMsg,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ErrorMsg {
+    #[serde(rename = "Detail", alias = "detail", default)]
+    detail: String,
+}
+
+/// Retries when the Rule changed between read and write.
+const CONFLICT_RETRIES: usize = 3;
+
+impl Upstream {
+    /// Counts a delivery on the Rule: `SUCCESS` → `successMessages` + 1; `FAIL` →
+    /// `failMessages` + 1 and `errors` = the detail. As cloudcore; never answered.
+    pub(crate) async fn rule_status(&self, msg: &Message) -> Outcome {
+        match self.count_rule_result(msg).await {
+            Ok(()) => Outcome::Ok,
+            Err(e) => {
+                debug!(msg_id = %msg.header.id, resource = %msg.route.resource, error = %e, "rule status not written");
+                Outcome::Failed
+            }
+        }
+    }
+
+    async fn count_rule_result(&self, msg: &Message) -> Result<(), StatusError> {
+        let r = parts(msg, true, true)?;
+        let result: ExecResult = msg
+            .content
+            .parse_bytes()
+            .map_err(|e| StatusError::bad_request(format!("content is not an ExecResult: {e}")))?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let get = api::<Rule>(Some(&r.namespace)).get(&r.name, &GetParams::default());
+            let rule: Rule = self.kube.request(Identity::Cloudcore, get).await?;
+            let mut status = rule.status.unwrap_or_default();
+            match result.status.as_str() {
+                "SUCCESS" => status.success_messages += 1,
+                "FAIL" => {
+                    status.fail_messages += 1;
+                    status.errors = vec![result.error.detail.clone()];
+                }
+                _ => return Ok(()),
+            }
+            // The resourceVersion makes the patch fail (409) if another result landed first.
+            let patch = json!({
+                "metadata": {"resourceVersion": rule.metadata.resource_version},
+                "status": status,
+            });
+            let request = api::<Rule>(Some(&r.namespace)).patch(
+                &r.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            );
+            match self
+                .kube
+                .request::<Rule>(Identity::Cloudcore, request)
+                .await
+            {
+                Err(e) if e.code() == 409 && attempt < CONFLICT_RETRIES => continue,
+                other => return other.map(|_| ()),
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! rustls configurations for the hub (server) and the edge (client) sides.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{
+    ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
+    SignatureScheme, SupportedCipherSuite,
+};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+
+use crate::error::{Error, Result};
+use crate::keys;
+
+/// The ring provider restricted to what upstream allows: the TLS 1.3 suites and, for TLS 1.2,
+/// only ECDHE-ECDSA with AES-GCM or ChaCha20 (the generated keys are ECDSA P-256).
+pub fn provider() -> Arc<CryptoProvider> {
+    use rustls::CipherSuite as C;
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites.retain(|s: &SupportedCipherSuite| match s {
+        SupportedCipherSuite::Tls13(_) => true,
+        SupportedCipherSuite::Tls12(_) => matches!(
+            s.suite(),
+            C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                | C::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+                | C::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+        ),
+    });
+    Arc::new(p)
+}
+
+fn roots(ca_der: &[u8]) -> Result<Arc<RootCertStore>> {
+    let mut store = RootCertStore::empty();
+    store
+        .add(CertificateDer::from(ca_der.to_vec()))
+        .map_err(|e| Error::Certificate(format!("CA: {e}")))?;
+    Ok(Arc::new(store))
+}
+
+/// webpki verification of client certificates against `ca_der` (chain, validity, clientAuth).
+pub(crate) fn client_verifier(ca_der: &[u8]) -> Result<Arc<dyn ClientCertVerifier>> {
+    WebPkiClientVerifier::builder_with_provider(roots(ca_der)?, provider())
+        .build()
+        .map_err(|e| Error::Certificate(format!("client verifier: {e}")))
+}
+
+fn chain(cert_der: &[u8]) -> Vec<CertificateDer<'static>> {
+    vec![CertificateDer::from(cert_der.to_vec())]
+}
+
+fn server_builder() -> Result<rustls::ConfigBuilder<ServerConfig, rustls::WantsVerifier>> {
+    ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(Error::Tls)
+}
+
+/// The WebSocket listener's TLS: TLS 1.2+, the server certificate, and a client certificate
+/// that is **required** and verified against the CA (chain, validity, clientAuth EKU) during
+/// the handshake; without one the handshake fails and no HTTP is ever spoken. No ALPN.
+pub fn server_config_mutual(
+    ca_der: &[u8],
+    cert_der: &[u8],
+    key_der: &[u8],
+) -> Result<ServerConfig> {
+    let config = server_builder()?
+        .with_client_cert_verifier(client_verifier(ca_der)?)
+        .with_single_cert(chain(cert_der), keys::load_private_key(key_der)?)
+        .map_err(Error::Tls)?;
+    Ok(config)
+}
+
+/// The certificate server's TLS: a client certificate is requested but neither required nor
+/// checked against any CA here (handshake signatures still are, so the peer holds the key);
+/// handlers verify it with [`crate::CertificateAuthority::verify_client_cert`], so an
+/// untrusted certificate gets HTTP 401 instead of a TLS alert.
+pub fn server_config_optional_client(cert_der: &[u8], key_der: &[u8]) -> Result<ServerConfig> {
+    let verifier = Arc::new(AnyClientCert {
+        algorithms: provider().signature_verification_algorithms,
+    });
+    server_builder()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain(cert_der), keys::load_private_key(key_der)?)
+        .map_err(Error::Tls)
+}
+
+/// An edge client's TLS: verifies the server against `ca_der` (as the real edge does, by the
+/// host of the address it dials) and presents `client` (certificate DER, key DER) if given.
+pub fn client_config(ca_der: &[u8], client: Option<(&[u8], &[u8])>) -> Result<ClientConfig> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(Error::Tls)?
+        .with_root_certificates(roots(ca_der)?);
+    match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(chain(cert), keys::load_private_key(key)?)
+            .map_err(Error::Tls),
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// A client TLS that accepts any server certificate: only for `GET /ca.crt` during
+/// bootstrap, whose answer is then checked against the token's CA hash (as the real edge).
+pub fn insecure_client_config() -> ClientConfig {
+    let algorithms = provider().signature_verification_algorithms;
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .unwrap_or_else(|_| unreachable!("the ring provider supports TLS 1.2 and 1.3"))
+        .with_root_certificates(RootCertStore::empty())
+        .with_no_client_auth();
+    config
+        .dangerous()
+        .set_certificate_verifier(Arc::new(AnyServerCert { algorithms }));
+    config
+}
+
+/// Accepts any client certificate chain; signature checks stay real.
+#[derive(Debug)]
+struct AnyClientCert {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ClientCertVerifier for AnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// Accepts any server certificate; signature checks stay real.
+#[derive(Debug)]
+struct AnyServerCert {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}

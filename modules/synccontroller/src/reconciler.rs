@@ -1,0 +1,545 @@
+//! The reconcile loop: records, the objects they track, and the messages that bring an edge
+//! up to date (spec §4.4–§4.6, W11, W15, W19, W22).
+//!
+//! One task owns every cache. It reconciles a record when the record changes, when the
+//! object it tracks changes or disappears (event-driven, W22), and every record once per
+//! interval (the safety net, and the resend for edges that missed a message). Object caches
+//! exist per kind, are filled by one watch per kind and keep only objects some record tracks.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use beehive::constants::operation;
+use beehive::{Content, Endpoint, Message};
+use futures::StreamExt;
+use futures::stream::{BoxStream, SelectAll};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, TypeMeta};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
+use kube::runtime::watcher::{self, Event};
+use kubeedge_api::NodeResource;
+use kubeedge_api::lifecycle::{Lifecycle, StopSignal};
+use kubeedge_api::names::{CLOUDHUB, GROUP_RESOURCE};
+use kubeedge_api::reliablesyncs::{ClusterObjectSync, ObjectSync, parse_object_sync_name};
+use kubeedge_api::watch::{self, CacheWriter, Change};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::kinds;
+use crate::record::{Decision, Record, RecordKey, decide};
+
+/// How long a kind that discovery could not resolve is left alone.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(30);
+/// Record deletions are tried this many times, 1 s apart (spec §4.6).
+const DELETE_ATTEMPTS: u32 = 5;
+
+/// Counters of the synccontroller.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) updates: AtomicU64,
+    pub(crate) deletes: AtomicU64,
+    pub(crate) records_deleted: AtomicU64,
+    pub(crate) passes: AtomicU64,
+}
+
+/// A kind some record names, with its watch cache.
+struct Slot {
+    resource: ApiResource,
+    namespaced: bool,
+    type_name: String,
+    source: &'static str,
+    cache: CacheWriter<DynamicObject>,
+}
+
+enum Lookup {
+    Known(usize),
+    Failed(Instant),
+}
+
+/// An object tracked by records: (kind slot, cache key).
+type ObjKey = (usize, String);
+
+#[derive(Default)]
+struct Tracked {
+    records: BTreeSet<RecordKey>,
+    /// Looked up once with a GET; from then on the watch keeps the cache current.
+    seeded: bool,
+}
+
+/// Settings of the loop.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) interval: Duration,
+    pub(crate) watch_timeout: Option<Duration>,
+}
+
+pub(crate) struct Reconciler {
+    client: kube::Client,
+    endpoint: Endpoint,
+    settings: Settings,
+    life: Lifecycle,
+    counters: Arc<Counters>,
+    syncs: CacheWriter<ObjectSync>,
+    cluster_syncs: CacheWriter<ClusterObjectSync>,
+    nodes: CacheWriter<PartialObjectMeta<Node>>,
+    slots: Vec<Slot>,
+    lookups: HashMap<GroupVersionKind, Lookup>,
+    tracked: HashMap<ObjKey, Tracked>,
+    targets: HashMap<RecordKey, ObjKey>,
+    watches: SelectAll<BoxStream<'static, (usize, Event<DynamicObject>)>>,
+    running: bool,
+}
+
+impl Reconciler {
+    pub(crate) fn new(
+        client: kube::Client,
+        endpoint: Endpoint,
+        settings: Settings,
+        life: Lifecycle,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Reconciler {
+            client,
+            endpoint,
+            settings,
+            life,
+            counters,
+            syncs: watch::cache().0,
+            cluster_syncs: watch::cache().0,
+            nodes: watch::cache().0,
+            slots: Vec::new(),
+            lookups: HashMap::new(),
+            tracked: HashMap::new(),
+            targets: HashMap::new(),
+            watches: SelectAll::new(),
+            running: false,
+        }
+    }
+
+    fn watch_config(&self) -> watcher::Config {
+        let mut c = watcher::Config::default();
+        if let Some(t) = self.settings.watch_timeout {
+            c = c.timeout(t.as_secs().clamp(1, u64::from(u32::MAX)) as u32);
+        }
+        c
+    }
+
+    pub(crate) async fn run(mut self, mut stop: StopSignal) {
+        let mut syncs = watch::events(
+            Api::<ObjectSync>::all(self.client.clone()),
+            self.watch_config(),
+        )
+        .boxed();
+        let mut cluster_syncs = watch::events(
+            Api::<ClusterObjectSync>::all(self.client.clone()),
+            self.watch_config(),
+        )
+        .boxed();
+        let mut nodes = watch::events(
+            Api::<PartialObjectMeta<Node>>::all(self.client.clone()),
+            self.watch_config(),
+        )
+        .boxed();
+        let mut tick = tokio::time::interval(self.settings.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.wait() => break,
+                Some(e) = nodes.next() => self.on_node_event(e),
+                Some(e) = syncs.next() => {
+                    let changes = self.syncs.apply(e);
+                    self.on_records(changes.into_iter().map(|c| map_change(c, Record::namespaced)).collect()).await;
+                }
+                Some(e) = cluster_syncs.next() => {
+                    let changes = self.cluster_syncs.apply(e);
+                    self.on_records(changes.into_iter().map(|c| map_change(c, Record::cluster)).collect()).await;
+                }
+                Some((slot, e)) = self.watches.next(), if !self.watches.is_empty() => self.on_object_event(slot, e).await,
+                _ = tick.tick(), if self.running => self.full_pass().await,
+            }
+            if !self.running
+                && self.syncs.reader().is_ready()
+                && self.cluster_syncs.reader().is_ready()
+                && self.nodes.reader().is_ready()
+            {
+                self.running = true;
+                info!(
+                    objectsyncs = self.syncs.reader().len(),
+                    clusterobjectsyncs = self.cluster_syncs.reader().len(),
+                    nodes = self.nodes.reader().len(),
+                    "caches synced; collecting records of deleted nodes, then reconciling"
+                );
+                self.collect_records_of_missing_nodes(None);
+                self.full_pass().await;
+                tick.reset();
+            }
+        }
+        info!("synccontroller stopped");
+    }
+
+    fn record(&self, key: &RecordKey) -> Option<Record> {
+        match key {
+            RecordKey::Namespaced { namespace, name } => self
+                .syncs
+                .reader()
+                .get_by(Some(namespace), name)
+                .map(|o| Record::namespaced(&o)),
+            RecordKey::Cluster { name } => self
+                .cluster_syncs
+                .reader()
+                .get(name)
+                .map(|o| Record::cluster(&o)),
+        }
+    }
+
+    fn all_records(&self) -> Vec<Record> {
+        let mut all: Vec<Record> = self
+            .syncs
+            .reader()
+            .list()
+            .iter()
+            .map(|o| Record::namespaced(o))
+            .collect();
+        all.extend(
+            self.cluster_syncs
+                .reader()
+                .list()
+                .iter()
+                .map(|o| Record::cluster(o)),
+        );
+        all
+    }
+
+    async fn on_records(&mut self, changes: Vec<Change<Record>>) {
+        for change in changes {
+            match change {
+                Change::Added(r) | Change::Modified { new: r, .. } => {
+                    if self.running {
+                        self.reconcile(&r).await;
+                    }
+                }
+                Change::Deleted(r) => self.untrack(&r.key),
+            }
+        }
+    }
+
+    fn on_node_event(&mut self, event: Event<PartialObjectMeta<Node>>) {
+        for change in self.nodes.apply(event) {
+            if let (Change::Deleted(node), true) = (&change, self.running) {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                info!(node = %name, "node deleted: removing its records");
+                self.collect_records_of_missing_nodes(Some(&name));
+            }
+        }
+    }
+
+    async fn on_object_event(&mut self, slot: usize, event: Event<DynamicObject>) {
+        let keep = |tracked: &HashMap<ObjKey, Tracked>, o: &DynamicObject| {
+            tracked.contains_key(&(slot, watch::key_of(o)))
+        };
+        let changes = match event {
+            // Only objects some record tracks are kept (memory follows the records).
+            Event::Apply(ref o) | Event::InitApply(ref o) if !keep(&self.tracked, o) => return,
+            other => self.slots[slot].cache.apply(other),
+        };
+        if !self.running {
+            return;
+        }
+        for change in changes {
+            let key = (slot, watch::key_of(&**change.object()));
+            let records: Vec<RecordKey> = self
+                .tracked
+                .get(&key)
+                .map(|t| t.records.iter().cloned().collect())
+                .unwrap_or_default();
+            let records: Vec<Record> = records.iter().filter_map(|k| self.record(k)).collect();
+            for r in records {
+                self.reconcile(&r).await;
+            }
+        }
+    }
+
+    async fn full_pass(&mut self) {
+        self.counters.passes.fetch_add(1, Ordering::Relaxed);
+        for r in self.all_records() {
+            self.reconcile(&r).await;
+        }
+    }
+
+    /// The slot of a record's kind, resolving it (and starting its watch) on first use.
+    async fn slot_for(&mut self, record: &Record) -> Option<usize> {
+        let gvk = kinds::gvk(&record.api_version, &record.kind)?;
+        match self.lookups.get(&gvk) {
+            Some(Lookup::Known(i)) => return Some(*i),
+            Some(Lookup::Failed(at)) if at.elapsed() < DISCOVERY_RETRY => return None,
+            _ => {}
+        }
+        let (resource, namespaced) = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((ar, caps)) => (ar, caps.scope == Scope::Namespaced),
+            Err(kube::Error::Discovery(error)) => {
+                // The group/version is served but does not list the kind: KubeEdge's rule.
+                warn!(kind = %record.kind, %error, "kind not in discovery, guessing its resource");
+                let plural = kinds::plural_of(&record.kind);
+                (
+                    ApiResource::from_gvk_with_plural(&gvk, &plural),
+                    matches!(record.key, RecordKey::Namespaced { .. }),
+                )
+            }
+            Err(error) => {
+                warn!(api_version = %record.api_version, kind = %record.kind, %error, "cannot resolve kind; retrying later");
+                self.lookups.insert(gvk, Lookup::Failed(Instant::now()));
+                return None;
+            }
+        };
+        let index = self.slots.len();
+        let label = format!("{}/{}", resource.api_version, resource.kind);
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &resource);
+        let stream =
+            watch::labelled_events(api, self.watch_config(), label).map(move |e| (index, e));
+        self.watches.push(stream.boxed());
+        debug!(kind = %resource.kind, namespaced, "watching a new kind");
+        self.slots.push(Slot {
+            type_name: kinds::type_name(&resource.kind),
+            source: kinds::source_for(&resource.group),
+            namespaced,
+            resource,
+            cache: watch::cache().0,
+        });
+        self.lookups.insert(gvk, Lookup::Known(index));
+        Some(index)
+    }
+
+    fn untrack(&mut self, record: &RecordKey) {
+        let Some(obj) = self.targets.remove(record) else {
+            return;
+        };
+        let Some(t) = self.tracked.get_mut(&obj) else {
+            return;
+        };
+        t.records.remove(record);
+        if t.records.is_empty() {
+            self.tracked.remove(&obj);
+            self.slots[obj.0].cache.remove(&obj.1);
+        }
+    }
+
+    async fn reconcile(&mut self, record: &Record) {
+        if let Some((node, _)) = &record.target
+            && !self.nodes.reader().contains(node)
+        {
+            // Its node is gone: the record is being collected, nothing goes to that node.
+            return;
+        }
+        let Some(slot) = self.slot_for(record).await else {
+            return;
+        };
+        let lookup_ns = match (&record.key, self.slots[slot].namespaced) {
+            (RecordKey::Namespaced { namespace, .. }, true) => Some(namespace.clone()),
+            // W19: a cluster-scoped object recorded under a namespace is found by name.
+            (RecordKey::Namespaced { .. }, false) | (RecordKey::Cluster { .. }, false) => None,
+            (RecordKey::Cluster { name }, true) => {
+                debug!(record = %name, kind = %record.kind, "cluster record of a namespaced kind: cannot look it up");
+                return;
+            }
+        };
+        let obj_key = (slot, watch::key(lookup_ns.as_deref(), &record.object_name));
+        if self.targets.get(&record.key) != Some(&obj_key) {
+            self.untrack(&record.key);
+            self.targets.insert(record.key.clone(), obj_key.clone());
+            self.tracked
+                .entry(obj_key.clone())
+                .or_default()
+                .records
+                .insert(record.key.clone());
+        }
+        if !self.tracked.get(&obj_key).is_some_and(|t| t.seeded)
+            && !self
+                .seed(slot, lookup_ns.as_deref(), &record.object_name)
+                .await
+        {
+            return;
+        }
+        if let Some(t) = self.tracked.get_mut(&obj_key) {
+            t.seeded = true;
+        }
+        let object = self.slots[slot].cache.reader().get(&obj_key.1);
+        match decide(record, object.as_deref()) {
+            Decision::Skip(why) => debug!(record = record.key.name(), why, "nothing to send"),
+            Decision::Update => {
+                if let Some(obj) = object {
+                    self.send_update(slot, record, &obj).await;
+                }
+            }
+            Decision::Orphan => self.send_orphan_delete(slot, record).await,
+        }
+    }
+
+    /// Fetches an object not seen yet. `false` when the API could not answer (then nothing is
+    /// decided: an error must never look like a deletion).
+    async fn seed(&mut self, slot: usize, ns: Option<&str>, name: &str) -> bool {
+        let s = &self.slots[slot];
+        let api = match ns {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &s.resource),
+            None => Api::<DynamicObject>::all_with(self.client.clone(), &s.resource),
+        };
+        match api.get_opt(name).await {
+            Ok(Some(obj)) => {
+                self.slots[slot].cache.upsert(obj);
+                true
+            }
+            Ok(None) => true,
+            Err(error) => {
+                warn!(kind = %s.resource.kind, name, %error, "cannot read a tracked object; retrying next pass");
+                false
+            }
+        }
+    }
+
+    fn resource_for(&self, slot: usize, record: &Record) -> Option<String> {
+        let (node, _) = record.target.as_ref()?;
+        NodeResource::new(
+            node,
+            record.key.namespace_token(),
+            &self.slots[slot].type_name,
+            &record.object_name,
+        )
+        .build()
+        .ok()
+    }
+
+    async fn send_update(&mut self, slot: usize, record: &Record, obj: &DynamicObject) {
+        let Some(resource) = self.resource_for(slot, record) else {
+            return;
+        };
+        let s = &self.slots[slot];
+        // A copy with apiVersion/kind set, on both record kinds (cached objects stay untouched).
+        let mut obj = obj.clone();
+        obj.types = Some(TypeMeta {
+            api_version: s.resource.api_version.clone(),
+            kind: s.resource.kind.clone(),
+        });
+        let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+        let Ok(content) = Content::json(&obj) else {
+            return;
+        };
+        let msg = Message::new()
+            .with_route(s.source, GROUP_RESOURCE, resource, operation::UPDATE)
+            .with_content(content)
+            .with_resource_version(rv);
+        debug!(record = record.key.name(), "sending newer version");
+        if self.send(msg).await {
+            self.counters.updates.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    async fn send_orphan_delete(&mut self, slot: usize, record: &Record) {
+        let Some(resource) = self.resource_for(slot, record) else {
+            // Nothing the edge could match: drop the record itself (spec §4.5).
+            self.delete_records(vec![record.key.clone()]);
+            return;
+        };
+        let uid = record
+            .target
+            .as_ref()
+            .map(|(_, u)| u.clone())
+            .unwrap_or_default();
+        let mut meta = serde_json::json!({"name": record.object_name, "uid": uid});
+        if let RecordKey::Namespaced { namespace, .. } = &record.key {
+            meta["namespace"] = namespace.clone().into();
+        }
+        let Ok(content) = Content::json(&serde_json::json!({"metadata": meta})) else {
+            return;
+        };
+        let msg = Message::new()
+            .with_route(
+                self.slots[slot].source,
+                GROUP_RESOURCE,
+                resource,
+                operation::DELETE,
+            )
+            .with_content(content);
+        debug!(
+            record = record.key.name(),
+            "object gone or recreated: deleting it at the edge"
+        );
+        if self.send(msg).await {
+            self.counters.deletes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    async fn send(&mut self, msg: Message) -> bool {
+        match self.endpoint.send(CLOUDHUB, msg).await {
+            Ok(()) => true,
+            Err(error) => {
+                warn!(%error, "cannot send to cloudhub");
+                false
+            }
+        }
+    }
+
+    /// Deletes the records of nodes that no longer exist (of `only` that node, if given).
+    fn collect_records_of_missing_nodes(&mut self, only: Option<&str>) {
+        let nodes = self.nodes.reader();
+        let doomed: Vec<RecordKey> = self
+            .all_records()
+            .into_iter()
+            .filter(|r| {
+                let Some((node, _)) = parse_object_sync_name(r.key.name()) else {
+                    return false;
+                };
+                only.is_none_or(|n| n == node) && !nodes.contains(node)
+            })
+            .map(|r| r.key)
+            .collect();
+        if !doomed.is_empty() {
+            info!(records = doomed.len(), "deleting records of deleted nodes");
+            self.delete_records(doomed);
+        }
+    }
+
+    /// Deletes records in the background (grace 0, NotFound is fine, 5 attempts 1 s apart).
+    fn delete_records(&self, keys: Vec<RecordKey>) {
+        let (client, counters) = (self.client.clone(), self.counters.clone());
+        self.life.spawn_cancellable(async move {
+            for key in keys {
+                for attempt in 1..=DELETE_ATTEMPTS {
+                    let dp = DeleteParams::default().grace_period(0);
+                    let result = match &key {
+                        RecordKey::Namespaced { namespace, name } => {
+                            Api::<ObjectSync>::namespaced(client.clone(), namespace).delete(name, &dp).await.map(|_| ())
+                        }
+                        RecordKey::Cluster { name } => Api::<ClusterObjectSync>::all(client.clone()).delete(name, &dp).await.map(|_| ()),
+                    };
+                    match result {
+                        Ok(()) => {
+                            counters.records_deleted.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        Err(kube::Error::Api(s)) if s.code == 404 => break,
+                        Err(error) if attempt < DELETE_ATTEMPTS => {
+                            debug!(record = key.name(), attempt, %error, "record delete failed, retrying");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        Err(error) => warn!(record = key.name(), %error, "cannot delete record"),
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// A change of a record object as a change of its [`Record`] view.
+fn map_change<K>(change: Change<K>, f: impl Fn(&K) -> Record) -> Change<Record> {
+    match change {
+        Change::Added(o) => Change::Added(Arc::new(f(&o))),
+        Change::Modified { old, new } => Change::Modified {
+            old: Arc::new(f(&old)),
+            new: Arc::new(f(&new)),
+        },
+        Change::Deleted(o) => Change::Deleted(Arc::new(f(&o))),
+    }
+}

@@ -1,0 +1,516 @@
+//! ObjectSync reconciliation against a real API server (controllers.md §7, items 37–44, and
+//! W15, W19, W22), with a fake edge capturing what is sent to `cloudhub`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use beehive::{Bus, Message};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubeedge_api::devices::Device;
+use kubeedge_api::reliablesyncs::{ClusterObjectSync, ObjectSync};
+use kubeedge_api::testing::FakeEdge;
+use serde_json::{Value, json};
+use synccontroller::{SyncController, SyncControllerConfig, SyncControllerMetrics};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Env {
+    bus: Bus,
+    edge: FakeEdge,
+    client: kube::Client,
+    metrics: SyncControllerMetrics,
+}
+
+async fn start(interval: u64) -> Env {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
+    let client = k8s_testenv::client().await;
+    let bus = Bus::new();
+    let edge = FakeEdge::register(&bus, "cloudhub");
+    let config = SyncControllerConfig {
+        reconcile_interval_seconds: interval,
+        ..SyncControllerConfig::default()
+    };
+    let sc = SyncController::new(config, bus.endpoint("synccontroller"), client.clone());
+    let metrics = sc.metrics();
+    bus.register(sc).unwrap();
+    bus.start().unwrap();
+    Env {
+        bus,
+        edge,
+        client,
+        metrics,
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", &beehive::new_id()[..8])
+}
+
+async fn node(client: &kube::Client, name: &str) -> Node {
+    let n: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &n)
+        .await
+        .unwrap()
+}
+
+async fn pod(client: &kube::Client, ns: &str, name: &str) -> Pod {
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap()
+}
+
+fn spec(api_version: &str, kind: &str, name: &str) -> Value {
+    json!({"objectAPIVersion": api_version, "objectKind": kind, "objectName": name})
+}
+
+/// Creates ObjectSync `<ns>/<name>` and sets its acknowledged version (unless empty).
+async fn object_sync(client: &kube::Client, ns: &str, name: &str, spec: Value, acked: &str) {
+    let api = Api::<ObjectSync>::namespaced(client.clone(), ns);
+    let os: ObjectSync =
+        serde_json::from_value(json!({"apiVersion": "reliablesyncs.kubeedge.io/v1alpha1",
+        "kind": "ObjectSync", "metadata": {"name": name}, "spec": spec}))
+        .unwrap();
+    api.create(&PostParams::default(), &os).await.unwrap();
+    if !acked.is_empty() {
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"objectResourceVersion": acked}})),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+async fn cluster_object_sync(client: &kube::Client, name: &str, spec: Value, acked: &str) {
+    let api = Api::<ClusterObjectSync>::all(client.clone());
+    let os: ClusterObjectSync =
+        serde_json::from_value(json!({"apiVersion": "reliablesyncs.kubeedge.io/v1alpha1",
+        "kind": "ClusterObjectSync", "metadata": {"name": name}, "spec": spec}))
+        .unwrap();
+    api.create(&PostParams::default(), &os).await.unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"objectResourceVersion": acked}})),
+    )
+    .await
+    .unwrap();
+}
+
+fn is(resource: String, op: &'static str) -> impl Fn(&Message) -> bool {
+    move |m| m.route.resource == resource && m.route.operation == op
+}
+
+fn body(m: &Message) -> Value {
+    serde_json::from_str(m.content.as_json()).unwrap()
+}
+
+#[actix_rt::test]
+async fn a_newer_pod_is_resent_and_an_acknowledged_one_is_not() {
+    let env = start(5).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&env.client, &e1).await;
+    let web = pod(&env.client, &ns, "web").await;
+    let calm = pod(&env.client, &ns, "calm").await;
+    object_sync(
+        &env.client,
+        &ns,
+        &format!("{e1}.{}", web.uid().unwrap()),
+        spec("v1", "Pod", "web"),
+        "1",
+    )
+    .await;
+    let calm_rv = calm.resource_version().unwrap();
+    object_sync(
+        &env.client,
+        &ns,
+        &format!("{e1}.{}", calm.uid().unwrap()),
+        spec("v1", "Pod", "calm"),
+        &calm_rv,
+    )
+    .await;
+    let m = env
+        .edge
+        .wait_for(
+            Duration::from_secs(10),
+            is(format!("node/{e1}/{ns}/pod/web"), "update"),
+        )
+        .await
+        .expect("update within 10 s");
+    assert_eq!(
+        (m.route.source.as_str(), m.route.group.as_str()),
+        ("edgecontroller", "resource")
+    );
+    assert_eq!(m.header.resource_version, web.resource_version().unwrap());
+    assert_eq!(
+        (body(&m)["kind"].as_str(), body(&m)["apiVersion"].as_str()),
+        (Some("Pod"), Some("v1"))
+    );
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(
+        env.edge
+            .matching(|m| m.route.resource.ends_with("/pod/calm"))
+            .is_empty(),
+        "acknowledged: nothing sent"
+    );
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_record_without_an_acknowledged_version_sends_nothing() {
+    let env = start(1).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&env.client, &e1).await;
+    let web = pod(&env.client, &ns, "web").await;
+    object_sync(
+        &env.client,
+        &ns,
+        &format!("{e1}.{}", web.uid().unwrap()),
+        spec("v1", "Pod", "web"),
+        "",
+    )
+    .await;
+    let passes = env.metrics.snapshot().passes;
+    while env.metrics.snapshot().passes < passes + 3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        env.edge
+            .matching(|m| m.route.resource.starts_with(&format!("node/{e1}/")))
+            .is_empty()
+    );
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_gone_object_gets_a_delete_every_pass_until_the_record_goes() {
+    let env = start(1).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&env.client, &e1).await;
+    let uid = "11111111-2222-3333-4444-555555555555";
+    let name = format!("{e1}.{uid}");
+    object_sync(&env.client, &ns, &name, spec("v1", "Pod", "web"), "5").await;
+    let resource = format!("node/{e1}/{ns}/pod/web");
+    let deletes = env
+        .edge
+        .wait_count(2, WAIT, is(resource.clone(), "delete"))
+        .await;
+    assert!(deletes.len() >= 2, "repeated every pass");
+    let m = &deletes[0];
+    assert_eq!(body(m)["metadata"]["uid"], uid);
+    assert_eq!(body(m)["metadata"]["name"], "web");
+    assert!(m.header.resource_version.is_empty());
+    // The ACK of the delete removes the record (cloudhub's job): then it stops.
+    Api::<ObjectSync>::namespaced(env.client.clone(), &ns)
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = env.edge.matching(is(resource.clone(), "delete")).len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.edge.matching(is(resource, "delete")).len(), before);
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_recreated_object_gets_a_delete_with_the_old_uid_and_no_update() {
+    let env = start(1).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&env.client, &e1).await;
+    let old = pod(&env.client, &ns, "web").await;
+    let old_uid = old.uid().unwrap();
+    Api::<Pod>::namespaced(env.client.clone(), &ns)
+        .delete("web", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    pod(&env.client, &ns, "web").await;
+    object_sync(
+        &env.client,
+        &ns,
+        &format!("{e1}.{old_uid}"),
+        spec("v1", "Pod", "web"),
+        "1",
+    )
+    .await;
+    let resource = format!("node/{e1}/{ns}/pod/web");
+    let m = env
+        .edge
+        .wait_for(WAIT, is(resource.clone(), "delete"))
+        .await
+        .expect("delete");
+    assert_eq!(body(&m)["metadata"]["uid"].as_str(), Some(old_uid.as_str()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(env.edge.matching(is(resource, "update")).is_empty());
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_cluster_object_sync_of_a_node_resends_the_node() {
+    let env = start(1).await;
+    let e1 = unique("e1");
+    let n = node(&env.client, &e1).await;
+    cluster_object_sync(
+        &env.client,
+        &format!("{e1}.{}", n.uid().unwrap()),
+        spec("v1", "Node", &e1),
+        "1",
+    )
+    .await;
+    let m = env
+        .edge
+        .wait_for(WAIT, is(format!("node/{e1}/null/node/{e1}"), "update"))
+        .await
+        .expect("node update");
+    assert_eq!(body(&m)["kind"], "Node");
+    assert_eq!(m.header.resource_version, n.resource_version().unwrap());
+    env.bus.shutdown().await;
+}
+
+async fn exists<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.unwrap().is_some()
+}
+
+#[actix_rt::test]
+async fn deleting_a_node_deletes_its_records_only() {
+    let env = start(1).await;
+    let ns = k8s_testenv::namespace("sc").await;
+    let base = unique("gc");
+    let (dotted, plain) = (format!("{base}.2"), base.clone());
+    node(&env.client, &dotted).await;
+    node(&env.client, &plain).await;
+    let web = pod(&env.client, &ns, "web").await;
+    let uid = web.uid().unwrap();
+    let (doomed, kept) = (format!("{dotted}.{uid}"), format!("{plain}.{uid}"));
+    object_sync(
+        &env.client,
+        &ns,
+        &doomed,
+        spec("v1", "Pod", "web"),
+        &web.resource_version().unwrap(),
+    )
+    .await;
+    object_sync(
+        &env.client,
+        &ns,
+        &kept,
+        spec("v1", "Pod", "web"),
+        &web.resource_version().unwrap(),
+    )
+    .await;
+    cluster_object_sync(
+        &env.client,
+        &format!("{dotted}.cluster-uid"),
+        spec("v1", "Node", &dotted),
+        "1",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Api::<Node>::all(env.client.clone())
+        .delete(&dotted, &DeleteParams::default())
+        .await
+        .unwrap();
+    let syncs = Api::<ObjectSync>::namespaced(env.client.clone(), &ns);
+    let clusters = Api::<ClusterObjectSync>::all(env.client.clone());
+    let mut gone = false;
+    for _ in 0..50 {
+        if !exists(&syncs, &doomed).await
+            && !exists(&clusters, &format!("{dotted}.cluster-uid")).await
+        {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gone, "records of node {dotted} deleted");
+    assert!(
+        exists(&syncs, &kept).await,
+        "records of node {plain} untouched"
+    );
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn records_of_missing_nodes_are_deleted_at_start_before_any_resend() {
+    k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
+    let client = k8s_testenv::client().await;
+    let (ns, ghost) = (k8s_testenv::namespace("sc").await, unique("ghost"));
+    let web = pod(&client, &ns, "web").await;
+    let name = format!("{ghost}.{}", web.uid().unwrap());
+    object_sync(&client, &ns, &name, spec("v1", "Pod", "web"), "1").await;
+    let env = start(1).await;
+    let syncs = Api::<ObjectSync>::namespaced(env.client.clone(), &ns);
+    let mut gone = false;
+    for _ in 0..50 {
+        if !exists(&syncs, &name).await {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gone, "record of a node that does not exist was deleted");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        env.edge
+            .matching(|m| m.route.resource.starts_with(&format!("node/{ghost}/")))
+            .is_empty()
+    );
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_non_numeric_acknowledged_version_never_stops_the_loop() {
+    let env = start(1).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&env.client, &e1).await;
+    let a = pod(&env.client, &ns, "a").await;
+    let b = pod(&env.client, &ns, "b").await;
+    object_sync(
+        &env.client,
+        &ns,
+        &format!("{e1}.{}", a.uid().unwrap()),
+        spec("v1", "Pod", "a"),
+        "abc",
+    )
+    .await;
+    object_sync(
+        &env.client,
+        &ns,
+        &format!("{e1}.{}", b.uid().unwrap()),
+        spec("v1", "Pod", "b"),
+        "1",
+    )
+    .await;
+    let updates = env
+        .edge
+        .wait_count(3, WAIT, is(format!("node/{e1}/{ns}/pod/b"), "update"))
+        .await;
+    assert!(updates.len() >= 3, "other records keep being reconciled");
+    assert!(
+        !env.edge
+            .matching(is(format!("node/{e1}/{ns}/pod/a"), "update"))
+            .is_empty(),
+        "unknown version: resend"
+    );
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn device_records_are_resent_as_devicecontroller() {
+    let env = start(1).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&env.client, &e1).await;
+    let device: Device = serde_json::from_value(
+        json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+        "metadata": {"name": "d1"}, "spec": {"nodeName": e1, "deviceModelRef": {"name": "m1"}}}),
+    )
+    .unwrap();
+    let d = Api::<Device>::namespaced(env.client.clone(), &ns)
+        .create(&PostParams::default(), &device)
+        .await
+        .unwrap();
+    object_sync(
+        &env.client,
+        &ns,
+        &format!("{e1}.{}", d.uid().unwrap()),
+        spec("devices.kubeedge.io/v1beta1", "Device", "d1"),
+        "1",
+    )
+    .await;
+    let m = env
+        .edge
+        .wait_for(WAIT, is(format!("node/{e1}/{ns}/device/d1"), "update"))
+        .await
+        .expect("device update");
+    assert_eq!(m.route.source, "devicecontroller", "W15");
+    assert_eq!(body(&m)["apiVersion"], "devices.kubeedge.io/v1beta1");
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_cluster_scoped_object_recorded_under_a_namespace_is_found_by_name() {
+    let env = start(1).await;
+    let e1 = unique("e1");
+    node(&env.client, &e1).await;
+    let va: VolumeAttachment = serde_json::from_value(json!({"metadata": {"name": unique("va")},
+        "spec": {"attacher": "csi.example.com", "nodeName": e1, "source": {"persistentVolumeName": "pv"}}}))
+    .unwrap();
+    let va = Api::<VolumeAttachment>::all(env.client.clone())
+        .create(&PostParams::default(), &va)
+        .await
+        .unwrap();
+    let va_name = va.name_any();
+    object_sync(
+        &env.client,
+        "default",
+        &format!("{e1}.{}", va.uid().unwrap()),
+        spec("storage.k8s.io/v1", "VolumeAttachment", &va_name),
+        "1",
+    )
+    .await;
+    let resource = format!("node/{e1}/default/volumeattachment/{va_name}");
+    let m = env
+        .edge
+        .wait_for(WAIT, is(resource.clone(), "update"))
+        .await
+        .expect("update, not delete (W19)");
+    assert_eq!(body(&m)["kind"], "VolumeAttachment");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(env.edge.matching(is(resource, "delete")).is_empty());
+    env.bus.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn object_changes_are_reconciled_at_once_without_waiting_for_a_pass() {
+    let env = start(3600).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&env.client, &e1).await;
+    let web = pod(&env.client, &ns, "web").await;
+    let rv = web.resource_version().unwrap();
+    object_sync(
+        &env.client,
+        &ns,
+        &format!("{e1}.{}", web.uid().unwrap()),
+        spec("v1", "Pod", "web"),
+        &rv,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let labels: BTreeMap<&str, &str> = [("v", "2")].into();
+    let changed = Api::<Pod>::namespaced(env.client.clone(), &ns)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .unwrap();
+    let m = env
+        .edge
+        .wait_for(
+            Duration::from_secs(5),
+            is(format!("node/{e1}/{ns}/pod/web"), "update"),
+        )
+        .await
+        .expect("event-driven update (W22)");
+    assert_eq!(
+        m.header.resource_version,
+        changed.resource_version().unwrap()
+    );
+    env.bus.shutdown().await;
+}

@@ -1,0 +1,414 @@
+//! The cloudcore configuration file: KubeEdge's `CloudCore` (`cloudcore.config.kubeedge.io`)
+//! with the same keys and defaults, loaded strictly.
+//!
+//! Every module crate owns its `modules.<name>` section; this file composes them. Loading
+//! rejects unknown keys and invalid values with the path of the offending field, e.g.
+//! `modules.cloudHub.websocket.port: invalid type: string "x", expected u32`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// The API versions accepted in `apiVersion` (KubeEdge writes `v1alpha2`; `v1alpha1` files are
+/// still common).
+pub const API_VERSIONS: [&str; 2] = ["cloudcore.config.kubeedge.io/v1alpha2", "cloudcore.config.kubeedge.io/v1alpha1"];
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Keys that cloudcore does not know (listed by path).
+    #[error("unknown field{}: {}", if .0.len() == 1 { "" } else { "s" }, .0.join(", "))]
+    UnknownFields(Vec<String>),
+    /// A value of the wrong type or shape, or one that fails validation.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// Path of the field (`modules.cloudHub.nodeLimit`), or empty for the whole file.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// `kubeAPIConfig`: how to reach the Kubernetes API server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct KubeApiConfig {
+    /// API server URL; overrides the kubeconfig's server when set.
+    pub master: String,
+    /// Content type of requests (KubeEdge default protobuf; this client always speaks JSON).
+    pub content_type: String,
+    /// Client QPS (KubeEdge forces 5 × `nodeLimit` at start).
+    pub qps: f32,
+    /// Client burst (KubeEdge forces 10 × `nodeLimit` at start).
+    pub burst: i32,
+    /// Path of the kubeconfig; empty = in-cluster configuration or `$KUBECONFIG`.
+    pub kube_config: String,
+}
+
+impl Default for KubeApiConfig {
+    fn default() -> Self {
+        KubeApiConfig {
+            master: String::new(),
+            content_type: "application/vnd.kubernetes.protobuf".into(),
+            qps: 100.0,
+            burst: 200,
+            kube_config: "/root/.kube/config".into(),
+        }
+    }
+}
+
+/// `commonConfig.monitorServer`: where `/metrics`, `/healthz` and `/readyz` are served.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct MonitorServer {
+    /// `host:port` (default `127.0.0.1:9091`).
+    pub bind_address: String,
+    /// Accepted for compatibility; no profiler is served.
+    pub enable_profiling: bool,
+}
+
+impl Default for MonitorServer {
+    fn default() -> Self {
+        MonitorServer {
+            bind_address: "127.0.0.1:9091".into(),
+            enable_profiling: false,
+        }
+    }
+}
+
+/// `commonConfig`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CommonConfig {
+    /// The kubelet port advertised for edge nodes (cloudstream's negotiated port replaces it).
+    pub tunnel_port: u32,
+    /// The operations server.
+    pub monitor_server: MonitorServer,
+}
+
+impl Default for CommonConfig {
+    fn default() -> Self {
+        CommonConfig {
+            tunnel_port: 10350,
+            monitor_server: MonitorServer::default(),
+        }
+    }
+}
+
+/// Leader election through a `coordination.k8s.io/v1` Lease (Rust addition: two replicas can
+/// run with one active). Field names follow Kubernetes' `LeaderElectionConfiguration`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LeaderElectionConfig {
+    /// Run only while holding the Lease (default false: always active).
+    pub leader_elect: bool,
+    /// Seconds a Lease is valid after its last renewal (default 15).
+    pub lease_duration: u32,
+    /// Seconds within which the holder must renew, or it steps down (default 10).
+    pub renew_deadline: u32,
+    /// Seconds between attempts (default 2).
+    pub retry_period: u32,
+    /// Lease name (default `cloudcore`).
+    pub resource_name: String,
+    /// Lease namespace (default `kubeedge`).
+    pub resource_namespace: String,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        LeaderElectionConfig {
+            leader_elect: false,
+            lease_duration: 15,
+            renew_deadline: 10,
+            retry_period: 2,
+            resource_name: "cloudcore".into(),
+            resource_namespace: "kubeedge".into(),
+        }
+    }
+}
+
+/// A KubeEdge module this cloudcore does not implement. Its section is accepted with any keys
+/// so existing files load, but enabling it is an error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnsupportedModule {
+    /// Must stay `false`.
+    #[serde(default)]
+    pub enable: bool,
+    /// The module's other keys, kept as written.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_yaml::Value>,
+}
+
+/// `modules`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Modules {
+    /// The hub edge nodes connect to.
+    pub cloud_hub: cloudhub::CloudHubConfig,
+    /// Pods, nodes, configmaps, secrets.
+    pub edge_controller: edgecontroller::EdgeControllerConfig,
+    /// Devices.
+    pub device_controller: devicecontroller::DeviceControllerConfig,
+    /// ObjectSync reconciliation.
+    pub sync_controller: synccontroller::SyncControllerConfig,
+    /// `kubectl logs/exec/attach` tunnel.
+    pub cloud_stream: cloudstream::CloudStreamConfig,
+    /// DNAT of the kubelet port to the stream server.
+    pub iptables_manager: cloudstream::IptablesManagerConfig,
+    /// Not implemented.
+    pub router: UnsupportedModule,
+    /// Not implemented.
+    pub dynamic_controller: UnsupportedModule,
+    /// Not implemented.
+    pub task_manager: UnsupportedModule,
+    /// Not implemented.
+    pub node_upgrade_job_controller: UnsupportedModule,
+    /// Not implemented.
+    pub policy_controller: UnsupportedModule,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CloudCoreConfig {
+    /// `cloudcore.config.kubeedge.io/v1alpha2` (or `v1alpha1`).
+    pub api_version: String,
+    /// `CloudCore`.
+    pub kind: String,
+    /// The Kubernetes API server.
+    #[serde(rename = "kubeAPIConfig")]
+    pub kube_api_config: KubeApiConfig,
+    /// Settings shared by modules.
+    pub common_config: CommonConfig,
+    /// Feature gates (accepted; none changes behaviour here).
+    pub feature_gates: BTreeMap<String, bool>,
+    /// Leader election (Rust addition).
+    pub leader_election: LeaderElectionConfig,
+    /// One section per module.
+    pub modules: Modules,
+}
+
+impl Default for CloudCoreConfig {
+    fn default() -> Self {
+        let mut modules = Modules::default();
+        modules.cloud_hub.advertise_address = vec![default_advertise_address()];
+        CloudCoreConfig {
+            api_version: API_VERSIONS[0].into(),
+            kind: "CloudCore".into(),
+            kube_api_config: KubeApiConfig::default(),
+            common_config: CommonConfig::default(),
+            feature_gates: BTreeMap::new(),
+            leader_election: LeaderElectionConfig::default(),
+            modules,
+        }
+    }
+}
+
+/// The host's address as KubeEdge picks `advertiseAddress`: the first non-loopback IPv4 the
+/// hostname resolves to, else `127.0.0.1`.
+pub fn default_advertise_address() -> String {
+    use std::net::ToSocketAddrs;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    (host.trim(), 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.find(|a| a.is_ipv4() && !a.ip().is_loopback()))
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
+impl CloudCoreConfig {
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_yaml(&text)
+    }
+
+    /// Parses and validates YAML; rejects unknown keys and invalid values by path.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let mut unknown = Vec::new();
+        let de = serde_yaml::Deserializer::from_str(text);
+        let mut track = |path: serde_ignored::Path<'_>| unknown.push(path.to_string());
+        let tracked = serde_ignored::Deserializer::new(de, &mut track);
+        let config: CloudCoreConfig = serde_path_to_error::deserialize(tracked).map_err(|e| {
+            let field = e.path().to_string();
+            let field = if field == "." { String::new() } else { field };
+            // serde_yaml already prefixes some messages with the path; say it once.
+            let message = e.into_inner().to_string();
+            let message = message.strip_prefix(&format!("{field}: ")).unwrap_or(&message).to_owned();
+            invalid(&field, message)
+        })?;
+        if !unknown.is_empty() {
+            return Err(ConfigError::UnknownFields(unknown));
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The values KubeEdge refuses, and the ones this cloudcore cannot honour.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.api_version.is_empty() && !API_VERSIONS.contains(&self.api_version.as_str()) {
+            return Err(invalid("apiVersion", format!("must be one of {API_VERSIONS:?}")));
+        }
+        if !self.kind.is_empty() && self.kind != "CloudCore" {
+            return Err(invalid("kind", "must be CloudCore"));
+        }
+        let m = &self.modules;
+        if m.cloud_hub.enable {
+            m.cloud_hub
+                .validate()
+                .map_err(|e| invalid("modules.cloudHub", e))?;
+        }
+        if m.cloud_hub.node_limit == 0 {
+            return Err(invalid("modules.cloudHub.nodeLimit", "must be > 0"));
+        }
+        for (field, port) in [
+            ("modules.cloudHub.websocket.port", u64::from(m.cloud_hub.websocket.port)),
+            ("modules.cloudHub.https.port", u64::from(m.cloud_hub.https.port)),
+            ("modules.cloudStream.tunnelPort", u64::from(m.cloud_stream.tunnel_port)),
+            ("modules.cloudStream.streamPort", u64::from(m.cloud_stream.stream_port)),
+        ] {
+            if port > u64::from(u16::MAX) {
+                return Err(invalid(field, format!("{port} is not a TCP port")));
+            }
+        }
+        if m.cloud_stream.enable && m.cloud_stream.tunnel_port == m.cloud_stream.stream_port {
+            return Err(invalid("modules.cloudStream.streamPort", "must differ from tunnelPort"));
+        }
+        if self.common_config.monitor_server.bind_address.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "commonConfig.monitorServer.bindAddress",
+                format!("{:?} is not host:port", self.common_config.monitor_server.bind_address),
+            ));
+        }
+        if self.kube_api_config.qps <= 0.0 {
+            return Err(invalid("kubeAPIConfig.qps", "must be > 0"));
+        }
+        let le = &self.leader_election;
+        if le.leader_elect && !(le.retry_period < le.renew_deadline && le.renew_deadline < le.lease_duration) {
+            return Err(invalid(
+                "leaderElection",
+                "needs retryPeriod < renewDeadline < leaseDuration",
+            ));
+        }
+        for (field, module) in [
+            ("modules.router.enable", &m.router),
+            ("modules.dynamicController.enable", &m.dynamic_controller),
+            ("modules.taskManager.enable", &m.task_manager),
+            ("modules.nodeUpgradeJobController.enable", &m.node_upgrade_job_controller),
+            ("modules.policyController.enable", &m.policy_controller),
+        ] {
+            if module.enable {
+                return Err(invalid(field, "this module is not available in this cloudcore"));
+            }
+        }
+        Ok(())
+    }
+
+    /// True when a module that needs Kubernetes is enabled.
+    pub fn needs_kubernetes(&self) -> bool {
+        let m = &self.modules;
+        m.edge_controller.enable || m.device_controller.enable || m.sync_controller.enable
+    }
+
+    /// The full default configuration as YAML (`--defaultconfig`).
+    pub fn default_yaml() -> String {
+        serde_yaml::to_string(&CloudCoreConfig::default()).unwrap_or_default()
+    }
+
+    /// A minimal configuration as YAML (`--minconfig`): what an operator usually sets.
+    pub fn min_yaml() -> String {
+        format!(
+            "apiVersion: {}\nkind: CloudCore\nkubeAPIConfig:\n  kubeConfig: /root/.kube/config\nmodules:\n  cloudHub:\n    advertiseAddress:\n    - {}\n    nodeLimit: 1000\n  cloudStream:\n    enable: false\n",
+            API_VERSIONS[0],
+            default_advertise_address()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_config_round_trips_and_validates() {
+        let text = CloudCoreConfig::default_yaml();
+        let parsed = CloudCoreConfig::from_yaml(&text).unwrap();
+        assert_eq!(parsed, CloudCoreConfig::default());
+        assert!(text.contains("kubeAPIConfig:"));
+        for key in ["cloudHub:", "edgeController:", "cloudStream:", "syncController:", "deviceController:"] {
+            assert!(text.contains(key), "{key} missing from the default config");
+        }
+    }
+
+    #[test]
+    fn the_min_config_loads() {
+        let c = CloudCoreConfig::from_yaml(&CloudCoreConfig::min_yaml()).unwrap();
+        assert_eq!(c.modules.cloud_hub.node_limit, 1000);
+        assert_eq!(c.modules.cloud_hub.keepalive_interval, 30, "defaults fill the rest");
+    }
+
+    #[test]
+    fn defaults_equal_kubeedge_defaults() {
+        let c = CloudCoreConfig::default();
+        assert_eq!(c.modules.cloud_hub.websocket.port, 10000);
+        assert_eq!(c.modules.cloud_hub.https.port, 10002);
+        assert_eq!(c.modules.cloud_hub.node_limit, 500);
+        assert_eq!(c.modules.cloud_stream.tunnel_port, 10004);
+        assert_eq!(c.modules.cloud_stream.stream_port, 10003);
+        assert!(!c.modules.cloud_stream.enable);
+        assert!(c.modules.edge_controller.enable && c.modules.sync_controller.enable);
+        assert_eq!(c.common_config.monitor_server.bind_address, "127.0.0.1:9091");
+        assert_eq!(c.common_config.tunnel_port, 10350);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_by_path() {
+        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    nodeLimt: 3\n").unwrap_err();
+        assert_eq!(err.to_string(), "unknown field: modules.cloudHub.nodeLimt");
+        let err = CloudCoreConfig::from_yaml("colour: blue\nmodules: {cloudHub: {advertiseAddress: [1.2.3.4]}}\n").unwrap_err();
+        assert_eq!(err.to_string(), "unknown field: colour");
+    }
+
+    #[test]
+    fn invalid_values_name_the_field() {
+        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    websocket:\n      port: many\n").unwrap_err();
+        assert!(err.to_string().starts_with("modules.cloudHub.websocket.port: "), "{err}");
+        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    advertiseAddress: []\n").unwrap_err();
+        assert!(err.to_string().starts_with("modules.cloudHub: advertiseAddress"), "{err}");
+        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    websocket: {port: 70000}\n").unwrap_err();
+        assert!(err.to_string().starts_with("modules.cloudHub.websocket.port: invalid value: integer `70000`"), "{err}");
+        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  cloudStream: {tunnelPort: 70000}\n").unwrap_err();
+        assert_eq!(err.to_string(), "modules.cloudStream.tunnelPort: 70000 is not a TCP port");
+        let err = CloudCoreConfig::from_yaml("apiVersion: v1\n").unwrap_err();
+        assert!(err.to_string().starts_with("apiVersion: "), "{err}");
+    }
+
+    #[test]
+    fn unsupported_modules_load_disabled_but_cannot_be_enabled() {
+        let ok = "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: false, address: 0.0.0.0, port: 9443}\n";
+        assert!(CloudCoreConfig::from_yaml(ok).is_ok());
+        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: true}\n").unwrap_err();
+        assert_eq!(err.to_string(), "modules.router.enable: this module is not available in this cloudcore");
+    }
+}

@@ -53,7 +53,9 @@ async fn main() -> anyhow::Result<()> {
     let (synced, metrics) = (ec.synced(), ec.metrics());
     bus.register(ec)?;
     bus.start()?;
-    tokio::time::timeout(Duration::from_secs(60), synced.wait()).await.context("sync")?;
+    tokio::time::timeout(Duration::from_secs(60), synced.wait())
+        .await
+        .context("sync")?;
     // Drain the start-up node updates so only answers remain.
     while hub.try_recv().is_some() {}
 
@@ -65,18 +67,26 @@ async fn main() -> anyhow::Result<()> {
         let mut ids = std::collections::HashSet::new();
         for name in &names {
             let mut m = Message::new()
-                .with_route("edged", "meta", format!("node/{name}/null/nodepatch/{name}"), "patch")
+                .with_route(
+                    "edged",
+                    "meta",
+                    format!("node/{name}/null/nodepatch/{name}"),
+                    "patch",
+                )
                 .with_content(Content::string(&body));
             m.header.sync = true;
             ids.insert(m.header.id.clone());
             injector.send_to_group("edgecontroller", m).await?;
         }
         while !ids.is_empty() {
-            let m = tokio::time::timeout(Duration::from_secs(60), hub.recv()).await.context("answers stopped")??;
+            let m = tokio::time::timeout(Duration::from_secs(60), hub.recv())
+                .await
+                .context("answers stopped")??;
             if !ids.remove(&m.header.parent_id) {
                 continue; // a downstream node update caused by the write
             }
-            let ok = serde_json::from_str::<serde_json::Value>(m.content.as_json())?["Err"].is_null();
+            let ok =
+                serde_json::from_str::<serde_json::Value>(m.content.as_json())?["Err"].is_null();
             if ok { written += 1 } else { failed += 1 }
         }
     }
@@ -92,7 +102,11 @@ async fn main() -> anyhow::Result<()> {
         let results: Vec<bool> = futures::stream::iter(names.iter())
             .map(|name| {
                 let (api, p) = (api.clone(), p.clone());
-                async move { api.patch_status(name, &PatchParams::default(), &Patch::Strategic(p)).await.is_ok() }
+                async move {
+                    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(p))
+                        .await
+                        .is_ok()
+                }
             })
             .buffer_unordered(workers)
             .collect()
@@ -102,11 +116,20 @@ async fn main() -> anyhow::Result<()> {
     let direct_rate = direct_ok as f64 / started.elapsed().as_secs_f64();
 
     println!("nodes {nodes}, rounds {rounds}, patchNodeWorkers {workers}");
-    println!("edgecontroller: {written} statuses written, {failed} failed in {:.2} s = {controller_rate:.0} statuses/s", elapsed.as_secs_f64());
+    println!(
+        "edgecontroller: {written} statuses written, {failed} failed in {:.2} s = {controller_rate:.0} statuses/s",
+        elapsed.as_secs_f64()
+    );
     println!("direct client:  {direct_ok} statuses written = {direct_rate:.0} statuses/s");
-    println!("ratio edgecontroller/direct: {:.2}", controller_rate / direct_rate);
+    println!(
+        "ratio edgecontroller/direct: {:.2}",
+        controller_rate / direct_rate
+    );
     if let Some(q) = q {
-        println!("patchNode queue: handled {} failed {} rejected {}", q.handled, q.failed, q.rejected);
+        println!(
+            "patchNode queue: handled {} failed {} rejected {}",
+            q.handled, q.failed, q.rejected
+        );
     }
     if failed > 0 {
         bail!("{failed} writes failed");

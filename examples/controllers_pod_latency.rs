@@ -27,16 +27,28 @@ fn ms(d: Duration) -> f64 {
 
 #[actix_rt::main]
 async fn main() -> anyhow::Result<()> {
-    let count: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(200);
+    let count: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(200);
     let client = k8s_testenv::client().await;
     let ns = k8s_testenv::namespace("latency").await;
     let node = format!("edge-latency-{}", &beehive::new_id()[..6]);
-    let n: Node = serde_json::from_value(json!({"metadata": {"name": node, "labels": {"node-role.kubernetes.io/edge": ""}}}))?;
-    Api::<Node>::all(client.clone()).create(&PostParams::default(), &n).await?;
+    let n: Node = serde_json::from_value(
+        json!({"metadata": {"name": node, "labels": {"node-role.kubernetes.io/edge": ""}}}),
+    )?;
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &n)
+        .await?;
 
     let bus = Bus::new();
     let mut hub = bus.register_inbox("cloudhub", "cloudhub", 1 << 16)?;
-    let ec = EdgeController::new(EdgeControllerConfig::default(), bus.endpoint("edgecontroller"), client.clone());
+    let ec = EdgeController::new(
+        EdgeControllerConfig::default(),
+        bus.endpoint("edgecontroller"),
+        client.clone(),
+    );
     let synced = ec.synced();
     bus.register(ec)?;
     bus.start()?;
@@ -94,9 +106,21 @@ async fn main() -> anyhow::Result<()> {
         percentile(&baseline, 0.99),
     );
     println!("pods: {count}");
-    println!("create -> cloudhub inbox (edgecontroller): p50 {:.2} ms  p99 {:.2} ms", ms(c50), ms(c99));
-    println!("create -> bare watch event (baseline):     p50 {:.2} ms  p99 {:.2} ms", ms(b50), ms(b99));
-    println!("ratio controller/baseline:                 p50 {:.2}x   p99 {:.2}x", ms(c50) / ms(b50), ms(c99) / ms(b99));
+    println!(
+        "create -> cloudhub inbox (edgecontroller): p50 {:.2} ms  p99 {:.2} ms",
+        ms(c50),
+        ms(c99)
+    );
+    println!(
+        "create -> bare watch event (baseline):     p50 {:.2} ms  p99 {:.2} ms",
+        ms(b50),
+        ms(b99)
+    );
+    println!(
+        "ratio controller/baseline:                 p50 {:.2}x   p99 {:.2}x",
+        ms(c50) / ms(b50),
+        ms(c99) / ms(b99)
+    );
     bus.shutdown().await;
     Ok(())
 }

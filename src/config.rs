@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 
 /// The API versions accepted in `apiVersion` (KubeEdge writes `v1alpha2`; `v1alpha1` files are
 /// still common).
-pub const API_VERSIONS: [&str; 2] = ["cloudcore.config.kubeedge.io/v1alpha2", "cloudcore.config.kubeedge.io/v1alpha1"];
+pub const API_VERSIONS: [&str; 2] = [
+    "cloudcore.config.kubeedge.io/v1alpha2",
+    "cloudcore.config.kubeedge.io/v1alpha1",
+];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -255,7 +258,10 @@ impl CloudCoreConfig {
             let field = if field == "." { String::new() } else { field };
             // serde_yaml already prefixes some messages with the path; say it once.
             let message = e.into_inner().to_string();
-            let message = message.strip_prefix(&format!("{field}: ")).unwrap_or(&message).to_owned();
+            let message = message
+                .strip_prefix(&format!("{field}: "))
+                .unwrap_or(&message)
+                .to_owned();
             invalid(&field, message)
         })?;
         if !unknown.is_empty() {
@@ -268,7 +274,10 @@ impl CloudCoreConfig {
     /// The values KubeEdge refuses, and the ones this cloudcore cannot honour.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.api_version.is_empty() && !API_VERSIONS.contains(&self.api_version.as_str()) {
-            return Err(invalid("apiVersion", format!("must be one of {API_VERSIONS:?}")));
+            return Err(invalid(
+                "apiVersion",
+                format!("must be one of {API_VERSIONS:?}"),
+            ));
         }
         if !self.kind.is_empty() && self.kind != "CloudCore" {
             return Err(invalid("kind", "must be CloudCore"));
@@ -283,29 +292,55 @@ impl CloudCoreConfig {
             return Err(invalid("modules.cloudHub.nodeLimit", "must be > 0"));
         }
         for (field, port) in [
-            ("modules.cloudHub.websocket.port", u64::from(m.cloud_hub.websocket.port)),
-            ("modules.cloudHub.https.port", u64::from(m.cloud_hub.https.port)),
-            ("modules.cloudStream.tunnelPort", u64::from(m.cloud_stream.tunnel_port)),
-            ("modules.cloudStream.streamPort", u64::from(m.cloud_stream.stream_port)),
+            (
+                "modules.cloudHub.websocket.port",
+                u64::from(m.cloud_hub.websocket.port),
+            ),
+            (
+                "modules.cloudHub.https.port",
+                u64::from(m.cloud_hub.https.port),
+            ),
+            (
+                "modules.cloudStream.tunnelPort",
+                u64::from(m.cloud_stream.tunnel_port),
+            ),
+            (
+                "modules.cloudStream.streamPort",
+                u64::from(m.cloud_stream.stream_port),
+            ),
         ] {
             if port > u64::from(u16::MAX) {
                 return Err(invalid(field, format!("{port} is not a TCP port")));
             }
         }
         if m.cloud_stream.enable && m.cloud_stream.tunnel_port == m.cloud_stream.stream_port {
-            return Err(invalid("modules.cloudStream.streamPort", "must differ from tunnelPort"));
+            return Err(invalid(
+                "modules.cloudStream.streamPort",
+                "must differ from tunnelPort",
+            ));
         }
-        if self.common_config.monitor_server.bind_address.parse::<std::net::SocketAddr>().is_err() {
+        if self
+            .common_config
+            .monitor_server
+            .bind_address
+            .parse::<std::net::SocketAddr>()
+            .is_err()
+        {
             return Err(invalid(
                 "commonConfig.monitorServer.bindAddress",
-                format!("{:?} is not host:port", self.common_config.monitor_server.bind_address),
+                format!(
+                    "{:?} is not host:port",
+                    self.common_config.monitor_server.bind_address
+                ),
             ));
         }
         if self.kube_api_config.qps <= 0.0 {
             return Err(invalid("kubeAPIConfig.qps", "must be > 0"));
         }
         let le = &self.leader_election;
-        if le.leader_elect && !(le.retry_period < le.renew_deadline && le.renew_deadline < le.lease_duration) {
+        if le.leader_elect
+            && !(le.retry_period < le.renew_deadline && le.renew_deadline < le.lease_duration)
+        {
             return Err(invalid(
                 "leaderElection",
                 "needs retryPeriod < renewDeadline < leaseDuration",
@@ -315,11 +350,17 @@ impl CloudCoreConfig {
             ("modules.router.enable", &m.router),
             ("modules.dynamicController.enable", &m.dynamic_controller),
             ("modules.taskManager.enable", &m.task_manager),
-            ("modules.nodeUpgradeJobController.enable", &m.node_upgrade_job_controller),
+            (
+                "modules.nodeUpgradeJobController.enable",
+                &m.node_upgrade_job_controller,
+            ),
             ("modules.policyController.enable", &m.policy_controller),
         ] {
             if module.enable {
-                return Err(invalid(field, "this module is not available in this cloudcore"));
+                return Err(invalid(
+                    field,
+                    "this module is not available in this cloudcore",
+                ));
             }
         }
         Ok(())
@@ -356,7 +397,13 @@ mod tests {
         let parsed = CloudCoreConfig::from_yaml(&text).unwrap();
         assert_eq!(parsed, CloudCoreConfig::default());
         assert!(text.contains("kubeAPIConfig:"));
-        for key in ["cloudHub:", "edgeController:", "cloudStream:", "syncController:", "deviceController:"] {
+        for key in [
+            "cloudHub:",
+            "edgeController:",
+            "cloudStream:",
+            "syncController:",
+            "deviceController:",
+        ] {
             assert!(text.contains(key), "{key} missing from the default config");
         }
     }
@@ -365,7 +412,10 @@ mod tests {
     fn the_min_config_loads() {
         let c = CloudCoreConfig::from_yaml(&CloudCoreConfig::min_yaml()).unwrap();
         assert_eq!(c.modules.cloud_hub.node_limit, 1000);
-        assert_eq!(c.modules.cloud_hub.keepalive_interval, 30, "defaults fill the rest");
+        assert_eq!(
+            c.modules.cloud_hub.keepalive_interval, 30,
+            "defaults fill the rest"
+        );
     }
 
     #[test]
@@ -378,28 +428,55 @@ mod tests {
         assert_eq!(c.modules.cloud_stream.stream_port, 10003);
         assert!(!c.modules.cloud_stream.enable);
         assert!(c.modules.edge_controller.enable && c.modules.sync_controller.enable);
-        assert_eq!(c.common_config.monitor_server.bind_address, "127.0.0.1:9091");
+        assert_eq!(
+            c.common_config.monitor_server.bind_address,
+            "127.0.0.1:9091"
+        );
         assert_eq!(c.common_config.tunnel_port, 10350);
     }
 
     #[test]
     fn unknown_fields_are_rejected_by_path() {
-        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    nodeLimt: 3\n").unwrap_err();
+        let err = CloudCoreConfig::from_yaml(
+            "modules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    nodeLimt: 3\n",
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "unknown field: modules.cloudHub.nodeLimt");
-        let err = CloudCoreConfig::from_yaml("colour: blue\nmodules: {cloudHub: {advertiseAddress: [1.2.3.4]}}\n").unwrap_err();
+        let err = CloudCoreConfig::from_yaml(
+            "colour: blue\nmodules: {cloudHub: {advertiseAddress: [1.2.3.4]}}\n",
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "unknown field: colour");
     }
 
     #[test]
     fn invalid_values_name_the_field() {
-        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    websocket:\n      port: many\n").unwrap_err();
-        assert!(err.to_string().starts_with("modules.cloudHub.websocket.port: "), "{err}");
-        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    advertiseAddress: []\n").unwrap_err();
-        assert!(err.to_string().starts_with("modules.cloudHub: advertiseAddress"), "{err}");
+        let err =
+            CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    websocket:\n      port: many\n")
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("modules.cloudHub.websocket.port: "),
+            "{err}"
+        );
+        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    advertiseAddress: []\n")
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("modules.cloudHub: advertiseAddress"),
+            "{err}"
+        );
         let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    websocket: {port: 70000}\n").unwrap_err();
-        assert!(err.to_string().starts_with("modules.cloudHub.websocket.port: invalid value: integer `70000`"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("modules.cloudHub.websocket.port: invalid value: integer `70000`"),
+            "{err}"
+        );
         let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  cloudStream: {tunnelPort: 70000}\n").unwrap_err();
-        assert_eq!(err.to_string(), "modules.cloudStream.tunnelPort: 70000 is not a TCP port");
+        assert_eq!(
+            err.to_string(),
+            "modules.cloudStream.tunnelPort: 70000 is not a TCP port"
+        );
         let err = CloudCoreConfig::from_yaml("apiVersion: v1\n").unwrap_err();
         assert!(err.to_string().starts_with("apiVersion: "), "{err}");
     }
@@ -408,7 +485,13 @@ mod tests {
     fn unsupported_modules_load_disabled_but_cannot_be_enabled() {
         let ok = "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: false, address: 0.0.0.0, port: 9443}\n";
         assert!(CloudCoreConfig::from_yaml(ok).is_ok());
-        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: true}\n").unwrap_err();
-        assert_eq!(err.to_string(), "modules.router.enable: this module is not available in this cloudcore");
+        let err = CloudCoreConfig::from_yaml(
+            "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: true}\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "modules.router.enable: this module is not available in this cloudcore"
+        );
     }
 }

@@ -37,7 +37,11 @@ pub enum Attempt {
 
 impl LeaderElector {
     /// An elector for the configured Lease.
-    pub fn new(client: kube::Client, config: &LeaderElectionConfig, identity: impl Into<String>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        config: &LeaderElectionConfig,
+        identity: impl Into<String>,
+    ) -> Self {
         LeaderElector {
             api: Api::namespaced(client, &config.resource_namespace),
             name: config.resource_name.clone(),
@@ -72,16 +76,28 @@ impl LeaderElector {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
-        let renewed = spec.renew_time.as_ref().map(|t| t.0).unwrap_or(Timestamp::UNIX_EPOCH);
+        let renewed = spec
+            .renew_time
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or(Timestamp::UNIX_EPOCH);
         let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
         let expired = now.duration_since(renewed).unsigned_abs() > duration || holder.is_empty();
         if holder != self.identity && !expired {
             return Ok(Attempt::Following(holder));
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(holder != self.identity);
-        let acquired = if holder == self.identity { spec.acquire_time.map(|t| t.0) } else { None };
+        let acquired = if holder == self.identity {
+            spec.acquire_time.map(|t| t.0)
+        } else {
+            None
+        };
         lease.spec = Some(self.spec(now, acquired, transitions));
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(Attempt::Leading),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Following(holder)),
             Err(e) => Err(e),

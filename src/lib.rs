@@ -8,8 +8,10 @@
 //! kubectl ⇄ apiserver ⇄ cloudstream ⇄ edge
 //! ```
 
+pub mod app;
 pub mod config;
 pub mod leader;
+pub mod metrics;
 pub mod ops;
 
 #[doc(inline)]

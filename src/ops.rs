@@ -63,7 +63,10 @@ impl Exposition {
                 if i > 0 {
                     self.text.push(',');
                 }
-                let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                let v = v
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n");
                 let _ = write!(self.text, "{k}=\"{v}\"");
             }
             self.text.push('}');
@@ -92,7 +95,10 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// Adds a collector.
     pub fn register(&self, collector: impl Fn(&mut Exposition) + Send + Sync + 'static) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(collector));
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::new(collector));
     }
 
     /// Renders every collector.
@@ -106,12 +112,19 @@ impl Metrics {
 }
 
 /// Starts the operations server on the running actix system; returns the bound address.
-pub fn serve(bind: &str, readiness: Readiness, metrics: Metrics) -> std::io::Result<(SocketAddr, actix_web::dev::Server)> {
+pub fn serve(
+    bind: &str,
+    readiness: Readiness,
+    metrics: Metrics,
+) -> std::io::Result<(SocketAddr, actix_web::dev::Server)> {
     let server = HttpServer::new(move || {
         let readiness = readiness.clone();
         let metrics = metrics.clone();
         App::new()
-            .route("/healthz", web::get().to(|| async { HttpResponse::Ok().body("ok") }))
+            .route(
+                "/healthz",
+                web::get().to(|| async { HttpResponse::Ok().body("ok") }),
+            )
             .route(
                 "/readyz",
                 web::get().to(move || {
@@ -119,9 +132,13 @@ pub fn serve(bind: &str, readiness: Readiness, metrics: Metrics) -> std::io::Res
                     async move {
                         match phase {
                             Phase::Ready => HttpResponse::Ok().body("ok"),
-                            Phase::Standby => HttpResponse::ServiceUnavailable().body("standby: not the leader"),
+                            Phase::Standby => {
+                                HttpResponse::ServiceUnavailable().body("standby: not the leader")
+                            }
                             Phase::Starting => HttpResponse::ServiceUnavailable().body("starting"),
-                            Phase::ShuttingDown => HttpResponse::ServiceUnavailable().body("shutting down"),
+                            Phase::ShuttingDown => {
+                                HttpResponse::ServiceUnavailable().body("shutting down")
+                            }
                         }
                     }
                 }),
@@ -130,7 +147,11 @@ pub fn serve(bind: &str, readiness: Readiness, metrics: Metrics) -> std::io::Res
                 "/metrics",
                 web::get().to(move || {
                     let text = metrics.render();
-                    async move { HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(text) }
+                    async move {
+                        HttpResponse::Ok()
+                            .content_type("text/plain; version=0.0.4")
+                            .body(text)
+                    }
                 }),
             )
     })
@@ -138,6 +159,10 @@ pub fn serve(bind: &str, readiness: Readiness, metrics: Metrics) -> std::io::Res
     .disable_signals()
     .shutdown_timeout(1)
     .bind(bind)?;
-    let addr = server.addrs().first().copied().ok_or_else(|| std::io::Error::other("no address bound"))?;
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .ok_or_else(|| std::io::Error::other("no address bound"))?;
     Ok((addr, server.run()))
 }

@@ -23,16 +23,25 @@ async fn only_one_replica_leads_and_the_other_takes_over_when_it_stops_renewing(
     let b = LeaderElector::new(k8s_testenv::client().await, &config(&ns), "replica-b");
 
     assert_eq!(a.try_acquire().await.unwrap(), Attempt::Leading);
-    assert_eq!(b.try_acquire().await.unwrap(), Attempt::Following("replica-a".into()));
+    assert_eq!(
+        b.try_acquire().await.unwrap(),
+        Attempt::Following("replica-a".into())
+    );
     // a renews: b still follows.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(a.try_acquire().await.unwrap(), Attempt::Leading);
-    assert_eq!(b.try_acquire().await.unwrap(), Attempt::Following("replica-a".into()));
+    assert_eq!(
+        b.try_acquire().await.unwrap(),
+        Attempt::Following("replica-a".into())
+    );
 
     // a stops renewing (crashed); b takes over once the lease expires, and a notices.
     let took_over = tokio::time::timeout(Duration::from_secs(10), b.acquire()).await;
     assert!(took_over.is_ok(), "b became leader after the lease expired");
-    assert_eq!(a.try_acquire().await.unwrap(), Attempt::Following("replica-b".into()));
+    assert_eq!(
+        a.try_acquire().await.unwrap(),
+        Attempt::Following("replica-b".into())
+    );
     let lost = tokio::time::timeout(Duration::from_secs(5), a.hold()).await;
     assert!(lost.is_ok(), "hold() returns when leadership is gone");
 }

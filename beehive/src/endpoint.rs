@@ -221,7 +221,8 @@ impl Endpoint {
         message.header.sync = true;
         let id = message.header.id.clone();
         let (registration, mut slot) = self.shared.waiters.register_one(&id, self.stats.clone())?;
-        let deadline = Instant::now() + timeout;
+        let began = Instant::now();
+        let deadline = began + timeout;
         match tokio::time::timeout_at(deadline, mailbox.send(message)).await {
             Ok(Ok(())) => inc(&self.stats.sent),
             Ok(Err(e)) => return Err(e),
@@ -235,7 +236,15 @@ impl Endpoint {
             }
         }
         match tokio::time::timeout_at(deadline, &mut slot).await {
-            Ok(Ok(answer)) => answer,
+            Ok(Ok(Ok(answer))) => {
+                inc(&self.stats.sync_completed);
+                let waited = began.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+                self.stats
+                    .sync_micros_total
+                    .fetch_add(waited, Ordering::Relaxed);
+                Ok(answer)
+            }
+            Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(Error::Shutdown),
             Err(_) => match registration.expire_one(slot) {
                 Some(answer) => answer,

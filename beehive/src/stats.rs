@@ -13,6 +13,8 @@ pub(crate) struct ModuleStats {
     pub(crate) sync_timeouts: AtomicU64,
     pub(crate) late_responses: AtomicU64,
     pub(crate) restarts: AtomicU64,
+    pub(crate) sync_completed: AtomicU64,
+    pub(crate) sync_micros_total: AtomicU64,
 }
 
 pub(crate) fn inc(counter: &AtomicU64) {
@@ -34,6 +36,8 @@ impl ModuleStats {
             sync_timeouts: self.sync_timeouts.load(Ordering::Relaxed),
             late_responses: self.late_responses.load(Ordering::Relaxed),
             restarts: self.restarts.load(Ordering::Relaxed),
+            sync_completed: self.sync_completed.load(Ordering::Relaxed),
+            sync_micros_total: self.sync_micros_total.load(Ordering::Relaxed),
             depth,
             capacity,
         }
@@ -57,6 +61,11 @@ pub struct ModuleStatsSnapshot {
     pub late_responses: u64,
     /// Times the module was restarted after it stopped on its own.
     pub restarts: u64,
+    /// Sync requests of this module that got their answer.
+    pub sync_completed: u64,
+    /// Total time those answered requests waited, in microseconds (with `sync_completed`,
+    /// the mean sync latency).
+    pub sync_micros_total: u64,
     /// Messages waiting in the mailbox now (0 for an endpoint without a mailbox).
     pub depth: usize,
     /// Mailbox capacity (0 for an endpoint without a mailbox).

@@ -1,0 +1,399 @@
+//! Composition: the enabled modules of a [`CloudCoreConfig`] on one bus, their servers, the
+//! operations server, leader election and graceful shutdown.
+//!
+//! Modules are registered in KubeEdge's order (cloudhub, edgecontroller, devicecontroller,
+//! synccontroller, cloudstream); the bus starts them in that order and stops them in reverse,
+//! so controllers stop producing before cloudhub drains what they sent.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use beehive::Bus;
+use cloudhub::{CloudHub, HubHandle, KubeStore, MemoryStore, ObjectSyncStore};
+use cloudstream::{CloudStream, CloudStreamHandle, CloudStreamTls, TlsMaterial};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kubeedge_api::names;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivateSec1KeyDer};
+use tracing::{info, warn};
+
+use crate::config::{CloudCoreConfig, KubeApiConfig};
+use crate::leader::LeaderElector;
+use crate::metrics;
+use crate::ops::{Metrics, Phase, Readiness};
+
+/// Why cloudcore could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The Kubernetes client could not be configured.
+    #[error("kubernetes client: {0}")]
+    Kube(String),
+    /// A CRD the enabled modules need is not installed.
+    #[error(
+        "CRD {0} is not installed; apply manifests/crds first (kubectl apply -f manifests/crds)"
+    )]
+    MissingCrd(String),
+    /// cloudhub failed to start.
+    #[error("cloudhub: {0}")]
+    CloudHub(#[from] cloudhub::Error),
+    /// cloudstream failed to start.
+    #[error("cloudstream: {0}")]
+    CloudStream(#[from] cloudstream::Error),
+    /// cloudstream's TLS material is unusable.
+    #[error("cloudstream tls: {0}")]
+    CloudStreamTls(#[from] cloudstream::TlsError),
+    /// Tunnel port negotiation failed.
+    #[error("tunnel port negotiation: {0}")]
+    Negotiate(String),
+    /// The enabled modules do not fit together.
+    #[error("{0}")]
+    Composition(String),
+    /// The bus refused a module.
+    #[error("bus: {0}")]
+    Bus(#[from] beehive::Error),
+    /// The operations server could not bind.
+    #[error("monitor server: {0}")]
+    Ops(#[from] std::io::Error),
+}
+
+/// A Kubernetes client as `kubeAPIConfig` says: the kubeconfig file when it exists, else the
+/// in-cluster configuration or `$KUBECONFIG`; `master` overrides the server.
+pub async fn kube_client(config: &KubeApiConfig) -> Result<kube::Client, StartError> {
+    let err = |e: &dyn std::fmt::Display| StartError::Kube(e.to_string());
+    let path = std::path::Path::new(&config.kube_config);
+    let mut cfg = if !config.kube_config.is_empty() && path.exists() {
+        let kubeconfig = Kubeconfig::read_from(path).map_err(|e| err(&e))?;
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(&e))?
+    } else {
+        kube::Config::infer().await.map_err(|e| err(&e))?
+    };
+    if !config.master.is_empty() {
+        cfg.cluster_url = config.master.parse().map_err(|e| err(&e))?;
+    }
+    kube::Client::try_from(cfg).map_err(|e| err(&e))
+}
+
+async fn require_crds(client: &kube::Client, names: &[&str]) -> Result<(), StartError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in names {
+        match api.get_opt(name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(StartError::MissingCrd((*name).to_owned())),
+            Err(e) => return Err(StartError::Kube(format!("checking CRD {name}: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Where the servers of a running cloudcore listen.
+#[derive(Debug, Clone, Default)]
+pub struct Addresses {
+    /// cloudhub WebSocket.
+    pub websocket: Option<SocketAddr>,
+    /// cloudhub certificate server.
+    pub https: Option<SocketAddr>,
+    /// cloudstream tunnel.
+    pub tunnel: Option<SocketAddr>,
+    /// cloudstream stream server.
+    pub stream: Option<SocketAddr>,
+}
+
+/// The running modules of one cloudcore.
+#[derive(Debug)]
+pub struct CloudCore {
+    bus: Bus,
+    hub: Option<HubHandle>,
+    stream: Option<CloudStreamHandle>,
+    addresses: Addresses,
+}
+
+fn hub_tls(hub: &HubHandle) -> TlsMaterial {
+    let server = hub.server_cert();
+    TlsMaterial {
+        cert_chain: vec![CertificateDer::from(server.cert_der.clone())],
+        key: PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(server.key_der.clone())),
+        ca: vec![CertificateDer::from(hub.ca().cert_der().to_vec())],
+    }
+}
+
+impl CloudCore {
+    /// Builds, registers and starts every enabled module; needs a running actix system.
+    /// `kube` is required when a controller is enabled; cloudhub and cloudstream run without
+    /// it (acknowledgement records then live in memory).
+    pub async fn start(
+        config: &CloudCoreConfig,
+        kube: Option<kube::Client>,
+        metrics: &Metrics,
+    ) -> Result<Self, StartError> {
+        let m = &config.modules;
+        if config.needs_kubernetes() && kube.is_none() {
+            return Err(StartError::Kube(
+                "the enabled controllers need a Kubernetes API server".into(),
+            ));
+        }
+        if let Some(client) = &kube {
+            let mut crds = vec![
+                "objectsyncs.reliablesyncs.kubeedge.io",
+                "clusterobjectsyncs.reliablesyncs.kubeedge.io",
+            ];
+            if m.device_controller.enable {
+                crds.extend([
+                    "devices.devices.kubeedge.io",
+                    "devicemodels.devices.kubeedge.io",
+                    "devicestatuses.devices.kubeedge.io",
+                ]);
+            }
+            if m.cloud_hub.enable || m.sync_controller.enable {
+                require_crds(client, &crds).await?;
+            }
+        }
+        let bus = Bus::new();
+        let mut hub = None;
+        if m.cloud_hub.enable {
+            let store: Arc<dyn ObjectSyncStore> = match &kube {
+                Some(c) => Arc::new(KubeStore::new(c.clone())),
+                None => Arc::new(MemoryStore::new()),
+            };
+            let module = CloudHub::new(
+                m.cloud_hub.clone(),
+                bus.endpoint(names::CLOUDHUB),
+                kube.clone(),
+                store,
+            )
+            .await?;
+            hub = Some(module.handle());
+            bus.register(module)?;
+        }
+        if let Some(client) = kube.clone() {
+            let auth = &m.cloud_hub.authorization;
+            let impersonate = auth.enable && !auth.debug;
+            if m.edge_controller.enable {
+                let mut ec_config = m.edge_controller.clone();
+                let node_limit = m.cloud_hub.node_limit.min(i32::MAX as u32) as i32;
+                ec_config.adjust_for_node_limit(node_limit);
+                let mut ec = edgecontroller::EdgeController::new(
+                    ec_config,
+                    bus.endpoint(names::EDGECONTROLLER),
+                    client.clone(),
+                )
+                .with_node_limit(node_limit)
+                .with_impersonation(impersonate);
+                if let Some(ip) = m.cloud_hub.advertise_address.first() {
+                    ec = ec.with_cloudcore_ip(ip.clone());
+                }
+                metrics::edgecontroller(metrics, ec.metrics());
+                bus.register(ec)?;
+            }
+            if m.device_controller.enable {
+                let dc = devicecontroller::DeviceController::new(
+                    m.device_controller.clone(),
+                    bus.endpoint(names::DEVICECONTROLLER),
+                    client.clone(),
+                )
+                .with_impersonation(impersonate);
+                bus.register(dc)?;
+            }
+            if m.sync_controller.enable {
+                let sc = synccontroller::SyncController::new(
+                    m.sync_controller.clone(),
+                    bus.endpoint(names::SYNCCONTROLLER),
+                    client.clone(),
+                );
+                metrics::synccontroller(metrics, sc.metrics());
+                bus.register(sc)?;
+            }
+        }
+        let mut stream = None;
+        if m.cloud_stream.enable {
+            let hub_material = hub.as_ref().map(hub_tls).ok_or_else(|| {
+                StartError::Composition(
+                    "modules.cloudStream needs modules.cloudHub enabled: the tunnel uses its CA"
+                        .into(),
+                )
+            })?;
+            let tls = CloudStreamTls {
+                tunnel: CloudStreamTls::tunnel_from_config(&m.cloud_stream, hub_material)?,
+                stream: None,
+            };
+            let mut module = CloudStream::new(
+                m.cloud_stream.clone(),
+                bus.endpoint(names::CLOUDSTREAM),
+                kube.clone(),
+                tls,
+            )?;
+            let iptables = &m.iptables_manager;
+            let advertised = match (
+                &kube,
+                iptables.enable && m.iptables_manager.mode == cloudstream::IptablesMode::Internal,
+            ) {
+                (Some(client), true) => {
+                    let ip = m
+                        .cloud_hub
+                        .advertise_address
+                        .first()
+                        .cloned()
+                        .unwrap_or_default();
+                    let port = cloudstream::negotiate::negotiate_tunnel_port(client.clone(), &ip)
+                        .await
+                        .map_err(|e| StartError::Negotiate(e.to_string()))?;
+                    module = module.with_iptables(
+                        iptables.clone(),
+                        Arc::new(cloudstream::iptables::SystemRunner::new()),
+                    );
+                    port
+                }
+                // Without the DNAT, nodes report the stream port itself.
+                _ => module.handle().stream_addr().port(),
+            };
+            module = module.with_advertised_port(advertised);
+            stream = Some(module.handle());
+            bus.register(module)?;
+        }
+        metrics::bus(metrics, bus.endpoint("metrics"));
+        bus.start()?;
+        let mut addresses = Addresses::default();
+        if let Some(hub) = &hub {
+            let addrs = hub.start_servers()?;
+            addresses.websocket = addrs.websocket;
+            addresses.https = addrs.https;
+            metrics::cloudhub(metrics, hub.clone());
+        }
+        if let Some(s) = &stream {
+            addresses.tunnel = Some(s.tunnel_addr());
+            addresses.stream = Some(s.stream_addr());
+            metrics::cloudstream(metrics, s.clone());
+        }
+        info!(?addresses, "cloudcore started");
+        Ok(CloudCore {
+            bus,
+            hub,
+            stream,
+            addresses,
+        })
+    }
+
+    /// Where the servers listen.
+    pub fn addresses(&self) -> &Addresses {
+        &self.addresses
+    }
+
+    /// cloudhub, when enabled.
+    pub fn hub(&self) -> Option<&HubHandle> {
+        self.hub.as_ref()
+    }
+
+    /// cloudstream, when enabled.
+    pub fn stream(&self) -> Option<&CloudStreamHandle> {
+        self.stream.as_ref()
+    }
+
+    /// The bus the modules run on.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    /// Stops gracefully: controllers first, then cloudhub drains what they sent to the edges,
+    /// closes sessions and writes every acknowledgement record; cloudstream closes tunnels.
+    pub async fn shutdown(&self) {
+        self.bus.shutdown().await;
+        if let Some(hub) = &self.hub {
+            hub.shutdown().await;
+        }
+        if let Some(stream) = &self.stream {
+            stream.shutdown();
+            if tokio::time::timeout(Duration::from_secs(5), stream.stopped())
+                .await
+                .is_err()
+            {
+                warn!("cloudstream did not stop within 5 s");
+            }
+        }
+        info!("cloudcore stopped");
+    }
+}
+
+/// Runs a cloudcore until `stop` resolves (or leadership is lost): operations server first,
+/// then — as leader, when leader election is on — the modules.
+pub async fn run(
+    config: CloudCoreConfig,
+    stop: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    let readiness = Readiness::default();
+    let metrics = Metrics::default();
+    let (ops_addr, ops) = crate::ops::serve(
+        &config.common_config.monitor_server.bind_address,
+        readiness.clone(),
+        metrics.clone(),
+    )?;
+    let ops_handle = ops.handle();
+    actix_rt::spawn(ops);
+    info!(addr = %ops_addr, "monitor server listening");
+
+    let kube = if config.needs_kubernetes() || config.leader_election.leader_elect {
+        Some(kube_client(&config.kube_api_config).await?)
+    } else {
+        match kube_client(&config.kube_api_config).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                info!(reason = %e, "running without Kubernetes: acknowledgement records stay in memory");
+                None
+            }
+        }
+    };
+    tokio::pin!(stop);
+    let elector = match (&kube, config.leader_election.leader_elect) {
+        (Some(client), true) => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            let identity = format!("{}_{}", host.trim(), beehive::new_id());
+            let elector = LeaderElector::new(client.clone(), &config.leader_election, identity);
+            readiness.set(Phase::Standby);
+            tokio::select! {
+                _ = elector.acquire() => {}
+                _ = &mut stop => {
+                    ops_handle.stop(true).await;
+                    return Ok(());
+                }
+            }
+            Some(elector)
+        }
+        _ => None,
+    };
+    readiness.set(Phase::Starting);
+    let core = CloudCore::start(&config, kube, &metrics).await?;
+    readiness.set(Phase::Ready);
+    match &elector {
+        Some(elector) => tokio::select! {
+            _ = &mut stop => {}
+            _ = elector.hold() => warn!("leadership lost: stopping"),
+        },
+        None => stop.await,
+    }
+    readiness.set(Phase::ShuttingDown);
+    core.shutdown().await;
+    ops_handle.stop(true).await;
+    Ok(())
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+pub async fn signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => tokio::select! {
+            _ = term.recv() => info!(signal = "SIGTERM", "got os signal"),
+            _ = int.recv() => info!(signal = "SIGINT", "got os signal"),
+        },
+        _ => futures_pending().await,
+    }
+}
+
+async fn futures_pending() {
+    std::future::pending::<()>().await
+}

@@ -1,0 +1,462 @@
+//! The cloudcore binary as a process: it starts with the default configuration against the real
+//! API server and serves every port, refuses bad configuration files with the documented
+//! messages, runs the demo, and stops on SIGTERM within 5 s without losing an acknowledged
+//! message.
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use kubeedge_api::reliablesyncs::ObjectSync;
+
+fn binary() -> PathBuf {
+    // target/<profile>/deps/<test> → target/<profile>/examples/cloudcore (cargo test builds it).
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("examples/cloudcore");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo test` (which builds the examples)",
+        bin.display()
+    );
+    bin
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A running cloudcore process and where it listens; killed on drop.
+struct Cloudcore {
+    child: Child,
+    dir: tempdir::TempDir,
+    ports: Ports,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Ports {
+    websocket: u16,
+    https: u16,
+    tunnel: u16,
+    stream: u16,
+    monitor: u16,
+}
+
+mod tempdir {
+    use std::path::{Path, PathBuf};
+
+    /// A folder removed on drop.
+    pub(crate) struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub(crate) fn new(prefix: &str) -> Self {
+            let p = std::env::temp_dir().join(format!("{prefix}-{}", beehive::new_id()));
+            std::fs::create_dir_all(&p).expect("temp dir");
+            TempDir(p)
+        }
+        pub(crate) fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// The default configuration with free ports, a fresh certificate folder and the test API
+/// server's kubeconfig and stream certificates.
+fn config(dir: &Path, ports: Ports) -> String {
+    let env = k8s_testenv::env();
+    let pki = env.pki();
+    let mut c = cloudcore::config::CloudCoreConfig::default();
+    c.kube_api_config.kube_config = env.kubeconfig().display().to_string();
+    c.common_config.monitor_server.bind_address = format!("127.0.0.1:{}", ports.monitor);
+    let hub = &mut c.modules.cloud_hub;
+    hub.advertise_address = vec!["127.0.0.1".into()];
+    hub.websocket.address = "127.0.0.1".into();
+    hub.websocket.port = ports.websocket;
+    hub.https.address = "127.0.0.1".into();
+    hub.https.port = ports.https;
+    hub.tls_ca_file = dir.join("ca/rootCA.crt");
+    hub.tls_ca_key_file = dir.join("ca/rootCA.key");
+    hub.tls_cert_file = dir.join("certs/server.crt");
+    hub.tls_private_key_file = dir.join("certs/server.key");
+    let s = &mut c.modules.cloud_stream;
+    s.enable = true;
+    s.tunnel_port = u32::from(ports.tunnel);
+    s.stream_port = u32::from(ports.stream);
+    s.tls_tunnel_ca_file = dir.join("none").display().to_string();
+    s.tls_tunnel_cert_file = dir.join("none").display().to_string();
+    s.tls_tunnel_private_key_file = dir.join("none").display().to_string();
+    s.tls_stream_ca_file = pki.join("ca.crt").display().to_string();
+    s.tls_stream_cert_file = pki.join("stream.crt").display().to_string();
+    s.tls_stream_private_key_file = pki.join("stream.key").display().to_string();
+    c.modules.iptables_manager.enable = false;
+    serde_yaml::to_string(&c).expect("yaml")
+}
+
+impl Cloudcore {
+    async fn start() -> Self {
+        k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
+        let dir = tempdir::TempDir::new("cloudcore-bin");
+        let ports = Ports {
+            websocket: free_port(),
+            https: free_port(),
+            tunnel: free_port(),
+            stream: free_port(),
+            monitor: free_port(),
+        };
+        let path = dir.path().join("cloudcore.yaml");
+        std::fs::write(&path, config(dir.path(), ports)).expect("write config");
+        let log = std::fs::File::create(dir.path().join("cloudcore.log")).expect("log file");
+        let child = Command::new(binary())
+            .arg("--config")
+            .arg(&path)
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start cloudcore");
+        let cloud = Cloudcore { child, dir, ports };
+        cloud.wait_ready(Duration::from_secs(30)).await;
+        cloud
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("cloudcore.log")).unwrap_or_default()
+    }
+
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.ports.monitor)).ok()?;
+        use std::io::Write;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let status = out.split_whitespace().nth(1)?.parse().ok()?;
+        Some((
+            status,
+            out.split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_owned())
+                .unwrap_or_default(),
+        ))
+    }
+
+    async fn wait_ready(&self, limit: Duration) {
+        let began = Instant::now();
+        while began.elapsed() < limit {
+            if let Some((200, _)) = self.get("/readyz") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("cloudcore not ready within {limit:?}; log:\n{}", self.log());
+    }
+
+    fn token(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("ca/tokendata"))
+            .expect("token file")
+            .trim()
+            .to_owned()
+    }
+
+    async fn sigterm(&mut self) -> Duration {
+        let began = Instant::now();
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "cloudcore exited with {status}; log:\n{}",
+                    self.log()
+                );
+                return began.elapsed();
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "cloudcore ignored SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Cloudcore {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tls_handshake(port: u16, client: Arc<rustls::ClientConfig>) -> Result<(), String> {
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let mut conn = rustls::ClientConnection::new(client, name).map_err(|e| e.to_string())?;
+    let mut sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
+    let cloud = Cloudcore::start().await;
+    let (status, body) = cloud.get("/healthz").expect("healthz");
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let (status, metrics) = cloud.get("/metrics").expect("metrics");
+    assert_eq!(status, 200);
+    for family in [
+        "KubeEdge_CloudHub_connected_nodes 0",
+        "beehive_mailbox_depth{module=\"cloudhub\"}",
+        "beehive_mailbox_capacity{module=\"edgecontroller\"} 1024",
+        "cloudstream_tunnels 0",
+        "edgecontroller_queue_depth{kind=\"patchNode\"}",
+    ] {
+        assert!(
+            metrics.contains(family),
+            "{family} missing from /metrics:\n{metrics}"
+        );
+    }
+
+    // With Kubernetes the CA lives in Secret kubeedge/casecret (created at first start).
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(k8s_testenv::client().await, "kubeedge");
+    let data = secrets
+        .get("casecret")
+        .await
+        .expect("casecret")
+        .data
+        .expect("data");
+    let ca =
+        pki::CertificateAuthority::from_der(data["cadata"].0.clone(), data["cakeydata"].0.clone())
+            .unwrap();
+    let anonymous = Arc::new(pki::tls::client_config(ca.cert_der(), None).unwrap());
+    tls_handshake(cloud.ports.https, anonymous.clone()).expect("https handshake");
+    // WebSocket and tunnel demand a client certificate signed by the CA.
+    let edge = ca.issue(&pki::IssueOptions::edge("edge-x")).unwrap();
+    let with_cert = Arc::new(
+        pki::tls::client_config(ca.cert_der(), Some((&edge.cert_der, &edge.key_der))).unwrap(),
+    );
+    tls_handshake(cloud.ports.websocket, with_cert.clone())
+        .expect("websocket handshake with an edge certificate");
+    tls_handshake(cloud.ports.tunnel, with_cert)
+        .expect("tunnel handshake with an edge certificate");
+    // The stream server presents the certificate the API server trusts.
+    let pki_dir = k8s_testenv::env().pki();
+    let apiserver_ca = rustls_pemfile_der(&pki_dir.join("ca.crt"));
+    let kubelet_client = (
+        rustls_pemfile_der(&pki_dir.join("kubelet-client.crt")),
+        rustls_pemfile_der(&pki_dir.join("kubelet-client.key")),
+    );
+    let apiserver = Arc::new(
+        pki::tls::client_config(&apiserver_ca, Some((&kubelet_client.0, &kubelet_client.1)))
+            .unwrap(),
+    );
+    tls_handshake(cloud.ports.stream, apiserver)
+        .expect("stream server handshake as the API server");
+    assert!(cloud.log().contains("cloudcore started"), "{}", cloud.log());
+}
+
+/// The DER of the first PEM block of a file.
+fn rustls_pemfile_der(path: &Path) -> Vec<u8> {
+    let text = std::fs::read_to_string(path).expect("pem file");
+    let b64: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("base64")
+}
+
+fn run_with_config(text: &str) -> (i32, String) {
+    let dir = tempdir::TempDir::new("cloudcore-badcfg");
+    let path = dir.path().join("cloudcore.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(binary())
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_configuration_files_are_refused_naming_the_field() {
+    let cases = [
+        (
+            "modules:\n  cloudHub:\n    advertiseAddress: [127.0.0.1]\n    nodeLimt: 5\n",
+            "unknown field: modules.cloudHub.nodeLimt",
+        ),
+        (
+            "modules:\n  cloudHub:\n    advertiseAddress: [127.0.0.1]\n    keepaliveInterval: soon\n",
+            "modules.cloudHub.keepaliveInterval: invalid type",
+        ),
+        (
+            "modules:\n  cloudHub:\n    advertiseAddress: []\n",
+            "modules.cloudHub: advertiseAddress must not be empty",
+        ),
+        (
+            "modules:\n  cloudHub: {advertiseAddress: [127.0.0.1]}\n  router: {enable: true}\n",
+            "modules.router.enable: this module is not available",
+        ),
+        ("kind: EdgeCore\n", "kind: must be CloudCore"),
+        ("[1, 2]\n", "invalid type: sequence"),
+    ];
+    for (yaml, want) in cases {
+        let (code, stderr) = run_with_config(yaml);
+        assert_eq!(code, 1, "{yaml}: {stderr}");
+        assert!(
+            stderr.contains(want),
+            "for {yaml:?} expected {want:?} in {stderr:?}"
+        );
+    }
+    let out = Command::new(binary())
+        .args(["--config", "/nonexistent/cloudcore.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/cloudcore.yaml")
+    );
+}
+
+#[test]
+fn defaultconfig_and_minconfig_print_loadable_files() {
+    for flag in ["--defaultconfig", "--minconfig"] {
+        let out = Command::new(binary()).arg(flag).output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.starts_with("apiVersion: cloudcore.config.kubeedge.io/v1alpha2"),
+            "{text}"
+        );
+        cloudcore::config::CloudCoreConfig::from_yaml(&text)
+            .unwrap_or_else(|e| panic!("{flag}: {e}"));
+    }
+}
+
+#[test]
+fn the_demo_completes_its_flow() {
+    let out = Command::new(binary())
+        .args(["--demo", "--demo-nodes", "3"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "3 edge nodes bootstrapped their certificates and connected",
+        "controller: edge-3 reports web-3 Running",
+        "cloudhub: every node acknowledged its pod",
+        "  | [edge-1] all good",
+        "demo complete",
+    ] {
+        assert!(
+            stdout.contains(line),
+            "{line:?} missing from the demo output:\n{stdout}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sigterm_stops_within_5s_without_losing_an_acknowledged_message() {
+    let mut cloud = Cloudcore::start().await;
+    let client = k8s_testenv::client().await;
+    let node_name = format!("edge-{}", &beehive::new_id()[..8]);
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node_name, "labels": {"node-role.kubernetes.io/edge": ""}},
+    }))
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+
+    let certs = edge::hub::bootstrap(
+        &format!("https://127.0.0.1:{}", cloud.ports.https),
+        &cloud.token(),
+        &node_name,
+    )
+    .await
+    .expect("bootstrap with the token");
+    let config =
+        edge::hub::HubClientConfig::new(&node_name, format!("127.0.0.1:{}", cloud.ports.websocket));
+    let (edge, mut events) =
+        edge::hub::HubClient::start(config, Arc::new(certs.client_tls().unwrap()));
+
+    let ns = k8s_testenv::namespace("sigterm").await;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web"},
+        "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "nginx"}]},
+    }))
+    .unwrap();
+    let pod = Api::<Pod>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    let rv = pod.metadata.resource_version.clone().unwrap();
+    // The client acknowledges an insert as soon as it receives it.
+    let received = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(ev) = events.recv().await {
+            if let edge::hub::HubEvent::Message(m) = ev
+                && m.route.resource == format!("{ns}/pod/web")
+            {
+                return m;
+            }
+        }
+        panic!("event stream ended");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("pod never reached the edge; log:\n{}", cloud.log()));
+    assert_eq!(received.header.resource_version, rv);
+    // Give the ACK the time to cross the socket, not to be recorded: SIGTERM comes at once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let took = cloud.sigterm().await;
+    assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}");
+    edge.stop();
+
+    let record = Api::<ObjectSync>::namespaced(client, &ns)
+        .get(&format!("{node_name}.{uid}"))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the acknowledged pod has no ObjectSync: {e}; log:\n{}",
+                cloud.log()
+            )
+        });
+    assert_eq!(
+        record.status.map(|s| s.object_resource_version).as_deref(),
+        Some(rv.as_str()),
+        "acknowledged version recorded"
+    );
+}

@@ -1,0 +1,237 @@
+//! Finding, unpacking and verifying the edgecore binary, and finding our cloudcore binary.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// sha256 of the unpacked edgecore the suite is written against (KubeEdge v1.23.0-beta.0 +150,
+/// commit `16cd8548`); `EDGECORE_SHA256` overrides it for another build.
+pub const EDGECORE_SHA256: &str =
+    "b50771d1923c464e63fcc797c87e07048f888f3c19b3043ccf5bf19e0cd8c28a";
+
+/// The edgecore version string that binary reports (`edgecoreVersion` in its config).
+pub const EDGECORE_VERSION: &str = "v1.23.0-beta.0.150+16cd8548eedb81";
+
+/// The repository root (`/work/main`), from this crate's manifest folder.
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Where the peer files live: the folder of `$EDGECORE_XZ`, else `<repo>/../shared/peers/edgecore`.
+pub fn peer_dir() -> PathBuf {
+    match std::env::var_os("EDGECORE_XZ") {
+        Some(xz) => PathBuf::from(xz)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+        None => repo_root().join("../shared/peers/edgecore"),
+    }
+}
+
+/// The compressed binary: `$EDGECORE_XZ`, else the one `edgecore-*.xz` in [`peer_dir`].
+pub fn archive() -> Result<PathBuf> {
+    if let Some(xz) = std::env::var_os("EDGECORE_XZ") {
+        let xz = PathBuf::from(xz);
+        return match xz.is_file() {
+            true => Ok(xz),
+            false => Err(Error::EdgecoreMissing(format!(
+                "EDGECORE_XZ={} is not a file",
+                xz.display()
+            ))),
+        };
+    }
+    let dir = peer_dir();
+    let entries = std::fs::read_dir(&dir).map_err(|e| {
+        Error::EdgecoreMissing(format!(
+            "{}: {e} (set EDGECORE_XZ to the edgecore-*.xz file)",
+            dir.display()
+        ))
+    })?;
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("edgecore-") && n.ends_with(".xz"))
+        })
+        .collect();
+    found.sort();
+    found.pop().ok_or_else(|| {
+        Error::EdgecoreMissing(format!(
+            "no edgecore-*.xz in {} (set EDGECORE_XZ)",
+            dir.display()
+        ))
+    })
+}
+
+/// The config template beside the archive (`edgecore.yaml`, with `@EDGECORE_HOME@` and `@TOKEN@`).
+pub fn config_template() -> Result<String> {
+    let path = archive()?
+        .parent()
+        .map(|d| d.join("edgecore.yaml"))
+        .unwrap_or_default();
+    std::fs::read_to_string(&path)
+        .map_err(|e| Error::EdgecoreMissing(format!("template {}: {e}", path.display())))
+}
+
+/// The cache folder for the unpacked binary, outside the repository:
+/// `$XDG_CACHE_HOME/cloudcore-edgecore`, else `$HOME/.cache/cloudcore-edgecore`.
+pub fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("cloudcore-edgecore")
+}
+
+fn expected_sha256() -> String {
+    std::env::var("EDGECORE_SHA256").unwrap_or_else(|_| EDGECORE_SHA256.to_owned())
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+fn unpack(archive: &Path, cache: &Path, target: &Path, sha: &str) -> Result<()> {
+    std::fs::create_dir_all(cache).map_err(|e| Error::io(cache, e))?;
+    let tmp = cache.join(format!("edgecore.{}.tmp", std::process::id()));
+    let out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let status = Command::new("xz")
+        .arg("-dc")
+        .arg(archive)
+        .stdout(out)
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::XzMissing(e.to_string())
+        })?;
+    if !status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::XzFailed(format!("xz -dc {} {status}", archive.display())));
+    }
+    let actual = sha256_file(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    if actual != sha {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::Checksum {
+            file: archive.display().to_string(),
+            expected: sha.to_owned(),
+            actual,
+        });
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| Error::io(&tmp, e))?;
+    // Atomic: a concurrent test binary either sees no file or the whole verified one.
+    std::fs::rename(&tmp, target).map_err(|e| Error::io(target, e))
+}
+
+/// The edgecore binary, unpacked from [`archive`] into [`cache_dir`] on first use and
+/// verified against [`EDGECORE_SHA256`]. The cached file is named by its hash, so a cache hit is
+/// the verified binary; later calls in the same process return the same path.
+///
+/// # Errors
+/// [`Error::EdgecoreMissing`], [`Error::XzMissing`], [`Error::XzFailed`] or
+/// [`Error::Checksum`], each naming what is missing or wrong.
+pub fn edgecore() -> Result<PathBuf> {
+    static BIN: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let sha = expected_sha256();
+        let cache = cache_dir();
+        let target = cache.join(format!("edgecore-{}", &sha[..sha.len().min(16)]));
+        if target.is_file() {
+            return Ok(target);
+        }
+        let archive = archive().map_err(|e| e.to_string())?;
+        unpack(&archive, &cache, &target, &sha).map_err(|e| e.to_string())?;
+        Ok(target)
+    })
+    .clone()
+    .map_err(Error::Unpack)
+}
+
+/// Our cloudcore binary: the root package's example, built by `cargo test` next to the test
+/// executable (`target/<profile>/examples/cloudcore`); `CLOUDCORE_BIN` overrides it.
+///
+/// # Errors
+/// [`Error::CloudcoreMissing`] with the command that builds it.
+pub fn cloudcore() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("CLOUDCORE_BIN") {
+        let bin = PathBuf::from(bin);
+        return match bin.is_file() {
+            true => Ok(bin),
+            false => Err(Error::CloudcoreMissing(bin.display().to_string())),
+        };
+    }
+    // target/<profile>/deps/<test> → target/<profile>/examples/cloudcore
+    let exe = std::env::current_exe().map_err(|e| Error::CloudcoreMissing(e.to_string()))?;
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|p| p.join("examples/cloudcore"))
+        .ok_or_else(|| Error::CloudcoreMissing(exe.display().to_string()))?;
+    match bin.is_file() {
+        true => Ok(bin),
+        false => Err(Error::CloudcoreMissing(bin.display().to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_of_a_known_file() {
+        let dir = std::env::temp_dir().join(format!("edgecore-interop-sha-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("abc");
+        std::fs::write(&f, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&f).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_peer_archive_unpacks_to_the_expected_binary() {
+        let dir = std::env::temp_dir().join(format!("edgecore-interop-real-{}", std::process::id()));
+        let target = dir.join("edgecore");
+        unpack(&archive().unwrap(), &dir, &target, EDGECORE_SHA256).unwrap();
+        // It runs: `--version` wants a config file, `--defaultconfig` does not.
+        let out = Command::new(&target).arg("--defaultconfig").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("kind: EdgeCore"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_wrong_checksum_is_refused_and_leaves_no_file() {
+        let dir = std::env::temp_dir().join(format!("edgecore-interop-xz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("bin");
+        std::fs::write(&plain, b"not edgecore").unwrap();
+        let status = Command::new("xz").arg("-kf").arg(&plain).status().unwrap();
+        assert!(status.success());
+        let target = dir.join("edgecore-x");
+        let err = unpack(&dir.join("bin.xz"), &dir, &target, EDGECORE_SHA256).unwrap_err();
+        assert!(matches!(err, Error::Checksum { .. }), "{err}");
+        assert!(!target.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

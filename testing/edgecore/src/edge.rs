@@ -1,0 +1,341 @@
+//! The edge side: a home folder with edgecore's config (from the peer template), its
+//! certificates and database, and the running edgecore process.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use serde_yaml::Value;
+
+use crate::binary;
+use crate::error::{Error, Result};
+use crate::process::Process;
+
+/// The edge's fixed metaServer address (the template's; edgecore's default).
+pub const META_SERVER: &str = "127.0.0.1:10550";
+/// Where edgecore's edgestream relays kubelet requests (edged's read-only port).
+pub const KUBELET: &str = "127.0.0.1:10350";
+
+/// What goes into one edgecore config; everything else is the peer template.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    /// `modules.edged.hostnameOverride`: the node name everywhere.
+    pub node: String,
+    /// `modules.edgeHub.token`: `<sha256 hex of the CA DER>.<JWT>`.
+    pub token: String,
+    /// The certificate server (`modules.edgeHub.httpServer` is `https://<this>`).
+    pub cert_server: SocketAddr,
+    /// The cloudhub WebSocket server.
+    pub hub_server: SocketAddr,
+    /// `modules.edgeHub.heartbeat` in seconds (template: 15).
+    pub heartbeat: u32,
+    /// The cloudstream tunnel; `None` disables edgeStream.
+    pub tunnel_server: Option<SocketAddr>,
+    /// Whether the metaServer serves 127.0.0.1:10550.
+    pub meta_server: bool,
+}
+
+impl EdgeConfig {
+    /// The template's settings for `node` against the given cloud addresses.
+    pub fn new(node: &str, token: &str, cert_server: SocketAddr, hub_server: SocketAddr) -> Self {
+        EdgeConfig {
+            node: node.to_owned(),
+            token: token.to_owned(),
+            cert_server,
+            hub_server,
+            heartbeat: 15,
+            tunnel_server: None,
+            meta_server: true,
+        }
+    }
+
+    /// The config file text for `home`: the template with its placeholders filled and these
+    /// fields set.
+    pub fn render(&self, template: &str, home: &Path) -> Result<String> {
+        let filled = template
+            .replace("@EDGECORE_HOME@", &home.display().to_string())
+            .replace("@TOKEN@", &self.token);
+        let mut doc: Value =
+            serde_yaml::from_str(&filled).map_err(|e| Error::Config(format!("template: {e}")))?;
+        let modules = &mut doc["modules"];
+        if !modules.is_mapping() {
+            return Err(Error::Config("template has no modules".into()));
+        }
+        set(modules, &["edged", "hostnameOverride"], self.node.as_str())?;
+        set(modules, &["edged", "nodeIP"], "127.0.0.1")?;
+        let hub = ["edgeHub"];
+        set(modules, &[hub[0], "httpServer"], format!("https://{}", self.cert_server))?;
+        set(modules, &[hub[0], "heartbeat"], u64::from(self.heartbeat))?;
+        set(modules, &[hub[0], "token"], self.token.as_str())?;
+        set(modules, &[hub[0], "websocket", "server"], self.hub_server.to_string())?;
+        set(modules, &["metaManager", "metaServer", "enable"], self.meta_server)?;
+        set(modules, &["metaManager", "metaServer", "server"], META_SERVER)?;
+        match self.tunnel_server {
+            Some(addr) => {
+                set(modules, &["edgeStream", "enable"], true)?;
+                set(modules, &["edgeStream", "server"], addr.to_string())?;
+            }
+            None => set(modules, &["edgeStream", "enable"], false)?,
+        }
+        serde_yaml::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
+    }
+}
+
+fn set(root: &mut Value, path: &[&str], value: impl Into<Value>) -> Result<()> {
+    let mut node = root;
+    for key in path {
+        let map = node
+            .as_mapping_mut()
+            .ok_or_else(|| Error::Config(format!("{path:?}: not a mapping at {key}")))?;
+        node = map
+            .entry(Value::from(*key))
+            .or_insert_with(|| Value::Mapping(Default::default()));
+    }
+    *node = value.into();
+    Ok(())
+}
+
+/// A fresh folder for one edgecore: config, `run/` (certificates, database) and the log.
+/// Removed on drop unless the test is failing (then kept, and its path printed).
+#[derive(Debug)]
+pub struct EdgeHome {
+    dir: PathBuf,
+}
+
+impl EdgeHome {
+    /// A new empty folder under the temp dir, named after `node`.
+    pub fn new(node: &str) -> Result<EdgeHome> {
+        let dir = std::env::temp_dir().join(format!(
+            "edgecore-{node}-{}-{}",
+            std::process::id(),
+            unique()
+        ));
+        std::fs::create_dir_all(dir.join("run")).map_err(|e| Error::io(&dir, e))?;
+        Ok(EdgeHome { dir })
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The config file edgecore is started with (and rewrites).
+    pub fn config_file(&self) -> PathBuf {
+        self.dir.join("edgecore.yaml")
+    }
+
+    /// edgecore's sqlite database (`database.dataSource`).
+    pub fn database(&self) -> PathBuf {
+        self.dir.join("run/edgecore.db")
+    }
+
+    /// The CA edgecore downloaded (PEM).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("run/ca/rootCA.crt")
+    }
+
+    /// The node certificate edgecore obtained (PEM).
+    pub fn cert_file(&self) -> PathBuf {
+        self.dir.join("run/certs/server.crt")
+    }
+
+    /// The node key (PEM).
+    pub fn key_file(&self) -> PathBuf {
+        self.dir.join("run/certs/server.key")
+    }
+
+    /// edgecore's log (every run in this folder, appended).
+    pub fn log_file(&self) -> PathBuf {
+        self.dir.join("edgecore.log")
+    }
+
+    /// Writes the config for `config` from the peer template.
+    pub fn write_config(&self, config: &EdgeConfig) -> Result<()> {
+        let text = config.render(&binary::config_template()?, &self.dir)?;
+        let path = self.config_file();
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+    }
+
+    /// Puts a CA and a node certificate in place (PEM text) so edgecore skips the bootstrap.
+    pub fn install_certificates(&self, ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<()> {
+        for (path, text) in [
+            (self.ca_file(), ca_pem),
+            (self.cert_file(), cert_pem),
+            (self.key_file(), key_pem),
+        ] {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            }
+            std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EdgeHome {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("edgecore home kept for inspection: {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub(crate) fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (u64::from(nanos) << 16) | N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A running edgecore (`CHECK_EDGECORE_ENVIRONMENT=false edgecore --config … --v=4`), its output
+/// appended to the home's log. Killed (with its process group) on drop; when a test panics,
+/// its log tail is printed first.
+#[derive(Debug)]
+pub struct Edgecore {
+    process: Process,
+}
+
+impl Edgecore {
+    /// Starts edgecore on `home`'s config (written beforehand with [`EdgeHome::write_config`]).
+    pub fn start(home: &EdgeHome) -> Result<Edgecore> {
+        let bin = binary::edgecore()?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("--config")
+            .arg(home.config_file())
+            .arg("--v=4")
+            // Skips its scan for a running kubelet.
+            .env("CHECK_EDGECORE_ENVIRONMENT", "false")
+            .current_dir(home.path());
+        Ok(Edgecore {
+            process: Process::spawn("edgecore", cmd, &home.log_file())?,
+        })
+    }
+
+    /// The supervised process (signals, exit status, log).
+    pub fn process(&mut self) -> &mut Process {
+        &mut self.process
+    }
+
+    /// The last `lines` lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process.log_tail(lines)
+    }
+
+    /// Its whole log.
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    /// SIGKILL: it gets no chance to say goodbye; the kernel closes its sockets.
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        self.process.kill()
+    }
+
+    /// SIGSTOP: the process freezes with its connections open.
+    pub fn pause(&self) {
+        self.process.pause();
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.process.resume();
+    }
+
+    /// Waits up to `limit` for edgecore to exit by itself.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        self.process.wait_exit(limit).await
+    }
+
+    /// The exit status if it has ended.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.process.try_wait()
+    }
+}
+
+impl Drop for Edgecore {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- edgecore log tail ({}) ---\n{}\n--- end of edgecore log ---",
+                self.process.log_path().display(),
+                self.process.log_tail(60)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEMPLATE: &str = "apiVersion: edgecore.config.kubeedge.io/v1alpha2
+kind: EdgeCore
+database:
+  dataSource: @EDGECORE_HOME@/run/edgecore.db
+modules:
+  edged:
+    enable: false
+    hostnameOverride: edge-node-1
+  edgeHub:
+    heartbeat: 15
+    httpServer: https://127.0.0.1:10002
+    token: \"@TOKEN@\"
+    tlsCaFile: @EDGECORE_HOME@/run/ca/rootCA.crt
+    websocket:
+      enable: true
+      server: 127.0.0.1:10000
+  metaManager:
+    metaServer:
+      enable: true
+  edgeStream:
+    enable: true
+    server: 127.0.0.1:10004
+";
+
+    #[test]
+    fn render_fills_placeholders_and_sets_addresses() {
+        let mut c = EdgeConfig::new(
+            "n1",
+            "abc.def.ghi.jkl",
+            "127.0.0.1:4002".parse().unwrap(),
+            "127.0.0.1:4000".parse().unwrap(),
+        );
+        c.heartbeat = 4;
+        let text = c.render(TEMPLATE, Path::new("/h")).unwrap();
+        let v: Value = serde_yaml::from_str(&text).unwrap();
+        let m = &v["modules"];
+        assert_eq!(v["database"]["dataSource"], "/h/run/edgecore.db");
+        assert_eq!(m["edged"]["hostnameOverride"], "n1");
+        assert_eq!(m["edged"]["nodeIP"], "127.0.0.1");
+        assert_eq!(m["edgeHub"]["token"], "abc.def.ghi.jkl");
+        assert_eq!(m["edgeHub"]["heartbeat"], 4);
+        assert_eq!(m["edgeHub"]["httpServer"], "https://127.0.0.1:4002");
+        assert_eq!(m["edgeHub"]["tlsCaFile"], "/h/run/ca/rootCA.crt");
+        assert_eq!(m["edgeHub"]["websocket"]["server"], "127.0.0.1:4000");
+        assert_eq!(m["edgeStream"]["enable"], false);
+        assert_eq!(m["metaManager"]["metaServer"]["server"], META_SERVER);
+    }
+
+    #[test]
+    fn the_peer_template_renders() {
+        // The real template beside the archive; fails (not skips) when it is missing.
+        let template = binary::config_template().unwrap();
+        let mut c = EdgeConfig::new(
+            "n1",
+            "t",
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        );
+        c.tunnel_server = Some("127.0.0.1:3".parse().unwrap());
+        let v: Value = serde_yaml::from_str(&c.render(&template, Path::new("/h")).unwrap()).unwrap();
+        assert_eq!(v["modules"]["edgeStream"]["server"], "127.0.0.1:3");
+        assert_eq!(v["modules"]["edgeHub"]["tlsCertFile"], "/h/run/certs/server.crt");
+        assert_eq!(v["edgecoreVersion"], binary::EDGECORE_VERSION);
+    }
+}

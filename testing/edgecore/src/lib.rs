@@ -1,0 +1,48 @@
+//! Test-only: runs an unmodified KubeEdge edgecore against our cloudcore on loopback, with the
+//! real Kubernetes API server of `k8s-testenv`.
+//!
+//! ```text
+//! kubectl ─► kube-apiserver ─► cloudcore (process) ◄─wss─ edgecore (process) ─► sqlite store
+//!                  └─ logs/exec ─► stream server ─tunnel─► edgestream ─► FakeKubelet :10350
+//! ```
+//!
+//! Start with [`Interop::builder`]: it serializes scenarios machine-wide (edgecore's ports
+//! 10550 and 10350 are fixed), unpacks and verifies the binary ([`binary::edgecore`]), starts
+//! our cloudcore with a fresh CA, then edgecore with the token cloudhub wrote. Processes run in
+//! their own process groups and are killed on drop, also when a test panics; their log tails are
+//! printed then. Anything missing (the archive, `xz`, `sqlite3`, the cloudcore binary, the API
+//! server) is an error that names it: the suite fails, it never skips.
+//!
+//! ```no_run
+//! # async fn demo() -> edgecore_interop::Result<()> {
+//! use edgecore_interop::Interop;
+//! let mut interop = Interop::builder("edge-demo").start().await?;
+//! let stored = interop.store().all()?;
+//! # let _ = stored;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod binary;
+mod cloud;
+mod edge;
+mod error;
+mod fixture;
+mod http;
+pub mod kubelet;
+mod kubectl;
+mod process;
+mod serial;
+mod spdy;
+mod store;
+
+pub use cloud::{CloudPorts, CloudSpec, Cloudcore, Metrics};
+pub use edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET, META_SERVER};
+pub use error::{Error, Result};
+pub use fixture::{EDGE_LABEL, Interop, InteropBuilder, eventually};
+pub use http::{Response, get as http_get};
+pub use kubectl::{kubectl, kubectl_ok, kubectl_spawn};
+pub use kubelet::FakeKubelet;
+pub use process::{Process, tail};
+pub use serial::Serial;
+pub use store::{EdgeStore, Stored, key as store_key};

@@ -107,6 +107,7 @@ pub struct Addresses {
 #[derive(Debug)]
 pub struct CloudCore {
     bus: Bus,
+    synced: Option<edgecontroller::Synced>,
     hub: Option<HubHandle>,
     stream: Option<CloudStreamHandle>,
     addresses: Addresses,
@@ -154,6 +155,7 @@ impl CloudCore {
         }
         let bus = Bus::new();
         let mut hub = None;
+        let mut synced = None;
         if m.cloud_hub.enable {
             let store: Arc<dyn ObjectSyncStore> = match &kube {
                 Some(c) => Arc::new(KubeStore::new(c.clone())),
@@ -187,6 +189,7 @@ impl CloudCore {
                     ec = ec.with_cloudcore_ip(ip.clone());
                 }
                 metrics::edgecontroller(metrics, ec.metrics());
+                synced = Some(ec.synced());
                 bus.register(ec)?;
             }
             if m.device_controller.enable {
@@ -271,10 +274,19 @@ impl CloudCore {
         info!(?addresses, "cloudcore started");
         Ok(CloudCore {
             bus,
+            synced,
             hub,
             stream,
             addresses,
         })
+    }
+
+    /// Resolves once the edgecontroller's caches are complete (at once without it): before
+    /// that, edge queries could be answered from a partial cache.
+    pub async fn wait_synced(&self) {
+        if let Some(s) = &self.synced {
+            s.wait().await;
+        }
     }
 
     /// Where the servers listen.
@@ -365,7 +377,14 @@ pub async fn run(
     };
     readiness.set(Phase::Starting);
     let core = CloudCore::start(&config, kube, &metrics).await?;
-    readiness.set(Phase::Ready);
+    tokio::select! {
+        _ = core.wait_synced() => readiness.set(Phase::Ready),
+        _ = &mut stop => {
+            core.shutdown().await;
+            ops_handle.stop(true).await;
+            return Ok(());
+        }
+    }
     match &elector {
         Some(elector) => tokio::select! {
             _ = &mut stop => {}

@@ -67,13 +67,13 @@ fn difference(store: &BTreeMap<String, Stored>, want: &Expected) -> Option<Strin
     for (key, (uid, rv)) in want {
         match store.get(key) {
             None => diffs.push(format!("missing {key} (uid {uid}, rv {rv})")),
-            Some(s) if s.uid() != Some(uid) || s.resource_version() != Some(rv) => diffs.push(
-                format!(
+            Some(s) if s.uid() != Some(uid) || s.resource_version() != Some(rv) => {
+                diffs.push(format!(
                     "{key}: edge has uid {:?} rv {:?}, API has uid {uid} rv {rv}",
                     s.uid(),
                     s.resource_version()
-                ),
-            ),
+                ))
+            }
             Some(_) => {}
         }
     }
@@ -140,14 +140,25 @@ async fn gone(it: &mut Interop, key: &str, limit: Duration) -> Result<()> {
 }
 
 /// The acknowledged resourceVersion of `node.uid` in `ns` (`None` while there is no record).
-async fn acked_rv(client: &kube::Client, ns: &str, node: &str, uid: &str) -> Result<Option<String>> {
+async fn acked_rv(
+    client: &kube::Client,
+    ns: &str,
+    node: &str,
+    uid: &str,
+) -> Result<Option<String>> {
     let rec = Api::<ObjectSync>::namespaced(client.clone(), ns)
         .get_opt(&object_sync_name(node, uid))
         .await?;
     Ok(rec.map(|r| r.status.unwrap_or_default().object_resource_version))
 }
 
-async fn wait_acked(client: &kube::Client, ns: &str, node: &str, uid: &str, rv: &str) -> Result<()> {
+async fn wait_acked(
+    client: &kube::Client,
+    ns: &str,
+    node: &str,
+    uid: &str,
+    rv: &str,
+) -> Result<()> {
     let start = Instant::now();
     let mut last = None;
     while start.elapsed() < Duration::from_secs(30) {
@@ -249,12 +260,25 @@ async fn bootstrap_uses_our_token_and_a_wrong_token_or_ca_hash_is_refused() -> R
         edge.log_tail(30)
     );
     let log = edge.log();
-    ensure!(log.contains("code: 401"), "edge saw our 401:\n{}", edge.log_tail(30));
-    ensure!(!home.cert_file().exists(), "no certificate for a wrong token");
-    ensure!(home.ca_file().exists(), "the CA was fetched before the refusal");
+    ensure!(
+        log.contains("code: 401"),
+        "edge saw our 401:\n{}",
+        edge.log_tail(30)
+    );
+    ensure!(
+        !home.cert_file().exists(),
+        "no certificate for a wrong token"
+    );
+    ensure!(
+        home.ca_file().exists(),
+        "the CA was fetched before the refusal"
+    );
     ensure!(it.metrics().await?.connected_nodes() == 0.0);
     let rejected = count(&it.cloud().log(), "token rejected");
-    ensure!(rejected == 1, "cloudhub logged the refusal once, got {rejected}");
+    ensure!(
+        rejected == 1,
+        "cloudhub logged the refusal once, got {rejected}"
+    );
     drop(edge);
 
     // A valid JWT with the hash of another CA: edgecore refuses our CA itself and never asks
@@ -305,6 +329,7 @@ async fn bootstrap_uses_our_token_and_a_wrong_token_or_ca_hash_is_refused() -> R
         (a.get("cloudcore").map(String::as_str) == Some("127.0.0.1")).then_some(())
     })
     .await?;
+    it.finish();
     Ok(())
 }
 
@@ -347,21 +372,485 @@ async fn keepalive_holds_the_session_and_a_lost_edge_is_detected_within_the_time
         "closed after {took:?}: before the keepalive interval"
     );
     let log = it.cloud().log();
-    ensure!(count(&log, "keepalive timeout, closing session") == 1, "reason");
+    ensure!(
+        count(&log, "keepalive timeout, closing session") == 1,
+        "reason"
+    );
     ensure!(count(&log, "edge disconnected") == 1);
-    // The disconnected event reaches edgecontroller, which ignores it (spec: controllers §2.7):
-    // the Node keeps its annotation and is not touched.
-    edgecore_interop::eventually(Duration::from_secs(5), "event ignored", || async {
-        let log = it.cloud.as_ref()?.log();
-        log.lines()
-            .any(|l| {
-                l.contains("message ignored")
-                    && l.contains("disconnected event")
-                    && l.contains(&format!("node/{node}"))
-            })
-            .then_some(())
+    // The disconnected event reaches edgecontroller, which ignores it (controllers spec §2.7):
+    // the Node is left as it was, annotation included.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ignored = it.cloud().log().lines().any(|l| {
+        l.contains("message ignored")
+            && l.contains("disconnected event")
+            && l.contains(&format!("node/{node}"))
+    });
+    ensure!(
+        ignored,
+        "edgecontroller got and ignored the disconnected event"
+    );
+    let n = Api::<Node>::all(it.client()).get(node).await?;
+    ensure!(
+        n.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("cloudcore")
+            .map(String::as_str)
+            == Some("127.0.0.1")
+    );
+
+    // Thawed, edgecore finds its connection dead at its next write and dials again after
+    // 2 × heartbeat.
+    it.edge().resume();
+    it.wait_connected(Duration::from_secs(10 * HEARTBEAT))
+        .await?;
+    ensure!(count(&it.cloud().log(), "edge connected") == 2);
+
+    // A killed edge: the kernel closes its socket and the hub notices at once, well within
+    // the keepalive interval.
+    it.kill_edge();
+    let took = it.wait_disconnected(Duration::from_secs(KEEPALIVE)).await?;
+    ensure!(took < Duration::from_secs(3), "EOF noticed after {took:?}");
+    ensure!(count(&it.cloud().log(), "keepalive timeout, closing session") == 1);
+    it.finish();
+    Ok(())
+}
+
+#[tokio::test]
+async fn downstream_objects_reach_the_edge_store_and_acks_advance_object_sync() -> Result<()> {
+    let node = "interop-downstream";
+    let mut it = Interop::builder(node).start().await?;
+    let client = it.client();
+    let ns = k8s_testenv::namespace("interop-down").await;
+    let ns = ns.as_str();
+    apply(&pod_yaml(ns, "web", node, &["cfg"], &["sec"])).await?;
+    k(&[
+        "-n",
+        ns,
+        "create",
+        "configmap",
+        "cfg",
+        "--from-literal=k=v1",
+    ])
+    .await?;
+    // Secret data that is not UTF-8 must survive base64 both ways.
+    let raw = it.home().path().join("secret.bin");
+    std::fs::write(&raw, b"\x00\xff\xfe p1")?;
+    let from_file = format!("--from-file=bin={}", raw.display());
+    k(&["-n", ns, "create", "secret", "generic", "sec", &from_file]).await?;
+
+    // Inserted: each object stored with its uid and version, and acknowledged in ObjectSync.
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let secs = Api::<Secret>::namespaced(client.clone(), ns);
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let cm = cms.get("cfg").await?;
+    let sec = secs.get("sec").await?;
+    let pod = pods.get("web").await?;
+    let (cm_uid, cm_rv) = uid_rv(&cm.metadata);
+    let (sec_uid, sec_rv) = uid_rv(&sec.metadata);
+    let (pod_uid, pod_rv) = uid_rv(&pod.metadata);
+    let wait = Duration::from_secs(30);
+    let s = stored(&mut it, &store_key(ns, "configmap", "cfg"), wait, |s| {
+        s.resource_version() == Some(cm_rv.as_str())
     })
-    .await
-    .ok();
+    .await?;
+    ensure!(
+        s.uid() == Some(cm_uid.as_str()) && s.value["data"]["k"] == "v1",
+        "{s:?}"
+    );
+    let s = stored(&mut it, &store_key(ns, "secret", "sec"), wait, |s| {
+        s.resource_version() == Some(sec_rv.as_str())
+    })
+    .await?;
+    ensure!(
+        s.value["data"] == serde_json::to_value(&sec.data)?,
+        "secret bytes unchanged: {s:?}"
+    );
+    let s = stored(&mut it, &store_key(ns, "pod", "web"), wait, |s| {
+        s.resource_version() == Some(pod_rv.as_str())
+    })
+    .await?;
+    ensure!(s.uid() == Some(pod_uid.as_str()) && s.value["spec"]["nodeName"] == node);
+    wait_acked(&client, ns, node, &cm_uid, &cm_rv).await?;
+    wait_acked(&client, ns, node, &sec_uid, &sec_rv).await?;
+    wait_acked(&client, ns, node, &pod_uid, &pod_rv).await?;
+
+    // The metaServer serves what the edge stored (after its 10 s wait for a dynamiccontroller
+    // that KubeEdge disables by default).
+    let r = edgecore_interop::http_get(
+        edgecore_interop::META_SERVER.parse()?,
+        &format!("/api/v1/namespaces/{ns}/configmaps/cfg"),
+        Duration::from_secs(40),
+    )
+    .await?;
+    ensure!(r.status == 200, "metaServer: {} {}", r.status, r.text());
+    let served: serde_json::Value = serde_json::from_slice(&r.body)?;
+    ensure!(served["metadata"]["uid"] == cm_uid.as_str() && served["data"]["k"] == "v1");
+
+    // Updated: new data and versions arrive, and the acknowledged versions follow.
+    k(&[
+        "-n",
+        ns,
+        "patch",
+        "configmap",
+        "cfg",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"k":"v2"}}"#,
+    ])
+    .await?;
+    k(&[
+        "-n",
+        ns,
+        "patch",
+        "secret",
+        "sec",
+        "--type=merge",
+        "-p",
+        r#"{"stringData":{"more":"p2"}}"#,
+    ])
+    .await?;
+    k(&["-n", ns, "label", "pod", "web", "tier=front"]).await?;
+    let cm_rv2 = cms
+        .get("cfg")
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let sec_rv2 = secs
+        .get("sec")
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let pod_rv2 = pods
+        .get("web")
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let s = stored(&mut it, &store_key(ns, "configmap", "cfg"), wait, |s| {
+        s.resource_version() == Some(cm_rv2.as_str())
+    })
+    .await?;
+    ensure!(s.value["data"]["k"] == "v2");
+    let s = stored(&mut it, &store_key(ns, "secret", "sec"), wait, |s| {
+        s.resource_version() == Some(sec_rv2.as_str())
+    })
+    .await?;
+    ensure!(s.value["data"]["more"] == "cDI=", "{s:?}");
+    let s = stored(&mut it, &store_key(ns, "pod", "web"), wait, |s| {
+        s.resource_version() == Some(pod_rv2.as_str())
+    })
+    .await?;
+    ensure!(s.value["metadata"]["labels"]["tier"] == "front");
+    wait_acked(&client, ns, node, &cm_uid, &cm_rv2).await?;
+    wait_acked(&client, ns, node, &sec_uid, &sec_rv2).await?;
+    wait_acked(&client, ns, node, &pod_uid, &pod_rv2).await?;
+
+    // Deleted: gone from the edge, and the acknowledged delete removes the records.
+    k(&["-n", ns, "delete", "configmap", "cfg"]).await?;
+    k(&["-n", ns, "delete", "secret", "sec"]).await?;
+    k(&[
+        "-n",
+        ns,
+        "delete",
+        "pod",
+        "web",
+        "--grace-period=0",
+        "--force",
+    ])
+    .await?;
+    for key in [
+        store_key(ns, "configmap", "cfg"),
+        store_key(ns, "secret", "sec"),
+        store_key(ns, "pod", "web"),
+    ] {
+        gone(&mut it, &key, wait).await?;
+    }
+    for uid in [&cm_uid, &sec_uid, &pod_uid] {
+        wait_record_gone(&client, ns, node, uid).await?;
+    }
+    ensure!(it.store().namespace(ns)?.is_empty(), "nothing stale");
+    let m = it.metrics().await?;
+    ensure!(
+        m.node_counter("acked", node) >= 9.0,
+        "{}",
+        m.node_counter("acked", node)
+    );
+    Ok(())
+}
+
+const CMS: [&str; 6] = ["c0", "c1", "c2", "c3", "c4", "c5"];
+const SECRETS: [&str; 1] = ["s0"];
+
+/// A pod on `node` using c0…c5 and s0; c0…c4 and s0 exist, c5 comes later.
+async fn seed(ns: &str, node: &str) -> Result<()> {
+    apply(&pod_yaml(ns, "app", node, &CMS, &SECRETS)).await?;
+    for cm in &CMS[..5] {
+        k(&["-n", ns, "create", "configmap", cm, "--from-literal=n=0"]).await?;
+    }
+    k(&[
+        "-n",
+        ns,
+        "create",
+        "secret",
+        "generic",
+        "s0",
+        "--from-literal=p=0",
+    ])
+    .await?;
+    Ok(())
+}
+
+/// Changes made while the edge (or the cloud) is away: an update, a delete, a delete and
+/// re-create under the same name (new uid), a create, a secret update and a second pod.
+async fn change_while_away(ns: &str, node: &str) -> Result<()> {
+    k(&[
+        "-n",
+        ns,
+        "patch",
+        "configmap",
+        "c1",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"n":"1"}}"#,
+    ])
+    .await?;
+    k(&["-n", ns, "delete", "configmap", "c2"]).await?;
+    k(&["-n", ns, "delete", "configmap", "c3"]).await?;
+    k(&[
+        "-n",
+        ns,
+        "create",
+        "configmap",
+        "c3",
+        "--from-literal=n=recreated",
+    ])
+    .await?;
+    k(&[
+        "-n",
+        ns,
+        "create",
+        "configmap",
+        "c5",
+        "--from-literal=n=new",
+    ])
+    .await?;
+    k(&[
+        "-n",
+        ns,
+        "patch",
+        "secret",
+        "s0",
+        "--type=merge",
+        "-p",
+        r#"{"stringData":{"p":"1"}}"#,
+    ])
+    .await?;
+    apply(&pod_yaml(ns, "late", node, &[], &[])).await?;
+    it.finish();
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_edge_killed_mid_changes_and_restarted_converges_with_the_api_server() -> Result<()> {
+    let node = "interop-restart";
+    let mut it = Interop::builder(node).heartbeat(5).start().await?;
+    let ns = k8s_testenv::namespace("interop-restart").await;
+    let ns = ns.as_str();
+    seed(ns, node).await?;
+    converge(&mut it, ns, &CMS, &SECRETS, Duration::from_secs(60)).await?;
+
+    // Keep c0 changing while edgecore is killed, and change more while it is down.
+    let changer = {
+        let ns = ns.to_owned();
+        tokio::spawn(async move {
+            for i in 1..=15 {
+                let patch = format!(r#"{{"data":{{"n":"{i}"}}}}"#);
+                kubectl_ok(
+                    &[
+                        "-n",
+                        &ns,
+                        "patch",
+                        "configmap",
+                        "c0",
+                        "--type=merge",
+                        "-p",
+                        &patch,
+                    ],
+                    None,
+                )
+                .await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    it.kill_edge();
+    ensure!(
+        it.wait_disconnected(Duration::from_secs(5)).await.is_ok(),
+        "hub saw the edge go"
+    );
+    change_while_away(ns, node).await?;
+    changer.await??;
+
+    // Same folder: certificates and store survive; nothing lost, nothing stale.
+    it.start_edge()?;
+    it.wait_connected(Duration::from_secs(60)).await?;
+    let took = converge(&mut it, ns, &CMS, &SECRETS, Duration::from_secs(60)).await?;
+    eprintln!("edge store converged {took:?} after reconnecting");
+    let c0 = it
+        .store()
+        .get(&store_key(ns, "configmap", "c0"))?
+        .context("c0")?;
+    ensure!(c0.value["data"]["n"] == "15", "last write wins: {c0:?}");
+    it.finish();
+    Ok(())
+}
+
+#[tokio::test]
+async fn after_a_cloud_restart_edgecore_reconnects_by_itself_and_converges() -> Result<()> {
+    let node = "interop-cloud-restart";
+    // The template's 15 s heartbeat: a real edge waits 2 × heartbeat before it redials.
+    let mut it = Interop::builder(node).start().await?;
+    let ns = k8s_testenv::namespace("interop-cloudrs").await;
+    let ns = ns.as_str();
+    seed(ns, node).await?;
+    converge(&mut it, ns, &CMS, &SECRETS, Duration::from_secs(60)).await?;
+    let edge_pid = it.edge().process().id();
+
+    ensure!(
+        it.stop_cloud().await,
+        "cloudcore stops gracefully on SIGTERM"
+    );
+    change_while_away(ns, node).await?;
+    it.start_cloud().await?;
+    let restarted = Instant::now();
+    it.wait_connected(Duration::from_secs(90)).await?;
+    eprintln!(
+        "edgecore reconnected {:?} after the cloud came back",
+        restarted.elapsed()
+    );
+    ensure!(
+        it.edge().process().id() == edge_pid,
+        "same edgecore process"
+    );
+    let took = converge(&mut it, ns, &CMS, &SECRETS, Duration::from_secs(60)).await?;
+    eprintln!("edge store converged {took:?} after reconnecting");
+    // The tunnel comes back too (edgestream redials every 2 s).
+    edgecore_interop::eventually(Duration::from_secs(30), "tunnel back", || async {
+        let m = it.metrics().await.ok()?;
+        (m.value("cloudstream_tunnels", &[]) == Some(1.0)).then_some(())
+    })
+    .await?;
+    it.finish();
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_logs_and_exec_reach_the_edge_kubelet_through_our_tunnel() -> Result<()> {
+    let node = "interop-stream";
+    let it = Interop::builder(node).with_kubelet().start().await?;
+    let kubelet = it.kubelet().context("kubelet stand-in")?.clone();
+    let stream_port = i32::from(it.cloud_spec().ports.stream);
+    let ns = k8s_testenv::namespace("interop-stream").await;
+    let ns = ns.as_str();
+    apply(&pod_yaml(ns, "web", node, &[], &[])).await?;
+
+    // edgestream connected: cloudstream set the node's kubelet port to the stream server.
+    let nodes = Api::<Node>::all(it.client());
+    edgecore_interop::eventually(
+        Duration::from_secs(30),
+        "kubelet port on the Node",
+        || async {
+            let n = nodes.get(node).await.ok()?;
+            let port = n.status?.daemon_endpoints?.kubelet_endpoint?.port;
+            (port == stream_port).then_some(())
+        },
+    )
+    .await?;
+    ensure!(it.metrics().await?.value("cloudstream_tunnels", &[]) == Some(1.0));
+
+    // logs: the whole body, non-UTF-8 bytes included.
+    let out = kubectl_ok(&["-n", ns, "logs", "web", "-c", "app"], None).await?;
+    ensure!(
+        out == kubelet::log_body(),
+        "logs differ: {} bytes, want {}",
+        out.len(),
+        kubelet::log_body().len()
+    );
+    ensure!(
+        kubelet
+            .requests()
+            .iter()
+            .any(|r| r.path() == format!("/containerLogs/{ns}/web/app")),
+        "the edge kubelet served it"
+    );
+
+    // logs -f: lines as they come; when kubectl goes away the edge closes the kubelet request.
+    let mut follow = kubectl_spawn(&["-n", ns, "logs", "-f", "web", "-c", "app"])?;
+    kubelet.wait_followers(1).await;
+    let lines: [&[u8]; 2] = [b"first \xff\xfe line\n", b"second \xc3\x28\n"];
+    let want: Vec<u8> = lines.concat();
+    for line in lines {
+        kubelet.push_line(line);
+    }
+    let mut stdout = follow.stdout.take().context("stdout")?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < want.len() {
+        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read(&mut buf))
+            .await
+            .context("followed lines did not arrive")??;
+        ensure!(n > 0, "kubectl logs -f ended early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    ensure!(got == want, "followed bytes: {got:?}");
+    follow.kill().await?;
+    ensure!(
+        kubelet
+            .wait_followers_gone(1, Duration::from_secs(30))
+            .await,
+        "the edge kept the follow request open"
+    );
+
+    // exec: stdin and stdout bytes unchanged, stderr and the exit code come back.
+    let input: &[u8] = b"hello \x00\xff\xfe exec\n";
+    let out = kubectl(
+        &["-n", ns, "exec", "-i", "web", "-c", "app", "--", "cat"],
+        Some(input),
+        Duration::from_secs(60),
+    )
+    .await?;
+    ensure!(
+        out.stdout == input,
+        "exec stdout {:?}; stderr {}",
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("got {} bytes", input.len())),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(
+        out.status.code() == Some(EXIT_CODE as i32),
+        "exit code {:?}",
+        out.status
+    );
+    let exec = kubelet
+        .execs()
+        .into_iter()
+        .last()
+        .context("exec reached the kubelet")?;
+    ensure!(
+        exec.target.starts_with(&format!("/exec/{ns}/web/app?")),
+        "{}",
+        exec.target
+    );
+    ensure!(exec.target.contains("command=cat"), "{}", exec.target);
+    it.finish();
     Ok(())
 }

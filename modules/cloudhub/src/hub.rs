@@ -14,14 +14,15 @@ use tokio::sync::Notify;
 use tracing::{debug, error, info, warn};
 
 use crate::classify::legacy_drop;
+use crate::classify::{Delivery, classify, is_delete, object_info};
 use crate::config::CloudHubConfig;
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::material::{self, Material};
-use crate::persist::Persister;
+use crate::persist::{PersistOp, Persister};
 use crate::registry::{NodeStats, Registry};
 use crate::session::{Deliver, Stop, StopReason};
-use crate::store::ObjectSyncStore;
+use crate::store::{ObjectSyncStore, SyncKey, SyncSpec};
 
 /// Hub-wide counters.
 #[derive(Debug, Default)]
@@ -139,6 +140,7 @@ impl Hub {
                 .dropped_offline
                 .fetch_add(1, Ordering::Relaxed);
             debug!(node, msg = %msg, "node not connected here, message dropped");
+            self.record_offline(node, &msg);
             return;
         };
         if let Err(e) = entry.addr.try_send(Deliver(msg)) {
@@ -148,12 +150,21 @@ impl Hub {
                     entry.counters.dropped.fetch_add(1, Ordering::Relaxed);
                     warn!(node, "node intake queue full, message dropped");
                 }
-                actix::dev::SendError::Closed(_) => {
+                actix::dev::SendError::Closed(Deliver(msg)) => {
                     self.counters
                         .dropped_offline
                         .fetch_add(1, Ordering::Relaxed);
+                    self.record_offline(node, &msg);
                 }
             }
+        }
+    }
+
+    /// Spec §3.4 step 4 for a node that is away: the record a first-seen object gets (status
+    /// `"0"`) is what makes the sync loop send it after the node reconnects.
+    fn record_offline(&self, node: &str, msg: &Message) {
+        if let Some((key, spec)) = offline_record(node, msg) {
+            self.persister.submit(key, PersistOp::Ensure { spec });
         }
     }
 
@@ -464,5 +475,103 @@ impl Module for CloudHub {
         // (call HubHandle::shutdown first to wait for it).
         let handle = HubHandle(self.hub.clone());
         actix_rt::spawn(async move { handle.shutdown().await });
+    }
+}
+
+/// The record to ensure for a downstream message its node could not take (spec §3.4): an
+/// ACK-class `resource` message with a resource version about an object with a UID, that is
+/// neither a delete (the sync loop finds the object gone by itself) nor an answer to a query.
+fn offline_record(node: &str, msg: &Message) -> Option<(SyncKey, SyncSpec)> {
+    if classify(msg) != Delivery::Ack
+        || msg.route.group != names::GROUP_RESOURCE
+        || msg.route.operation == beehive::constants::operation::RESPONSE
+        || msg.header.resource_version.is_empty()
+    {
+        return None;
+    }
+    let info = object_info(msg)?;
+    if is_delete(msg, Some(&info)) {
+        return None;
+    }
+    let r = kubeedge_api::NodeResource::parse(&msg.route.resource).ok()?;
+    if r.namespace.is_empty() {
+        return None;
+    }
+    let name = if r.name.is_empty() { info.name } else { r.name };
+    Some((
+        SyncKey {
+            node: node.to_owned(),
+            namespace: r.namespace,
+            uid: info.uid,
+        },
+        SyncSpec {
+            api_version: info.api_version,
+            kind: info.kind,
+            name,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beehive::Content;
+
+    fn msg(resource: &str, op: &str, rv: &str, content: serde_json::Value) -> Message {
+        Message::new()
+            .with_route("edgecontroller", "resource", resource, op)
+            .with_resource_version(rv)
+            .with_content(Content::json(&content).unwrap())
+    }
+
+    fn cm(uid: &str) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns", "uid": uid}})
+    }
+
+    #[test]
+    fn an_insert_for_an_absent_node_gets_a_record() {
+        let (key, spec) = offline_record(
+            "e1",
+            &msg("node/e1/ns/configmap/c", "insert", "7", cm("u1")),
+        )
+        .unwrap();
+        assert_eq!(
+            (key.node.as_str(), key.namespace.as_str(), key.uid.as_str()),
+            ("e1", "ns", "u1")
+        );
+        assert_eq!(
+            (
+                spec.api_version.as_str(),
+                spec.kind.as_str(),
+                spec.name.as_str()
+            ),
+            ("v1", "ConfigMap", "c")
+        );
+    }
+
+    #[test]
+    fn deletes_responses_no_ack_and_unversioned_messages_get_none() {
+        let none = [
+            msg("node/e1/ns/configmap/c", "delete", "7", cm("u1")),
+            msg("node/e1/ns/configmap/c", "response", "7", cm("u1")),
+            msg("node/e1/ns/configmap/c", "update", "", cm("u1")),
+            msg(
+                "node/e1/ns/configmap/c",
+                "update",
+                "7",
+                serde_json::json!({"metadata": {}}),
+            ),
+            msg("node/e1/kube-node-lease/lease/e1", "update", "7", cm("u1")),
+            msg(
+                "node/e1/ns/configmap/c",
+                "update",
+                "7",
+                serde_json::json!({"metadata": {"uid": "u", "deletionTimestamp": "2020-01-01T00:00:00Z"}}),
+            ),
+        ];
+        for m in none {
+            assert_eq!(offline_record("e1", &m), None, "{m}");
+        }
     }
 }

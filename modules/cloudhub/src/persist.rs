@@ -17,6 +17,11 @@ pub(crate) enum PersistOp {
     Acked { spec: SyncSpec, rv: String },
     /// The edge acknowledged a delete: remove the record.
     Delete,
+    /// An object was sent while its node had no session here: make sure a record exists
+    /// (created with status `"0"`, an existing one left alone) so the sync loop delivers the
+    /// object once the node is back. Without it an object created while the node is away would
+    /// never reach the edge (found by the edgecore interop suite).
+    Ensure { spec: SyncSpec },
 }
 
 #[derive(Debug, Default)]
@@ -70,7 +75,8 @@ impl Persister {
                     (&*existing, &op),
                     (PersistOp::Acked { rv: old, .. }, PersistOp::Acked { rv: new, .. })
                         if !kubeedge_api::version::is_newer(new, old)
-                );
+                ) || (matches!(op, PersistOp::Ensure { .. })
+                    && !matches!(existing, PersistOp::Ensure { .. }));
                 if !keep_existing {
                     *existing = op;
                 }
@@ -104,6 +110,7 @@ impl Persister {
         let result = match &op {
             PersistOp::Acked { spec, rv } => self.store.set_acked(&key, spec, rv).await,
             PersistOp::Delete => self.store.delete(&key).await,
+            PersistOp::Ensure { spec } => self.store.create(&key, spec).await.map(|_| ()),
         };
         match result {
             Ok(()) => {

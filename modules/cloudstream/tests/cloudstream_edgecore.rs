@@ -1,163 +1,59 @@
 //! Interop with an unmodified KubeEdge edgecore (its edgestream, Go + gorilla) against our
 //! tunnel: logs, follow with the client going away, metrics and exec, bytes unchanged.
 //!
-//! The binary is `shared/peers/edgecore/*.xz` beside the repository; it is unpacked into
-//! `~/.cache/cloudcore-edgecore` on first use. The test fails loudly when it is missing.
+//! The `edgecore-interop` harness unpacks the binary (`shared/peers/edgecore/*.xz` beside the
+//! repository) into a cache folder, writes its config and runs it; the test fails loudly when
+//! something is missing. The end-to-end suite through kube-apiserver is
+//! `tests/interop_edgecore.rs` at the repository root.
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
+use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore, KUBELET, Serial};
 use support::{Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "edge-node-1";
-const XZ: &str = "edgecore-v1.23.0-beta.0.150-linux-amd64.xz";
 
-fn edgecore_binary() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let candidates = [
-        root.join("../shared/peers/edgecore").join(XZ),
-        PathBuf::from("/work/shared/peers/edgecore").join(XZ),
-    ];
-    let xz = candidates
-        .iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("edgecore archive not found in {candidates:?}"));
-    let cache = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir)
-        .join(".cache/cloudcore-edgecore");
-    std::fs::create_dir_all(&cache).unwrap();
-    let bin = cache.join("edgecore-16cd8548");
-    if !bin.exists() {
-        let tmp = cache.join(format!("edgecore.{}.tmp", std::process::id()));
-        let out = std::fs::File::create(&tmp).unwrap();
-        let ok = std::process::Command::new("xz")
-            .arg("-dc")
-            .arg(xz)
-            .stdout(out)
-            .status()
-            .expect("run xz");
-        assert!(ok.success(), "xz -dc failed");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::rename(&tmp, &bin).unwrap();
-    }
-    bin
-}
-
-fn pem(label: &str, der: &[u8]) -> String {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let lines: Vec<&str> = b64
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).unwrap())
-        .collect();
-    format!(
-        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-        lines.join("\n")
+/// An edgecore whose certificates come from `cloud`'s edge CA (no bootstrap) and whose hub
+/// points at a closed port: only edgestream is under test.
+fn start_edgecore(cloud: &Cloud, home: &EdgeHome) -> Edgecore {
+    let cert = cloud.edge_ca.node(NODE);
+    home.install_certificates(
+        &edgecore_interop::pem("CERTIFICATE", &cloud.edge_ca.ca()),
+        &edgecore_interop::pem("CERTIFICATE", &cert.cert_chain[0]),
+        &edgecore_interop::pem("PRIVATE KEY", cert.key.secret_der()),
     )
-}
-
-/// A running edgecore, killed on drop; its log stays in `home/edgecore.log`.
-struct Edgecore {
-    child: tokio::process::Child,
-    home: PathBuf,
-}
-
-impl Edgecore {
-    async fn start(cloud: &Cloud) -> Edgecore {
-        let bin = edgecore_binary();
-        let home = std::env::temp_dir().join(format!("cs-edgecore-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&home);
-        std::fs::create_dir_all(home.join("run/ca")).unwrap();
-        std::fs::create_dir_all(home.join("run/certs")).unwrap();
-        let cert = cloud.edge_ca.node(NODE);
-        std::fs::write(
-            home.join("run/ca/rootCA.crt"),
-            pem("CERTIFICATE", &cloud.edge_ca.ca()),
-        )
-        .unwrap();
-        std::fs::write(
-            home.join("run/certs/server.crt"),
-            pem("CERTIFICATE", &cert.cert_chain[0]),
-        )
-        .unwrap();
-        std::fs::write(
-            home.join("run/certs/server.key"),
-            pem("PRIVATE KEY", cert.key.secret_der()),
-        )
-        .unwrap();
-        let template = std::fs::read_to_string(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../../shared/peers/edgecore/edgecore.yaml"),
-        )
-        .or_else(|_| std::fs::read_to_string("/work/shared/peers/edgecore/edgecore.yaml"))
-        .expect("edgecore.yaml template");
-        let config = template
-            .replace("@EDGECORE_HOME@", home.to_str().unwrap())
-            .replace("@TOKEN@", "unused.because.certificates.exist")
-            .replace(
-                "server: 127.0.0.1:10004",
-                &format!("server: {}", cloud.tunnel_server()),
-            )
-            // Nothing listens there: the hub keeps retrying, which edgestream does not mind.
-            .replace("server: 127.0.0.1:10000", "server: 127.0.0.1:9")
-            .replace("https://127.0.0.1:10002", "https://127.0.0.1:9");
-        let config_path = home.join("edgecore.yaml");
-        std::fs::write(&config_path, config).unwrap();
-        let log = std::fs::File::create(home.join("edgecore.log")).unwrap();
-        let child = tokio::process::Command::new(bin)
-            .arg("--config")
-            .arg(&config_path)
-            .arg("--v=4")
-            .env("CHECK_EDGECORE_ENVIRONMENT", "false")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start edgecore");
-        Edgecore { child, home }
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.home.join("edgecore.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-}
-
-impl Drop for Edgecore {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-        // Keep the folder (and the log) only when the test failed.
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.home);
-        }
-    }
+    .unwrap();
+    // Nothing listens on port 9: the hub keeps retrying, which edgestream does not mind.
+    let closed = "127.0.0.1:9".parse().unwrap();
+    let mut config = EdgeConfig::new(NODE, "unused.because.certificates.exist", closed, closed);
+    config.tunnel_server = Some(cloud.tunnel_server().parse().unwrap());
+    config.meta_server = false;
+    home.write_config(&config).unwrap();
+    Edgecore::start(home).unwrap()
 }
 
 #[actix_rt::test]
 async fn a_real_edgecore_should_serve_logs_metrics_and_exec_through_our_tunnel() {
+    // One edgecore at a time on this machine (the kubelet port below is fixed).
+    let _serial = Serial::acquire().unwrap();
     let cloud = Cloud::start().await;
     // edgecore relays to what the CONNECT URL names: 127.0.0.1:10350, as upstream's cloud sends.
-    let kubelet = FakeKubelet::start_on("127.0.0.1:10350").await;
+    let kubelet = FakeKubelet::start_on(KUBELET).await;
     cloud.pods.place("ns", "web", NODE);
-    let edgecore = Edgecore::start(&cloud).await;
+    let home = EdgeHome::new(NODE).unwrap();
+    let edgecore = start_edgecore(&cloud, &home);
     assert!(
         cloud
             .handle
             .wait_for_session(NODE, Duration::from_secs(60))
             .await,
         "edgecore did not open a tunnel; its log:\n{}",
-        edgecore.log_tail()
+        edgecore.log_tail(40)
     );
     assert!(
         cloud
@@ -174,7 +70,7 @@ async fn a_real_edgecore_should_serve_logs_metrics_and_exec_through_our_tunnel()
         body,
         kubelet::log_body(),
         "edgecore log tail:\n{}",
-        edgecore.log_tail()
+        edgecore.log_tail(40)
     );
 
     // metrics: line relay with identity encoding, final newline added.
@@ -251,7 +147,7 @@ async fn a_real_edgecore_should_serve_logs_metrics_and_exec_through_our_tunnel()
                     String::from_utf8_lossy(&received),
                     kubelet.requests().last().map(|r| (r.method.clone(), r.target.clone(), r.headers.clone())),
                     kubelet.execs(),
-                    edgecore.log_tail()
+                    edgecore.log_tail(40)
                 )
             })
             .unwrap();

@@ -123,7 +123,10 @@ fn unpack(archive: &Path, cache: &Path, target: &Path, sha: &str) -> Result<()> 
         })?;
     if !status.success() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(Error::XzFailed(format!("xz -dc {} {status}", archive.display())));
+        return Err(Error::XzFailed(format!(
+            "xz -dc {} {status}",
+            archive.display()
+        )));
     }
     let actual = sha256_file(&tmp).map_err(|e| Error::io(&tmp, e))?;
     if actual != sha {
@@ -210,11 +213,15 @@ mod tests {
 
     #[test]
     fn the_peer_archive_unpacks_to_the_expected_binary() {
-        let dir = std::env::temp_dir().join(format!("edgecore-interop-real-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("edgecore-interop-real-{}", std::process::id()));
         let target = dir.join("edgecore");
         unpack(&archive().unwrap(), &dir, &target, EDGECORE_SHA256).unwrap();
         // It runs: `--version` wants a config file, `--defaultconfig` does not.
-        let out = Command::new(&target).arg("--defaultconfig").output().unwrap();
+        let out = Command::new(&target)
+            .arg("--defaultconfig")
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("kind: EdgeCore"), "{text}");
         let _ = std::fs::remove_dir_all(&dir);

@@ -376,7 +376,10 @@ mod tests {
         assert_eq!(hub["keepaliveInterval"], 9);
         assert_eq!(hub["tlsCAFile"], "/c/ca/rootCA.crt");
         assert_eq!(v["modules"]["cloudStream"]["streamPort"], 4);
-        assert_eq!(v["modules"]["cloudStream"]["tlsStreamCertFile"], "/p/stream.crt");
+        assert_eq!(
+            v["modules"]["cloudStream"]["tlsStreamCertFile"],
+            "/p/stream.crt"
+        );
         assert_eq!(v["kubeAPIConfig"]["kubeConfig"], "/k");
         assert_eq!(spec.token_file(), PathBuf::from("/c/ca/tokendata"));
     }

@@ -65,12 +65,28 @@ impl EdgeConfig {
         set(modules, &["edged", "hostnameOverride"], self.node.as_str())?;
         set(modules, &["edged", "nodeIP"], "127.0.0.1")?;
         let hub = ["edgeHub"];
-        set(modules, &[hub[0], "httpServer"], format!("https://{}", self.cert_server))?;
+        set(
+            modules,
+            &[hub[0], "httpServer"],
+            format!("https://{}", self.cert_server),
+        )?;
         set(modules, &[hub[0], "heartbeat"], u64::from(self.heartbeat))?;
         set(modules, &[hub[0], "token"], self.token.as_str())?;
-        set(modules, &[hub[0], "websocket", "server"], self.hub_server.to_string())?;
-        set(modules, &["metaManager", "metaServer", "enable"], self.meta_server)?;
-        set(modules, &["metaManager", "metaServer", "server"], META_SERVER)?;
+        set(
+            modules,
+            &[hub[0], "websocket", "server"],
+            self.hub_server.to_string(),
+        )?;
+        set(
+            modules,
+            &["metaManager", "metaServer", "enable"],
+            self.meta_server,
+        )?;
+        set(
+            modules,
+            &["metaManager", "metaServer", "server"],
+            META_SERVER,
+        )?;
         match self.tunnel_server {
             Some(addr) => {
                 set(modules, &["edgeStream", "enable"], true)?;
@@ -80,6 +96,19 @@ impl EdgeConfig {
         }
         serde_yaml::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
     }
+}
+
+/// PEM text of one DER block (`label` e.g. `CERTIFICATE`, `PRIVATE KEY`, `EC PRIVATE KEY`).
+pub fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
 }
 
 fn set(root: &mut Value, path: &[&str], value: impl Into<Value>) -> Result<()> {
@@ -101,6 +130,7 @@ fn set(root: &mut Value, path: &[&str], value: impl Into<Value>) -> Result<()> {
 #[derive(Debug)]
 pub struct EdgeHome {
     dir: PathBuf,
+    keep: bool,
 }
 
 impl EdgeHome {
@@ -112,7 +142,12 @@ impl EdgeHome {
             unique()
         ));
         std::fs::create_dir_all(dir.join("run")).map_err(|e| Error::io(&dir, e))?;
-        Ok(EdgeHome { dir })
+        Ok(EdgeHome { dir, keep: false })
+    }
+
+    /// Keeps the folder when dropped (for a failed scenario).
+    pub fn keep(&mut self) {
+        self.keep = true;
     }
 
     /// The folder.
@@ -175,7 +210,7 @@ impl EdgeHome {
 
 impl Drop for EdgeHome {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if self.keep || std::thread::panicking() {
             eprintln!("edgecore home kept for inspection: {}", self.dir.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -299,6 +334,16 @@ modules:
 ";
 
     #[test]
+    fn pem_wraps_base64_at_64_columns() {
+        let text = pem("CERTIFICATE", &[0u8; 60]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "-----BEGIN CERTIFICATE-----");
+        assert_eq!(lines[1].len(), 64);
+        assert_eq!(lines[2], "AAAAAAAAAAAAAAAA");
+        assert_eq!(lines[3], "-----END CERTIFICATE-----");
+    }
+
+    #[test]
     fn render_fills_placeholders_and_sets_addresses() {
         let mut c = EdgeConfig::new(
             "n1",
@@ -333,9 +378,13 @@ modules:
             "127.0.0.1:2".parse().unwrap(),
         );
         c.tunnel_server = Some("127.0.0.1:3".parse().unwrap());
-        let v: Value = serde_yaml::from_str(&c.render(&template, Path::new("/h")).unwrap()).unwrap();
+        let v: Value =
+            serde_yaml::from_str(&c.render(&template, Path::new("/h")).unwrap()).unwrap();
         assert_eq!(v["modules"]["edgeStream"]["server"], "127.0.0.1:3");
-        assert_eq!(v["modules"]["edgeHub"]["tlsCertFile"], "/h/run/certs/server.crt");
+        assert_eq!(
+            v["modules"]["edgeHub"]["tlsCertFile"],
+            "/h/run/certs/server.crt"
+        );
         assert_eq!(v["edgecoreVersion"], binary::EDGECORE_VERSION);
     }
 }

@@ -12,6 +12,7 @@ use crate::cloud::{CloudSpec, Cloudcore, Metrics};
 use crate::edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET};
 use crate::error::{Error, Result};
 use crate::kubelet::FakeKubelet;
+use crate::process::tail;
 use crate::serial::Serial;
 use crate::store::EdgeStore;
 
@@ -107,6 +108,7 @@ impl InteropBuilder {
             heartbeat: self.heartbeat,
             client,
             dir,
+            finished: false,
             _serial: serial,
         })
     }
@@ -185,6 +187,7 @@ pub struct Interop {
     heartbeat: u32,
     client: kube::Client,
     dir: PathBuf,
+    finished: bool,
     _serial: Serial,
 }
 
@@ -362,6 +365,12 @@ impl Interop {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// Marks the scenario as passed. A scenario dropped without it (a test that returned an
+    /// error, or panicked) prints the tails of both logs and keeps its folders.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
 }
 
 impl std::fmt::Debug for Interop {
@@ -377,17 +386,27 @@ impl std::fmt::Debug for Interop {
 
 impl Drop for Interop {
     fn drop(&mut self) {
-        // Processes first, so their logs are complete when printed.
+        let panicking = std::thread::panicking();
+        // Processes first, so their logs are complete (they print their own tails when the
+        // thread panics).
         drop(self.edge.take());
         drop(self.cloud.take());
-        if std::thread::panicking() {
-            eprintln!(
-                "interop folders kept: cloud {} (cloudcore.log), edge {} (edgecore.log)",
-                self.dir.display(),
-                self.home.path().display()
-            );
-        } else {
+        if self.finished && !panicking {
             let _ = std::fs::remove_dir_all(&self.dir);
+            return;
         }
+        if !panicking {
+            eprintln!(
+                "--- cloudcore log tail ---\n{}\n--- edgecore log tail ---\n{}\n--- end ---",
+                tail(&self.spec.log_file(), 60),
+                tail(&self.home.log_file(), 60)
+            );
+        }
+        self.home.keep();
+        eprintln!(
+            "interop folders kept: cloud {} (cloudcore.log), edge {} (edgecore.log)",
+            self.dir.display(),
+            self.home.path().display()
+        );
     }
 }

@@ -29,15 +29,15 @@ mod edge;
 mod error;
 mod fixture;
 mod http;
-pub mod kubelet;
 mod kubectl;
+pub mod kubelet;
 mod process;
 mod serial;
 mod spdy;
 mod store;
 
 pub use cloud::{CloudPorts, CloudSpec, Cloudcore, Metrics};
-pub use edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET, META_SERVER};
+pub use edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET, META_SERVER, pem};
 pub use error::{Error, Result};
 pub use fixture::{EDGE_LABEL, Interop, InteropBuilder, eventually};
 pub use http::{Response, get as http_get};

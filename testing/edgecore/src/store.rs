@@ -47,7 +47,9 @@ pub struct EdgeStore {
 impl EdgeStore {
     /// The store in `db` (`database.dataSource`).
     pub fn new(db: &Path) -> EdgeStore {
-        EdgeStore { db: db.to_path_buf() }
+        EdgeStore {
+            db: db.to_path_buf(),
+        }
     }
 
     fn query(&self, sql: &str) -> Result<Vec<Value>> {
@@ -63,7 +65,9 @@ impl EdgeStore {
             .arg(&self.db)
             .arg(sql)
             .output()
-            .map_err(|e| Error::Store(format!("sqlite3 is missing (apt-get install sqlite3): {e}")))?;
+            .map_err(|e| {
+                Error::Store(format!("sqlite3 is missing (apt-get install sqlite3): {e}"))
+            })?;
         if !out.status.success() {
             return Err(Error::Store(format!(
                 "sqlite3 {}: {}",

@@ -3,9 +3,10 @@
 // Each test binary uses a different part of the harness.
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
-pub mod kubelet;
+// The kubelet stand-in (logs, metrics, exec over SPDY and WebSocket) lives in the interop
+// harness, which the real-edgecore tests share.
+pub use edgecore_interop::kubelet;
 pub mod pki;
-pub mod spdy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -578,6 +578,7 @@ async fn downstream_objects_reach_the_edge_store_and_acks_advance_object_sync() 
         "{}",
         m.node_counter("acked", node)
     );
+    it.finish();
     Ok(())
 }
 
@@ -649,7 +650,6 @@ async fn change_while_away(ns: &str, node: &str) -> Result<()> {
     ])
     .await?;
     apply(&pod_yaml(ns, "late", node, &[], &[])).await?;
-    it.finish();
     Ok(())
 }
 
@@ -840,11 +840,13 @@ async fn kubectl_logs_and_exec_reach_the_edge_kubelet_through_our_tunnel() -> Re
         "exit code {:?}",
         out.status
     );
-    let exec = kubelet
-        .execs()
-        .into_iter()
-        .last()
-        .context("exec reached the kubelet")?;
+    // The kubelet records an exec once its side is done (just after kubectl returns).
+    let exec = edgecore_interop::eventually(
+        Duration::from_secs(5),
+        "exec reached the kubelet",
+        || async { kubelet.execs().into_iter().last() },
+    )
+    .await?;
     ensure!(
         exec.target.starts_with(&format!("/exec/{ns}/web/app?")),
         "{}",

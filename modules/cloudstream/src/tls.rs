@@ -4,14 +4,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use pki::tls::{any_server_cert_verifier, root_store};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{
-    CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer,
-    ServerName, UnixTime,
-};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+use rustls::{ClientConfig, ServerConfig};
 
 /// Errors loading TLS material or building a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -102,75 +99,29 @@ pub fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
-fn is_pem(data: &[u8]) -> bool {
-    data.windows(10).any(|w| w == b"-----BEGIN")
-}
-
-/// Certificates from PEM (every `CERTIFICATE` block) or one DER certificate.
+/// Certificates from PEM (every `CERTIFICATE` block) or one DER certificate; `what` names
+/// the input in the error when there is none.
 pub fn certificates(
     data: &[u8],
     what: &'static str,
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs: Vec<_> = if is_pem(data) {
-        rustls_pemfile::certs(&mut &data[..])
-            .filter_map(Result::ok)
-            .collect()
-    } else if data.is_empty() {
-        Vec::new()
-    } else {
-        vec![CertificateDer::from(data.to_vec())]
-    };
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate(what));
+    match pki::load_certificates_pem_or_der(data) {
+        Ok(certs) if !certs.is_empty() => Ok(certs),
+        _ => Err(TlsError::NoCertificate(what)),
     }
-    Ok(certs)
 }
 
 /// A private key from PEM (any key block, whatever its label says) or DER, trying PKCS#8,
 /// then SEC1, then PKCS#1: cloudhub writes SEC1 DER under a `PRIVATE KEY` label.
 pub fn private_key(data: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let der: Vec<u8> = if is_pem(data) {
-        rustls_pemfile::read_all(&mut &data[..])
-            .filter_map(Result::ok)
-            .find_map(|item| match item {
-                rustls_pemfile::Item::Pkcs8Key(k) => Some(k.secret_pkcs8_der().to_vec()),
-                rustls_pemfile::Item::Sec1Key(k) => Some(k.secret_sec1_der().to_vec()),
-                rustls_pemfile::Item::Pkcs1Key(k) => Some(k.secret_pkcs1_der().to_vec()),
-                _ => None,
-            })
-            .ok_or(TlsError::NoKey)?
-    } else {
-        data.to_vec()
-    };
-    let provider = provider();
-    let candidates: [PrivateKeyDer<'static>; 3] = [
-        PrivatePkcs8KeyDer::from(der.clone()).into(),
-        PrivateSec1KeyDer::from(der.clone()).into(),
-        PrivatePkcs1KeyDer::from(der).into(),
-    ];
-    candidates
-        .into_iter()
-        .find(|k| {
-            provider
-                .key_provider
-                .load_private_key(k.clone_key())
-                .is_ok()
-        })
-        .ok_or(TlsError::NoKey)
+    pki::load_private_key_pem_or_der(data).map_err(|_| TlsError::NoKey)
 }
 
-/// The crypto provider every configuration here uses (ring), chosen explicitly so that no
-/// process-wide default is needed.
+/// The crypto provider every configuration here uses (ring with all its suites, unlike
+/// `pki::tls::provider`, since the API server's certificates need not be ECDSA), chosen
+/// explicitly so that no process-wide default is needed.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn roots(ca: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for c in ca {
-        roots.add(c.clone())?;
-    }
-    Ok(roots)
 }
 
 /// A server configuration: TLS 1.2 and 1.3, ALPN `http/1.1` only, and client certificates
@@ -184,10 +135,12 @@ pub fn server_config(
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
     let builder = if verify_clients {
-        let verifier =
-            WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&material.ca)?), provider)
-                .build()
-                .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(
+            Arc::new(root_store(&material.ca)?),
+            provider,
+        )
+        .build()
+        .map_err(|e| TlsError::Verifier(e.to_string()))?;
         builder.with_client_cert_verifier(verifier)
     } else {
         builder.with_no_client_auth()
@@ -213,14 +166,13 @@ pub fn client_config(
     key: PrivateKeyDer<'static>,
     server_ca: Option<&[CertificateDer<'static>]>,
 ) -> Result<Arc<ClientConfig>, TlsError> {
-    let provider = provider();
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?;
+    let builder =
+        ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let builder = match server_ca {
-        Some(ca) => builder.with_root_certificates(roots(ca)?),
+        Some(ca) => builder.with_root_certificates(root_store(ca)?),
         None => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServer(provider))),
+            .with_custom_certificate_verifier(any_server_cert_verifier()),
     };
     Ok(Arc::new(builder.with_client_auth_cert(cert_chain, key)?))
 }
@@ -239,53 +191,4 @@ pub async fn connect(
     tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
-}
-
-/// Accepts any server certificate but still checks handshake signatures.
-#[derive(Debug)]
-struct AnyServer(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }

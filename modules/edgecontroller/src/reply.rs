@@ -49,6 +49,12 @@ pub(crate) fn ok(req: &Message) -> Message {
     )
 }
 
+/// `"OK"` at `resource`, header RV = the written object's `rv`.
+pub(crate) fn ok_at(req: &Message, resource: impl Into<String>, rv: Option<String>) -> Message {
+    response(req, resource, Content::string(SUCCESS_CONTENT))
+        .with_resource_version(rv.unwrap_or_default())
+}
+
 /// A raw `{"ErrStatus": …}` at `resource`.
 pub(crate) fn raw_error(req: &Message, resource: impl Into<String>, err: &StatusError) -> Message {
     response(req, resource, json(err))

@@ -2,7 +2,9 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use rustls_pki_types::{PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
+use rustls_pki_types::{
+    CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer,
+};
 
 use crate::der;
 use crate::error::{Error, Result};
@@ -100,6 +102,52 @@ pub fn load_private_key_pem(text: &str) -> Result<PrivateKeyDer<'static>> {
     load_private_key(&first_pem_der(text)?)
 }
 
+/// The PEM labels a private key block can carry (encrypted keys are not supported).
+const KEY_LABELS: [&str; 3] = ["PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY"];
+
+/// True when `data` is PEM text rather than DER (it has a `-----BEGIN` marker).
+fn is_pem(data: &[u8]) -> bool {
+    data.windows(10).any(|w| w == b"-----BEGIN")
+}
+
+/// The PEM blocks of `data`, which must be UTF-8 text.
+fn pem_blocks_of(data: &[u8]) -> Result<Vec<PemBlock>> {
+    let text = std::str::from_utf8(data).map_err(|e| Error::Pem(format!("not text: {e}")))?;
+    pem_blocks(text)
+}
+
+/// Certificates from PEM (every `CERTIFICATE` block, in order) or DER (`data` is one
+/// certificate), told apart by the `-----BEGIN` marker. Empty input, or PEM without a
+/// certificate block, gives an empty list; callers decide whether that is an error.
+pub fn load_certificates_pem_or_der(data: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
+    if !is_pem(data) {
+        return Ok(if data.is_empty() {
+            Vec::new()
+        } else {
+            vec![CertificateDer::from(data.to_vec())]
+        });
+    }
+    Ok(pem_blocks_of(data)?
+        .into_iter()
+        .filter(|b| b.label == "CERTIFICATE")
+        .map(|b| CertificateDer::from(b.der))
+        .collect())
+}
+
+/// [`load_private_key`] on PEM (the first private key block, whatever form its label names)
+/// or on DER, told apart by the `-----BEGIN` marker.
+pub fn load_private_key_pem_or_der(data: &[u8]) -> Result<PrivateKeyDer<'static>> {
+    if !is_pem(data) {
+        return load_private_key(data);
+    }
+    let der = pem_blocks_of(data)?
+        .into_iter()
+        .find(|b| KEY_LABELS.contains(&b.label.as_str()))
+        .ok_or_else(|| Error::Pem("no private key block found".into()))?
+        .der;
+    load_private_key(&der)
+}
+
 /// An rcgen signing key from P-256 key DER in PKCS#8 or SEC1 form.
 pub(crate) fn ec_key_pair(der: &[u8]) -> Result<rcgen::KeyPair> {
     let pkcs8 = match load_private_key(der)? {
@@ -146,5 +194,34 @@ mod tests {
         assert!(pem_blocks("-----BEGIN X-----\n!!!\n-----END X-----\n").is_err());
         assert!(load_private_key(b"not a key").is_err());
         assert!(ec_key_pair(&[0x30, 0x00]).is_err());
+    }
+
+    #[test]
+    fn pem_or_der_input_is_told_apart() {
+        let ca = crate::CertificateAuthority::generate().unwrap();
+        let cert_pem = to_pem("CERTIFICATE", ca.cert_der());
+        let key_der = generate_ec_key().unwrap();
+        // A key file may start with other blocks (parameters) before the key.
+        let key_pem = to_pem("EC PARAMETERS", &[6, 0]) + &to_pem("PRIVATE KEY", &key_der);
+        let both = cert_pem.clone() + &cert_pem;
+        assert_eq!(
+            load_certificates_pem_or_der(both.as_bytes()).unwrap().len(),
+            2
+        );
+        let der = load_certificates_pem_or_der(ca.cert_der()).unwrap();
+        assert_eq!(der[0].as_ref(), ca.cert_der());
+        assert!(load_certificates_pem_or_der(b"").unwrap().is_empty());
+        assert!(
+            load_certificates_pem_or_der(key_pem.as_bytes())
+                .unwrap()
+                .is_empty()
+        );
+        assert!(matches!(
+            load_private_key_pem_or_der(key_pem.as_bytes()).unwrap(),
+            PrivateKeyDer::Sec1(_)
+        ));
+        assert!(load_private_key_pem_or_der(&key_der).is_ok());
+        assert!(load_private_key_pem_or_der(cert_pem.as_bytes()).is_err());
+        assert!(load_private_key_pem_or_der(b"").is_err());
     }
 }

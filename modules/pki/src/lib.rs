@@ -41,8 +41,8 @@ pub use error::{Error, Result};
 pub use files::{read_pem_pair, write_file, write_pem_pair};
 pub use identity::{PeerIdentity, ext_key_usages, parse as parse_identity};
 pub use keys::{
-    PemBlock, first_pem_der, generate_ec_key, load_private_key, load_private_key_pem, pem_blocks,
-    to_pem,
+    PemBlock, first_pem_der, generate_ec_key, load_certificates_pem_or_der, load_private_key,
+    load_private_key_pem, load_private_key_pem_or_der, pem_blocks, to_pem,
 };
 pub use token::{
     create_jwt, create_jwt_expiring, create_token, sha256_hex, split_token, verify_jwt,

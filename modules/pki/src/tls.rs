@@ -32,12 +32,22 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(p)
 }
 
-fn roots(ca_der: &[u8]) -> Result<Arc<RootCertStore>> {
+/// A root store of `ca` (every certificate a trust anchor); shared with cloudstream, whose
+/// CA files may hold several.
+pub fn root_store(
+    ca: &[CertificateDer<'static>],
+) -> std::result::Result<RootCertStore, rustls::Error> {
     let mut store = RootCertStore::empty();
-    store
-        .add(CertificateDer::from(ca_der.to_vec()))
-        .map_err(|e| Error::Certificate(format!("CA: {e}")))?;
-    Ok(Arc::new(store))
+    for c in ca {
+        store.add(c.clone())?;
+    }
+    Ok(store)
+}
+
+fn roots(ca_der: &[u8]) -> Result<Arc<RootCertStore>> {
+    root_store(&chain(ca_der))
+        .map(Arc::new)
+        .map_err(|e| Error::Certificate(format!("CA: {e}")))
 }
 
 /// webpki verification of client certificates against `ca_der` (chain, validity, clientAuth).
@@ -47,12 +57,24 @@ pub(crate) fn client_verifier(ca_der: &[u8]) -> Result<Arc<dyn ClientCertVerifie
         .map_err(|e| Error::Certificate(format!("client verifier: {e}")))
 }
 
+/// A verifier that takes any server certificate but still checks handshake signatures (with
+/// ring's algorithms), so the peer holds the key it presents.
+pub fn any_server_cert_verifier() -> Arc<dyn ServerCertVerifier> {
+    Arc::new(AnyCert::new())
+}
+
 fn chain(cert_der: &[u8]) -> Vec<CertificateDer<'static>> {
     vec![CertificateDer::from(cert_der.to_vec())]
 }
 
 fn server_builder() -> Result<rustls::ConfigBuilder<ServerConfig, rustls::WantsVerifier>> {
     ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(Error::Tls)
+}
+
+fn client_builder() -> Result<rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier>> {
+    ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(Error::Tls)
 }
@@ -77,11 +99,8 @@ pub fn server_config_mutual(
 /// handlers verify it with [`crate::CertificateAuthority::verify_client_cert`], so an
 /// untrusted certificate gets HTTP 401 instead of a TLS alert.
 pub fn server_config_optional_client(cert_der: &[u8], key_der: &[u8]) -> Result<ServerConfig> {
-    let verifier = Arc::new(AnyClientCert {
-        algorithms: provider().signature_verification_algorithms,
-    });
     server_builder()?
-        .with_client_cert_verifier(verifier)
+        .with_client_cert_verifier(Arc::new(AnyCert::new()))
         .with_single_cert(chain(cert_der), keys::load_private_key(key_der)?)
         .map_err(Error::Tls)
 }
@@ -89,10 +108,7 @@ pub fn server_config_optional_client(cert_der: &[u8], key_der: &[u8]) -> Result<
 /// An edge client's TLS: verifies the server against `ca_der` (as the real edge does, by the
 /// host of the address it dials) and presents `client` (certificate DER, key DER) if given.
 pub fn client_config(ca_der: &[u8], client: Option<(&[u8], &[u8])>) -> Result<ClientConfig> {
-    let builder = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(Error::Tls)?
-        .with_root_certificates(roots(ca_der)?);
+    let builder = client_builder()?.with_root_certificates(roots(ca_der)?);
     match client {
         Some((cert, key)) => builder
             .with_client_auth_cert(chain(cert), keys::load_private_key(key)?)
@@ -104,25 +120,56 @@ pub fn client_config(ca_der: &[u8], client: Option<(&[u8], &[u8])>) -> Result<Cl
 /// A client TLS that accepts any server certificate: only for `GET /ca.crt` during
 /// bootstrap, whose answer is then checked against the token's CA hash (as the real edge).
 pub fn insecure_client_config() -> ClientConfig {
-    let algorithms = provider().signature_verification_algorithms;
-    let mut config = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+    client_builder()
         .unwrap_or_else(|_| unreachable!("the ring provider supports TLS 1.2 and 1.3"))
-        .with_root_certificates(RootCertStore::empty())
-        .with_no_client_auth();
-    config
         .dangerous()
-        .set_certificate_verifier(Arc::new(AnyServerCert { algorithms }));
-    config
+        .with_custom_certificate_verifier(any_server_cert_verifier())
+        .with_no_client_auth()
 }
 
-/// Accepts any client certificate chain; signature checks stay real.
+/// Accepts any certificate chain, from a client or a server; handshake signatures are still
+/// checked, so the peer holds the key of the certificate it presents.
 #[derive(Debug)]
-struct AnyClientCert {
+struct AnyCert {
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ClientCertVerifier for AnyClientCert {
+impl AnyCert {
+    fn new() -> Self {
+        AnyCert {
+            algorithms: provider().signature_verification_algorithms,
+        }
+    }
+}
+
+/// The signature checks both verifier traits declare, done for real with `self.algorithms`.
+macro_rules! real_signature_checks {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.algorithms.supported_schemes()
+        }
+    };
+}
+
+impl ClientCertVerifier for AnyCert {
     fn offer_client_auth(&self) -> bool {
         true
     }
@@ -144,36 +191,10 @@ impl ClientCertVerifier for AnyClientCert {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
+    real_signature_checks!();
 }
 
-/// Accepts any server certificate; signature checks stay real.
-#[derive(Debug)]
-struct AnyServerCert {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for AnyServerCert {
+impl ServerCertVerifier for AnyCert {
     fn verify_server_cert(
         &self,
         _end_entity: &CertificateDer<'_>,
@@ -185,25 +206,5 @@ impl ServerCertVerifier for AnyServerCert {
         Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
+    real_signature_checks!();
 }

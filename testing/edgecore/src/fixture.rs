@@ -391,11 +391,13 @@ impl Drop for Interop {
         // thread panics).
         drop(self.edge.take());
         drop(self.cloud.take());
-        if self.finished && !panicking {
+        // INTEROP_KEEP=1 keeps the folders of passing scenarios too (to read their logs).
+        let keep_anyway = std::env::var_os("INTEROP_KEEP").is_some();
+        if self.finished && !panicking && !keep_anyway {
             let _ = std::fs::remove_dir_all(&self.dir);
             return;
         }
-        if !panicking {
+        if !panicking && !self.finished {
             eprintln!(
                 "--- cloudcore log tail ---\n{}\n--- edgecore log tail ---\n{}\n--- end ---",
                 tail(&self.spec.log_file(), 60),

@@ -155,6 +155,55 @@ impl Drop for Process {
     }
 }
 
+/// Kills what an earlier, killed test run left behind: process groups whose leader was
+/// reparented to init (its test binary died without running `Drop`, e.g. on Ctrl-C, which does
+/// not reach our children's own process groups) and that `is_ours` recognises by their
+/// command line. Returns the leaders' pids. Call it only while holding the [`crate::Serial`]
+/// lock, when no live scenario can own such a process.
+pub fn reap_orphans(is_ours: impl Fn(&[String]) -> bool) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut killed = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp …`; comm may contain spaces, so split after ")".
+        let fields: Vec<&str> = stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| rest.split(' ').collect())
+            .unwrap_or_default();
+        let (Some(ppid), Some(pgrp)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        if *ppid != "1" || *pgrp != pid.to_string() {
+            continue;
+        }
+        let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if argv.is_empty() || !is_ours(&argv) {
+            continue;
+        }
+        if let Some(pgid) = Pid::from_raw(pid as i32) {
+            let _ = kill_process_group(pgid, Signal::KILL);
+            killed.push(pid);
+        }
+    }
+    killed
+}
+
 /// The last `lines` lines of a file (lossy UTF-8); empty when unreadable.
 pub fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read(path)
@@ -212,6 +261,43 @@ mod tests {
         }
         assert!(!alive(child), "grandchild {child} survived");
         assert!(tail(&log, 5).contains("starting sh"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn orphans_recognised_as_ours_are_reaped_and_others_left_alone() {
+        let dir = std::env::temp_dir().join(format!("edgecore-orphan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ours = dir.join("fake-edgecore");
+        std::fs::copy("/bin/sleep", &ours).unwrap();
+        // A group leader (setsid) started by a shell that exits at once: reparented to init,
+        // as a test binary's child is after the binary dies.
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "setsid {} 300 >/dev/null 2>&1 & echo $!",
+                ours.display()
+            ))
+            .output()
+            .unwrap();
+        let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, r)| r.split(' ').nth(1) == Some("1"))
+        }) {
+            assert!(Instant::now() < deadline, "not reparented to init");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let ours_text = ours.display().to_string();
+        assert!(reap_orphans(|argv| argv[0] == "no-such-binary").is_empty());
+        assert!(alive(pid));
+        assert_eq!(reap_orphans(|argv| argv[0] == ours_text), vec![pid]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(pid));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

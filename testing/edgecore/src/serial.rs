@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::binary::cache_dir;
 use crate::error::{Error, Result};
+use crate::process::reap_orphans;
 
 /// Holds the machine-wide edgecore lock (an advisory `flock` on a file in the cache folder)
 /// until dropped. The lock is per open file, so it serializes threads of one test binary as
@@ -18,10 +19,27 @@ pub struct Serial {
 
 impl Serial {
     /// Blocks until no other edgecore test runs; says on stderr when it has to wait.
+    /// Then it kills what a killed earlier run left behind: orphaned edgecores of the cached
+    /// binary and orphaned cloudcores started on a `cloudcore-interop-*` config.
     pub fn acquire() -> Result<Serial> {
         let dir = cache_dir();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        Serial::acquire_at(&dir.join("edgecore.lock"))
+        let serial = Serial::acquire_at(&dir.join("edgecore.lock"))?;
+        let cache = dir.display().to_string();
+        let interop_dirs = std::env::temp_dir()
+            .join("cloudcore-interop-")
+            .display()
+            .to_string();
+        let reaped = reap_orphans(|argv| {
+            argv[0].starts_with(&cache)
+                || argv
+                    .windows(2)
+                    .any(|w| w[0] == "--config" && w[1].starts_with(&interop_dirs))
+        });
+        if !reaped.is_empty() {
+            eprintln!("edgecore-interop: killed leftovers of an earlier run: {reaped:?}");
+        }
+        Ok(serial)
     }
 
     fn acquire_at(path: &Path) -> Result<Serial> {

@@ -17,10 +17,13 @@ use beehive::Message;
 use beehive::constants::operation;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Resource;
+use kube::api::{Patch, PatchParams};
 use kubeedge_api::NodeResource;
-use kubeedge_api::client::NodeClient;
+use kubeedge_api::client::{Identity, NodeClient};
 use kubeedge_api::status::StatusError;
 use kubeedge_api::watch::Cache;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tracing::debug;
 
 use crate::config::{EdgeControllerConfig, at_least_one};
@@ -240,6 +243,20 @@ pub(crate) fn parts(
     Ok(r)
 }
 
+/// The request's content as `T` (a string holding JSON text is read too, as Go's
+/// `GetContentData` does), or a `400` saying what it should have been.
+pub(crate) fn content<T: DeserializeOwned>(msg: &Message, what: &str) -> Result<T, StatusError> {
+    msg.content
+        .parse_bytes()
+        .map_err(|e| StatusError::bad_request(format!("content is not {what}: {e}")))
+}
+
+/// `obj` as a request body; API objects always encode, but if one did not the edge would
+/// still get an answer (a `500`).
+pub(crate) fn body<T: Serialize>(obj: &T) -> Result<Vec<u8>, StatusError> {
+    serde_json::to_vec(obj).map_err(|e| StatusError::internal(e.to_string()))
+}
+
 impl Upstream {
     /// Runs the handler of `kind` for `msg`; the handler sends its own answers.
     pub(crate) async fn handle(&self, kind: Kind, msg: Message) -> Outcome {
@@ -270,6 +287,49 @@ impl Upstream {
             Kind::CertificateSigningRequest => self.query(&msg).await,
             Kind::Connection => self.connected(&msg).await,
         }
+    }
+
+    /// Runs a handler's `body` and sends the answer it builds, or its error in the shape of
+    /// `kind` (see [`Upstream::fail`]): the one place where a handler's `?` becomes an answer.
+    pub(crate) async fn answer(
+        &self,
+        kind: Kind,
+        req: &Message,
+        body: impl Future<Output = Result<Message, StatusError>>,
+    ) -> Outcome {
+        match body.await {
+            Ok(resp) => self.send(resp, Outcome::Ok).await,
+            Err(e) => self.fail(kind, req, e).await,
+        }
+    }
+
+    /// `nodepatch`/`podpatch`: the content is a strategic merge patch of the object's
+    /// `status`, applied as sent, as the node; answers ObjectResp with the patched object
+    /// (header RV = its RV).
+    pub(crate) async fn patch_status<K>(
+        &self,
+        kind: Kind,
+        msg: &Message,
+        namespaced: bool,
+    ) -> Outcome
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        self.answer(kind, msg, async {
+            let r = parts(msg, namespaced, true)?;
+            let patch: serde_json::Value = content(msg, "a JSON patch")?;
+            let ns = namespaced.then_some(r.namespace.as_str());
+            let request = api::<K>(ns).patch_subresource(
+                "status",
+                &r.name,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            );
+            let patched: K = self.kube.request(Identity::Node(&r.node), request).await?;
+            let rv = patched.meta().resource_version.clone();
+            Ok(reply::object_resp(msg, Ok(patched), rv))
+        })
+        .await
     }
 
     /// Sends an answer (or a push) and reports `outcome`.

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{Kind, Outcome, Upstream, api, parts};
+use super::{Kind, Outcome, Upstream, api, body, content, parts};
 use crate::reply;
 
 /// Annotation holding the address of the cloudcore a node is connected to.
@@ -94,30 +94,13 @@ impl Upstream {
     /// `node`/`insert`: creates the Node (name from the resource), sets the reserved labels
     /// afterwards as cloudcore; answers ObjectResp.
     pub(crate) async fn register_node(&self, msg: &Message) -> Outcome {
-        let r = match parts(msg, false, true) {
-            Ok(r) => r,
-            Err(e) => return self.fail(Kind::CreateNode, msg, e).await,
-        };
-        let node: Node = match msg.content.parse_bytes() {
-            Ok(n) => n,
-            Err(e) => {
-                return self
-                    .fail(
-                        Kind::CreateNode,
-                        msg,
-                        StatusError::bad_request(format!("content is not a Node: {e}")),
-                    )
-                    .await;
-            }
-        };
-        let result = self.create_node(&r.node, &r.name, node).await;
-        let outcome = if result.is_ok() {
-            Outcome::Ok
-        } else {
-            Outcome::Failed
-        };
-        self.send(reply::object_resp(msg, result, None), outcome)
-            .await
+        self.answer(Kind::CreateNode, msg, async {
+            let r = parts(msg, false, true)?;
+            let node = content(msg, "a Node")?;
+            let created = self.create_node(&r.node, &r.name, node).await?;
+            Ok(reply::object_resp(msg, Ok(created), None))
+        })
+        .await
     }
 
     /// Go's `createNode` (spec §3.3 steps 2–5).
@@ -138,12 +121,11 @@ impl Upstream {
                 .get_or_insert_default()
                 .insert(CLOUDCORE_ANNOTATION.to_owned(), ip.clone());
         }
-        let body = serde_json::to_vec(&node).map_err(|e| StatusError::internal(e.to_string()))?;
         let created: Node = self
             .kube
             .request(
                 Identity::Node(node_id),
-                api::<Node>(None).create(&PostParams::default(), body),
+                api::<Node>(None).create(&PostParams::default(), body(&node)?),
             )
             .await?;
         if reserved.is_empty() {
@@ -161,81 +143,26 @@ impl Upstream {
     /// `node`/`update`: merges the request's labels and annotations into the Node with a merge
     /// patch of only those two maps (W21); answers `"OK"` with the new RV.
     pub(crate) async fn update_node(&self, msg: &Message) -> Outcome {
-        let r = match parts(msg, true, true) {
-            Ok(r) => r,
-            Err(e) => return self.fail(Kind::UpdateNode, msg, e).await,
-        };
-        let wanted: Node = match msg.content.parse_bytes() {
-            Ok(n) => n,
-            Err(e) => {
-                return self
-                    .fail(
-                        Kind::UpdateNode,
-                        msg,
-                        StatusError::bad_request(format!("content is not a Node: {e}")),
-                    )
-                    .await;
-            }
-        };
-        let patch = json!({"metadata": {
-            "labels": wanted.metadata.labels.unwrap_or_default(),
-            "annotations": wanted.metadata.annotations.unwrap_or_default(),
-        }});
-        let request =
-            api::<Node>(None).patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch));
-        match self
-            .kube
-            .request::<Node>(Identity::Node(&r.node), request)
-            .await
-        {
-            Ok(node) => {
-                let resource = rebuilt(&r, resource_type::NODE);
-                let rv = node.metadata.resource_version.unwrap_or_default();
-                let resp = reply::response(msg, resource, Content::string(SUCCESS_CONTENT))
-                    .with_resource_version(rv);
-                self.send(resp, Outcome::Ok).await
-            }
-            Err(e) => self.fail(Kind::UpdateNode, msg, e).await,
-        }
+        self.answer(Kind::UpdateNode, msg, async {
+            let r = parts(msg, true, true)?;
+            let wanted: Node = content(msg, "a Node")?;
+            let patch = json!({"metadata": {
+                "labels": wanted.metadata.labels.unwrap_or_default(),
+                "annotations": wanted.metadata.annotations.unwrap_or_default(),
+            }});
+            let request =
+                api::<Node>(None).patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch));
+            let node: Node = self.kube.request(Identity::Node(&r.node), request).await?;
+            let resource = rebuilt(&r, resource_type::NODE);
+            Ok(reply::ok_at(msg, resource, node.metadata.resource_version))
+        })
+        .await
     }
 
     /// `nodepatch`: the content is a strategic merge patch of the Node's status, applied as
     /// sent; answers ObjectResp with the patched Node.
     pub(crate) async fn patch_node_status(&self, msg: &Message) -> Outcome {
-        let r = match parts(msg, false, true) {
-            Ok(r) => r,
-            Err(e) => return self.fail(Kind::PatchNode, msg, e).await,
-        };
-        let patch: serde_json::Value = match serde_json::from_slice(&msg.content.bytes()) {
-            Ok(p) => p,
-            Err(e) => {
-                return self
-                    .fail(
-                        Kind::PatchNode,
-                        msg,
-                        StatusError::bad_request(format!("content is not a JSON patch: {e}")),
-                    )
-                    .await;
-            }
-        };
-        let request = api::<Node>(None).patch_subresource(
-            "status",
-            &r.name,
-            &PatchParams::default(),
-            &Patch::Strategic(&patch),
-        );
-        let result: Result<Node, _> = self.kube.request(Identity::Node(&r.node), request).await;
-        let rv = result
-            .as_ref()
-            .ok()
-            .and_then(|n| n.metadata.resource_version.clone());
-        let outcome = if result.is_ok() {
-            Outcome::Ok
-        } else {
-            Outcome::Failed
-        };
-        self.send(reply::object_resp(msg, result, rv), outcome)
-            .await
+        self.patch_status::<Node>(Kind::PatchNode, msg, false).await
     }
 
     /// `nodestatus` (deprecated): `insert` registers the node unless it exists; `update`
@@ -247,45 +174,19 @@ impl Upstream {
         };
         let resource = rebuilt(&r, resource_type::NODE);
         if msg.route.operation == operation::INSERT {
-            let text = match self.register_if_missing(msg, &r).await {
-                Ok(()) => SUCCESS_CONTENT.to_owned(),
-                Err(e) => e,
+            let (text, outcome) = match self.register_if_missing(msg, &r).await {
+                Ok(()) => (SUCCESS_CONTENT.to_owned(), Outcome::Ok),
+                Err(e) => (e, Outcome::Failed),
             };
-            let outcome = if text == SUCCESS_CONTENT {
-                Outcome::Ok
-            } else {
-                Outcome::Failed
-            };
-            return self
-                .send(
-                    reply::response(msg, resource, Content::string(text)),
-                    outcome,
-                )
-                .await;
+            let resp = reply::response(msg, resource, Content::string(text));
+            return self.send(resp, outcome).await;
         }
-        let request: NodeStatusRequest = match msg.content.parse_bytes() {
-            Ok(req) => req,
-            Err(e) => {
-                return self
-                    .fail(
-                        Kind::UpdateNodeStatus,
-                        msg,
-                        StatusError::bad_request(format!(
-                            "content is not a NodeStatusRequest: {e}"
-                        )),
-                    )
-                    .await;
-            }
-        };
-        match self.replace_node_status(&r, request).await {
-            Ok(node) => {
-                let rv = node.metadata.resource_version.unwrap_or_default();
-                let resp = reply::response(msg, resource, Content::string(SUCCESS_CONTENT))
-                    .with_resource_version(rv);
-                self.send(resp, Outcome::Ok).await
-            }
-            Err(e) => self.fail(Kind::UpdateNodeStatus, msg, e).await,
-        }
+        self.answer(Kind::UpdateNodeStatus, msg, async {
+            let request = content(msg, "a NodeStatusRequest")?;
+            let node = self.replace_node_status(&r, request).await?;
+            Ok(reply::ok_at(msg, resource, node.metadata.resource_version))
+        })
+        .await
     }
 
     /// Legacy `insert`: Go answers errors with a plain string here.
@@ -364,13 +265,11 @@ impl Upstream {
                     .port = live_port;
             }
             node.status = Some(status);
-            let body =
-                serde_json::to_vec(&node).map_err(|e| StatusError::internal(e.to_string()))?;
             let put = api::<Node>(None).replace_subresource(
                 "status",
                 &r.name,
                 &PostParams::default(),
-                body,
+                body(&node)?,
             );
             match self
                 .kube

@@ -5,7 +5,7 @@ use beehive::constants::{operation, resource_type};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, GetParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, GetParams, PostParams, Preconditions};
 use kubeedge_api::NodeResource;
 use kubeedge_api::client::Identity;
 use kubeedge_api::status::StatusError;
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{Kind, Outcome, Upstream, api, parts};
+use super::{Kind, Outcome, Upstream, api, body, content, parts};
 use crate::reply;
 
 /// The phrase of a `409` for a UID precondition mismatch: the pod to delete is already gone.
@@ -125,167 +125,80 @@ fn none_running(status: &PodStatus) -> bool {
 impl Upstream {
     /// `podpatch`: strategic merge patch of `pods/<name>/status` as the node; ObjectResp.
     pub(crate) async fn patch_pod_status(&self, msg: &Message) -> Outcome {
-        let r = match parts(msg, true, true) {
-            Ok(r) => r,
-            Err(e) => return self.fail(Kind::PatchPod, msg, e).await,
-        };
-        let patch: serde_json::Value = match serde_json::from_slice(&msg.content.bytes()) {
-            Ok(p) => p,
-            Err(e) => {
-                return self
-                    .fail(
-                        Kind::PatchPod,
-                        msg,
-                        StatusError::bad_request(format!("content is not a JSON patch: {e}")),
-                    )
-                    .await;
-            }
-        };
-        let request = api::<Pod>(Some(&r.namespace)).patch_subresource(
-            "status",
-            &r.name,
-            &PatchParams::default(),
-            &Patch::Strategic(&patch),
-        );
-        let result: Result<Pod, _> = self.kube.request(Identity::Node(&r.node), request).await;
-        let rv = result
-            .as_ref()
-            .ok()
-            .and_then(|p| p.metadata.resource_version.clone());
-        let outcome = if result.is_ok() {
-            Outcome::Ok
-        } else {
-            Outcome::Failed
-        };
-        self.send(reply::object_resp(msg, result, rv), outcome)
-            .await
+        self.patch_status::<Pod>(Kind::PatchPod, msg, true).await
     }
 
     /// `pod`/`insert` (mirror pods): creates the pod in the resource's namespace; ObjectResp.
     pub(crate) async fn create_pod(&self, msg: &Message) -> Outcome {
-        let r = match parts(msg, true, false) {
-            Ok(r) => r,
-            Err(e) => return self.fail(Kind::CreatePod, msg, e).await,
-        };
-        let mut pod: Pod = match msg.content.parse_bytes() {
-            Ok(p) => p,
-            Err(e) => {
-                return self
-                    .fail(
-                        Kind::CreatePod,
-                        msg,
-                        StatusError::bad_request(format!("content is not a Pod: {e}")),
-                    )
-                    .await;
-            }
-        };
-        pod.metadata.resource_version = None;
-        let body = match serde_json::to_vec(&pod) {
-            Ok(b) => b,
-            Err(e) => {
-                return self
-                    .fail(Kind::CreatePod, msg, StatusError::internal(e.to_string()))
-                    .await;
-            }
-        };
-        let request = api::<Pod>(Some(&r.namespace)).create(&PostParams::default(), body);
-        let result: Result<Pod, _> = self.kube.request(Identity::Node(&r.node), request).await;
-        let rv = result
-            .as_ref()
-            .ok()
-            .and_then(|p| p.metadata.resource_version.clone());
-        let outcome = if result.is_ok() {
-            Outcome::Ok
-        } else {
-            Outcome::Failed
-        };
-        self.send(reply::object_resp(msg, result, rv), outcome)
-            .await
+        self.answer(Kind::CreatePod, msg, async {
+            let r = parts(msg, true, false)?;
+            let mut pod: Pod = content(msg, "a Pod")?;
+            pod.metadata.resource_version = None;
+            let request =
+                api::<Pod>(Some(&r.namespace)).create(&PostParams::default(), body(&pod)?);
+            let created: Pod = self.kube.request(Identity::Node(&r.node), request).await?;
+            let rv = created.metadata.resource_version.clone();
+            Ok(reply::object_resp(msg, Ok(created), rv))
+        })
+        .await
     }
 
     /// `pod`/`delete` from the edge's status manager: a string content is the pod UID (old
     /// edges), an object is DeleteOptions. Gone or recreated pods count as deleted: `"OK"`.
     pub(crate) async fn delete_pod(&self, msg: &Message) -> Outcome {
-        let r = match parts(msg, true, true) {
-            Ok(r) => r,
-            Err(e) => return self.fail(Kind::DeletePod, msg, e).await,
-        };
-        let params = match msg.content.as_string() {
-            Some(uid) => DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            },
-            None => match msg.content.parse::<DeleteOptions>() {
-                Ok(o) => delete_params(o),
-                Err(e) => {
-                    return self
-                        .fail(
-                            Kind::DeletePod,
-                            msg,
-                            StatusError::bad_request(format!("content is not DeleteOptions: {e}")),
-                        )
-                        .await;
-                }
-            },
-        };
-        let request = api::<Pod>(Some(&r.namespace)).delete(&r.name, &params);
-        match self
-            .kube
-            .request::<serde_json::Value>(Identity::Node(&r.node), request)
-            .await
-        {
-            Ok(_) => self.send(reply::ok(msg), Outcome::Ok).await,
-            Err(e)
-                if e.code() == 404
-                    || (e.code() == 409 && e.err_status.message.contains(RECREATED)) =>
+        self.answer(Kind::DeletePod, msg, async {
+            let r = parts(msg, true, true)?;
+            let params = match msg.content.as_string() {
+                Some(uid) => DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                },
+                None => delete_params(content(msg, "DeleteOptions")?),
+            };
+            let request = api::<Pod>(Some(&r.namespace)).delete(&r.name, &params);
+            match self
+                .kube
+                .request::<serde_json::Value>(Identity::Node(&r.node), request)
+                .await
             {
-                debug!(pod = %r.name, namespace = %r.namespace, error = %e, "pod already gone");
-                self.send(reply::ok(msg), Outcome::Ok).await
+                Ok(_) => {}
+                Err(e)
+                    if e.code() == 404
+                        || (e.code() == 409 && e.err_status.message.contains(RECREATED)) =>
+                {
+                    debug!(pod = %r.name, namespace = %r.namespace, error = %e, "pod already gone");
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => self.fail(Kind::DeletePod, msg, e).await,
-        }
+            Ok(reply::ok(msg))
+        })
+        .await
     }
 
     /// `podstatus`/`update` (deprecated): one status or, without a name, a list. Exactly one
     /// answer per request (W13): `"OK"`, or the first error.
     pub(crate) async fn legacy_pod_status(&self, msg: &Message) -> Outcome {
-        let r = match parts(msg, true, false) {
-            Ok(r) => r,
-            Err(e) => return self.fail(Kind::UpdatePodStatus, msg, e).await,
-        };
-        let parsed = if r.name.is_empty() {
-            msg.content.parse_bytes::<Vec<PodStatusRequest>>()
-        } else {
-            msg.content
-                .parse_bytes::<PodStatusRequest>()
-                .map(|s| vec![s])
-        };
-        let requests = match parsed {
-            Ok(list) => list,
-            Err(e) => {
-                return self
-                    .fail(
-                        Kind::UpdatePodStatus,
-                        msg,
-                        StatusError::bad_request(format!("content is not a PodStatusRequest: {e}")),
-                    )
-                    .await;
+        self.answer(Kind::UpdatePodStatus, msg, async {
+            let r = parts(msg, true, false)?;
+            let what = "a PodStatusRequest";
+            let requests: Vec<PodStatusRequest> = if r.name.is_empty() {
+                content(msg, what)?
+            } else {
+                vec![content(msg, what)?]
+            };
+            let mut first_error = None;
+            for request in requests {
+                if let Err(e) = self.write_pod_status(&r, request).await {
+                    first_error.get_or_insert(e);
+                }
             }
-        };
-        let mut first_error = None;
-        for request in requests {
-            if let Err(e) = self.write_pod_status(&r, request).await {
-                first_error.get_or_insert(e);
-            }
-        }
-        match first_error {
-            None => self.send(reply::ok(msg), Outcome::Ok).await,
-            Some(e) => self.fail(Kind::UpdatePodStatus, msg, e).await,
-        }
+            first_error.map_or_else(|| Ok(reply::ok(msg)), Err)
+        })
+        .await
     }
 
     async fn write_pod_status(
@@ -315,13 +228,11 @@ impl Upstream {
                 request.status.clone(),
                 Timestamp::now(),
             ));
-            let body =
-                serde_json::to_vec(&pod).map_err(|e| StatusError::internal(e.to_string()))?;
             let put = api::<Pod>(Some(&r.namespace)).replace_subresource(
                 "status",
                 &request.name,
                 &PostParams::default(),
-                body,
+                body(&pod)?,
             );
             match self.kube.request::<Pod>(Identity::Node(&r.node), put).await {
                 Ok(p) => break p,

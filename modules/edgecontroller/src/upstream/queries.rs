@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Kind, Outcome, Upstream, api, parts};
+use super::{Kind, Outcome, Upstream, api, body, content, parts};
 use crate::downstream::{ObjectRef, RefKind, references};
 use crate::reply;
 
@@ -61,47 +61,40 @@ impl Upstream {
             Ok(r) => r,
             Err(e) => return self.fail(Kind::QueryConfigMap, msg, e).await,
         };
-        let kind = kind_for(&r.resource_type);
-        let resource = r.build().unwrap_or_else(|_| msg.route.resource.clone());
-        let ns = Some(r.namespace.as_str());
-        let node = Identity::Node(&r.node);
-        let result = match kind {
-            Kind::QueryConfigMap => match self.may_read(&r, RefKind::ConfigMap).await {
-                Ok(()) => self.cached(&self.configmaps, &r, node).await,
-                Err(e) => Err(e),
-            },
-            Kind::QuerySecret => match self.may_read(&r, RefKind::Secret).await {
-                Ok(()) => self.cached(&self.secrets, &r, node).await,
-                Err(e) => Err(e),
-            },
-            Kind::QueryNode => match self.nodes.get(&r.name) {
-                // The cache holds edge nodes only: a miss is not a NotFound.
-                Some(n) => encode(&*n),
-                None => self.get::<Node>(None, &r.name, node).await,
-            },
-            Kind::QueryPersistentVolume => self.get::<PersistentVolume>(None, &r.name, node).await,
-            Kind::QueryPersistentVolumeClaim => {
-                match self.may_read(&r, RefKind::PersistentVolumeClaim).await {
-                    Ok(()) => self.get::<PersistentVolumeClaim>(ns, &r.name, node).await,
-                    Err(e) => Err(e),
+        self.answer_raw(msg, &r, async {
+            let ns = Some(r.namespace.as_str());
+            let node = Identity::Node(&r.node);
+            match kind_for(&r.resource_type) {
+                Kind::QueryConfigMap => {
+                    self.may_read(&r, RefKind::ConfigMap).await?;
+                    self.cached(&self.configmaps, &r, node).await
+                }
+                Kind::QuerySecret => {
+                    self.may_read(&r, RefKind::Secret).await?;
+                    self.cached(&self.secrets, &r, node).await
+                }
+                Kind::QueryNode => match self.nodes.get(&r.name) {
+                    // The cache holds edge nodes only: a miss is not a NotFound.
+                    Some(n) => encode(&*n),
+                    None => self.get::<Node>(None, &r.name, node).await,
+                },
+                Kind::QueryPersistentVolume => {
+                    self.get::<PersistentVolume>(None, &r.name, node).await
+                }
+                Kind::QueryPersistentVolumeClaim => {
+                    self.may_read(&r, RefKind::PersistentVolumeClaim).await?;
+                    self.get::<PersistentVolumeClaim>(ns, &r.name, node).await
+                }
+                Kind::QueryVolumeAttachment => {
+                    self.get::<VolumeAttachment>(None, &r.name, node).await
+                }
+                _ => {
+                    self.get::<CertificateSigningRequest>(None, &r.name, Identity::Cloudcore)
+                        .await
                 }
             }
-            Kind::QueryVolumeAttachment => self.get::<VolumeAttachment>(None, &r.name, node).await,
-            _ => {
-                self.get::<CertificateSigningRequest>(None, &r.name, Identity::Cloudcore)
-                    .await
-            }
-        };
-        match result {
-            Ok((object, rv)) => {
-                self.send(reply::object(msg, resource, &object, &rv), Outcome::Ok)
-                    .await
-            }
-            Err(e) => {
-                self.send(reply::raw_error(msg, resource, &e), Outcome::Failed)
-                    .await
-            }
-        }
+        })
+        .await
     }
 
     /// `serviceaccounttoken`/`query`: the content is a TokenRequest; POSTed to the service
@@ -111,30 +104,32 @@ impl Upstream {
             Ok(r) => r,
             Err(e) => return self.fail(Kind::ServiceAccountToken, msg, e).await,
         };
+        self.answer_raw(msg, &r, async {
+            let tr: TokenRequest = content(msg, "a TokenRequest")?;
+            let request = api::<ServiceAccount>(Some(&r.namespace)).create_subresource(
+                "token",
+                &r.name,
+                &PostParams::default(),
+                body(&tr)?,
+            );
+            let token: TokenRequest = self.kube.request(Identity::Node(&r.node), request).await?;
+            Ok((token, String::new()))
+        })
+        .await
+    }
+
+    /// Answers the raw object the body finds (header RV as found) or a raw `{"ErrStatus"}`,
+    /// both at the request's resource rebuilt from `r`.
+    async fn answer_raw<T: Serialize>(
+        &self,
+        msg: &Message,
+        r: &NodeResource,
+        body: impl Future<Output = Result<(T, String), StatusError>>,
+    ) -> Outcome {
         let resource = r.build().unwrap_or_else(|_| msg.route.resource.clone());
-        let tr: TokenRequest = match msg.content.parse_bytes() {
-            Ok(t) => t,
-            Err(e) => {
-                let e = StatusError::bad_request(format!("content is not a TokenRequest: {e}"));
-                return self
-                    .send(reply::raw_error(msg, resource, &e), Outcome::Failed)
-                    .await;
-            }
-        };
-        let body = serde_json::to_vec(&tr).unwrap_or_default();
-        let request = api::<ServiceAccount>(Some(&r.namespace)).create_subresource(
-            "token",
-            &r.name,
-            &PostParams::default(),
-            body,
-        );
-        match self
-            .kube
-            .request::<TokenRequest>(Identity::Node(&r.node), request)
-            .await
-        {
-            Ok(token) => {
-                self.send(reply::object(msg, resource, &token, ""), Outcome::Ok)
+        match body.await {
+            Ok((object, rv)) => {
+                self.send(reply::object(msg, resource, &object, &rv), Outcome::Ok)
                     .await
             }
             Err(e) => {

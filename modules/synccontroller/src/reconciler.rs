@@ -263,10 +263,21 @@ impl Reconciler {
         }
     }
 
+    /// One pass over every record. Deletes go out before updates: when an object was deleted
+    /// and recreated under the same name, the edge (which deletes ConfigMaps and Secrets by key)
+    /// must see the old copy's delete before the new copy.
     async fn full_pass(&mut self) {
         self.counters.passes.fetch_add(1, Ordering::Relaxed);
+        let mut updates = Vec::new();
         for r in self.all_records() {
-            self.reconcile(&r).await;
+            match self.assess(&r).await {
+                Some((slot, Decision::Orphan, _)) => self.send_orphan_delete(slot, &r).await,
+                Some((slot, Decision::Update, Some(obj))) => updates.push((slot, r, obj)),
+                _ => {}
+            }
+        }
+        for (slot, r, obj) in updates {
+            self.send_update(slot, &r, &obj).await;
         }
     }
 
@@ -328,22 +339,33 @@ impl Reconciler {
     }
 
     async fn reconcile(&mut self, record: &Record) {
+        match self.assess(record).await {
+            Some((slot, Decision::Update, Some(obj))) => self.send_update(slot, record, &obj).await,
+            Some((slot, Decision::Orphan, _)) => self.send_orphan_delete(slot, record).await,
+            _ => {}
+        }
+    }
+
+    /// What `record` needs (with its kind's slot and the live object), without sending
+    /// anything; `None` when it cannot be decided now.
+    async fn assess(
+        &mut self,
+        record: &Record,
+    ) -> Option<(usize, Decision, Option<Arc<DynamicObject>>)> {
         if let Some((node, _)) = &record.target
             && !self.nodes.reader().contains(node)
         {
             // Its node is gone: the record is being collected, nothing goes to that node.
-            return;
+            return None;
         }
-        let Some(slot) = self.slot_for(record).await else {
-            return;
-        };
+        let slot = self.slot_for(record).await?;
         let lookup_ns = match (&record.key, self.slots[slot].namespaced) {
             (RecordKey::Namespaced { namespace, .. }, true) => Some(namespace.clone()),
             // W19: a cluster-scoped object recorded under a namespace is found by name.
             (RecordKey::Namespaced { .. }, false) | (RecordKey::Cluster { .. }, false) => None,
             (RecordKey::Cluster { name }, true) => {
                 debug!(record = %name, kind = %record.kind, "cluster record of a namespaced kind: cannot look it up");
-                return;
+                return None;
             }
         };
         let obj_key = (slot, watch::key(lookup_ns.as_deref(), &record.object_name));
@@ -361,21 +383,17 @@ impl Reconciler {
                 .seed(slot, lookup_ns.as_deref(), &record.object_name)
                 .await
         {
-            return;
+            return None;
         }
         if let Some(t) = self.tracked.get_mut(&obj_key) {
             t.seeded = true;
         }
         let object = self.slots[slot].cache.reader().get(&obj_key.1);
-        match decide(record, object.as_deref()) {
-            Decision::Skip(why) => debug!(record = record.key.name(), why, "nothing to send"),
-            Decision::Update => {
-                if let Some(obj) = object {
-                    self.send_update(slot, record, &obj).await;
-                }
-            }
-            Decision::Orphan => self.send_orphan_delete(slot, record).await,
+        let decision = decide(record, object.as_deref());
+        if let Decision::Skip(why) = decision {
+            debug!(record = record.key.name(), why, "nothing to send");
         }
+        Some((slot, decision, object))
     }
 
     /// Fetches an object not seen yet. `false` when the API could not answer (then nothing is

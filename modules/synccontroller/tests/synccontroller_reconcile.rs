@@ -516,3 +516,56 @@ async fn object_changes_are_reconciled_at_once_without_waiting_for_a_pass() {
     );
     env.bus.shutdown().await;
 }
+
+/// The edge deletes ConfigMaps by key, not UID: for an object deleted and recreated under the
+/// same name while the edge was away, the delete of the old copy must reach it before the new
+/// copy, or the edge would delete the new one.
+#[actix_rt::test]
+async fn a_pass_sends_the_delete_of_a_recreated_object_before_the_new_copy() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
+    let client = k8s_testenv::client().await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&client, &e1).await;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    // Four objects, so that the record list order (by UID) cannot get them all right by luck.
+    let names = ["c0", "c1", "c2", "c3"];
+    for name in names {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        let old = api.create(&PostParams::default(), &cm).await.unwrap();
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        let new = api.create(&PostParams::default(), &cm).await.unwrap();
+        // The new copy's record first: a pass that followed record order would send it first.
+        for (copy, acked) in [(&new, "0"), (&old, "1")] {
+            object_sync(
+                &client,
+                &ns,
+                &format!("{e1}.{}", copy.uid().unwrap()),
+                spec("v1", "ConfigMap", name),
+                acked,
+            )
+            .await;
+        }
+    }
+    // Started after the records exist: the first full pass handles them all.
+    let env = start(3600).await;
+    for name in names {
+        let resource = format!("node/{e1}/{ns}/configmap/{name}");
+        env.edge
+            .wait_for(WAIT, is(resource.clone(), "update"))
+            .await
+            .expect("the new copy is sent");
+        let ops: Vec<String> = env
+            .edge
+            .matching(|m| m.route.resource == resource)
+            .iter()
+            .map(|m| m.route.operation.clone())
+            .collect();
+        assert_eq!(
+            ops.first().map(String::as_str),
+            Some("delete"),
+            "{name}: {ops:?}"
+        );
+    }
+    env.bus.shutdown().await;
+}

@@ -17,9 +17,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[(((sorted.len() as f64) - 1.0) * p).round() as usize]
-}
+#[path = "support/latency.rs"]
+mod latency;
+
+use latency::{ms, percentile};
 
 #[actix_rt::main]
 async fn main() -> anyhow::Result<()> {
@@ -99,9 +100,9 @@ async fn main() -> anyhow::Result<()> {
     latencies.sort();
     println!(
         "pod created → edge received, {count} pods: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        percentile(&latencies, 0.5).as_secs_f64() * 1e3,
-        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-        latencies[latencies.len() - 1].as_secs_f64() * 1e3,
+        ms(percentile(&latencies, 0.5)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies[latencies.len() - 1]),
     );
     edge.stop();
     core.shutdown().await;

@@ -16,14 +16,10 @@ use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
+#[path = "support/latency.rs"]
+mod latency;
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+use latency::{ms, percentile};
 
 #[actix_rt::main]
 async fn main() -> anyhow::Result<()> {

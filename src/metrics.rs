@@ -7,13 +7,34 @@ use cloudstream::CloudStreamHandle;
 use crate::ops::{Exposition, Metrics};
 
 /// A metric family read from one snapshot type: name, type, help, value.
-type Family<T, V> = (&'static str, &'static str, &'static str, fn(&T) -> V);
+type Family<T> = (&'static str, &'static str, &'static str, fn(&T) -> f64);
+
+/// Writes each family in turn, with one sample per item labelled `label` = the item's name.
+fn per_item<'a, T: 'a>(
+    out: &mut Exposition,
+    families: &[Family<T>],
+    label: &str,
+    items: impl Iterator<Item = (&'a str, &'a T)> + Clone,
+) {
+    for (name, kind, help, value) in families {
+        out.family(name, kind, help);
+        for (item, t) in items.clone() {
+            out.sample(name, &[(label, item)], value(t));
+        }
+    }
+}
+
+/// Writes a family with its one unlabelled sample.
+fn single(out: &mut Exposition, name: &str, kind: &str, help: &str, value: f64) {
+    out.family(name, kind, help);
+    out.sample(name, &[], value);
+}
 
 /// Mailbox depth, capacity and throughput counters per module; sync latency totals.
 pub fn bus(metrics: &Metrics, endpoint: Endpoint) {
     metrics.register(move |out: &mut Exposition| {
         let stats = endpoint.stats();
-        let families: [Family<beehive::ModuleStatsSnapshot, f64>; 9] = [
+        let families: [Family<beehive::ModuleStatsSnapshot>; 9] = [
             (
                 "beehive_mailbox_depth",
                 "gauge",
@@ -69,20 +90,13 @@ pub fn bus(metrics: &Metrics, endpoint: Endpoint) {
                 |m| m.sync_micros_total as f64 / 1e6,
             ),
         ];
-        for (name, kind, help, value) in families {
-            out.family(name, kind, help);
-            for m in &stats.modules {
-                out.sample(name, &[("module", &m.name)], value(m));
-            }
-        }
-        out.family(
+        let modules = stats.modules.iter().map(|m| (m.name.as_str(), m));
+        per_item(out, &families, "module", modules);
+        single(
+            out,
             "beehive_unmatched_responses_total",
             "counter",
             "Responses that matched no request.",
-        );
-        out.sample(
-            "beehive_unmatched_responses_total",
-            &[],
             stats.unmatched_responses as f64,
         );
     });
@@ -91,74 +105,65 @@ pub fn bus(metrics: &Metrics, endpoint: Endpoint) {
 /// Connected nodes (KubeEdge's gauge name) and per-node delivery counters.
 pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
     metrics.register(move |out: &mut Exposition| {
-        out.family(
+        single(
+            out,
             "KubeEdge_CloudHub_connected_nodes",
             "gauge",
             "Edge nodes with a session on this cloudhub.",
-        );
-        out.sample(
-            "KubeEdge_CloudHub_connected_nodes",
-            &[],
             hub.connected_nodes() as f64,
         );
-        let nodes = hub.all_node_stats();
-        let families: [Family<cloudhub::NodeStats, u64>; 5] = [
+        let families: [Family<cloudhub::NodeStats>; 5] = [
             (
                 "cloudhub_node_messages_sent_total",
                 "counter",
                 "Messages written to the node.",
-                |s| s.sent,
+                |s| s.sent as f64,
             ),
             (
                 "cloudhub_node_messages_acked_total",
                 "counter",
                 "Messages the node acknowledged.",
-                |s| s.acked,
+                |s| s.acked as f64,
             ),
             (
                 "cloudhub_node_messages_retried_total",
                 "counter",
                 "Re-sends of unacknowledged messages.",
-                |s| s.retried,
+                |s| s.retried as f64,
             ),
             (
                 "cloudhub_node_messages_dropped_total",
                 "counter",
                 "Messages dropped for the node.",
-                |s| s.dropped,
+                |s| s.dropped as f64,
             ),
             (
                 "cloudhub_node_messages_received_total",
                 "counter",
                 "Messages received from the node.",
-                |s| s.received,
+                |s| s.received as f64,
             ),
         ];
-        for (name, kind, help, value) in families {
-            out.family(name, kind, help);
-            for (node, s) in &nodes {
-                out.sample(name, &[("node", node)], value(s) as f64);
-            }
-        }
+        let nodes = hub.all_node_stats();
+        per_item(
+            out,
+            &families,
+            "node",
+            nodes.iter().map(|(node, s)| (node.as_str(), s)),
+        );
         let s = hub.stats();
-        out.family(
+        single(
+            out,
             "cloudhub_records_written_total",
             "counter",
             "ObjectSync records written on acknowledgement.",
-        );
-        out.sample(
-            "cloudhub_records_written_total",
-            &[],
             s.records_written as f64,
         );
-        out.family(
+        single(
+            out,
             "cloudhub_records_failed_total",
             "counter",
             "ObjectSync writes that failed.",
-        );
-        out.sample(
-            "cloudhub_records_failed_total",
-            &[],
             s.records_failed as f64,
         );
     });
@@ -168,50 +173,33 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
 pub fn edgecontroller(metrics: &Metrics, ec: edgecontroller::EdgeControllerMetrics) {
     metrics.register(move |out: &mut Exposition| {
         let snap = ec.snapshot();
-        out.family(
-            "edgecontroller_queue_depth",
-            "gauge",
-            "Upstream requests waiting, by kind.",
-        );
-        for q in &snap.queues {
-            out.sample(
+        let families: [Family<edgecontroller::QueueSnapshot>; 3] = [
+            (
                 "edgecontroller_queue_depth",
-                &[("kind", q.kind)],
-                q.depth as f64,
-            );
-        }
-        out.family(
-            "edgecontroller_requests_handled_total",
-            "counter",
-            "Upstream requests handled, by kind.",
-        );
-        for q in &snap.queues {
-            out.sample(
+                "gauge",
+                "Upstream requests waiting, by kind.",
+                |q| q.depth as f64,
+            ),
+            (
                 "edgecontroller_requests_handled_total",
-                &[("kind", q.kind)],
-                q.handled as f64,
-            );
-        }
-        out.family(
-            "edgecontroller_requests_failed_total",
-            "counter",
-            "Upstream requests that failed, by kind.",
-        );
-        for q in &snap.queues {
-            out.sample(
+                "counter",
+                "Upstream requests handled, by kind.",
+                |q| q.handled as f64,
+            ),
+            (
                 "edgecontroller_requests_failed_total",
-                &[("kind", q.kind)],
-                q.failed as f64,
-            );
-        }
-        out.family(
+                "counter",
+                "Upstream requests that failed, by kind.",
+                |q| q.failed as f64,
+            ),
+        ];
+        let queues = snap.queues.iter().map(|q| (q.kind, q));
+        per_item(out, &families, "kind", queues);
+        single(
+            out,
             "edgecontroller_downstream_sent_total",
             "counter",
             "Messages sent toward edges.",
-        );
-        out.sample(
-            "edgecontroller_downstream_sent_total",
-            &[],
             snap.downstream_sent as f64,
         );
     });
@@ -243,8 +231,7 @@ pub fn synccontroller(metrics: &Metrics, sc: synccontroller::SyncControllerMetri
                 s.passes,
             ),
         ] {
-            out.family(name, "counter", help);
-            out.sample(name, &[], v as f64);
+            single(out, name, "counter", help, v as f64);
         }
     });
 }
@@ -285,8 +272,7 @@ pub fn cloudstream(metrics: &Metrics, stream: CloudStreamHandle) {
                 c.bytes_from_edge,
             ),
         ] {
-            out.family(name, kind, help);
-            out.sample(name, &[], v as f64);
+            single(out, name, kind, help, v as f64);
         }
     });
 }

@@ -265,16 +265,18 @@ fn read_uvarint(buf: &[u8]) -> Result<(u64, usize), VarintError> {
     Err(VarintError::Truncated)
 }
 
+/// Bytes as spaced lowercase hex (`81 03 ac`), as the spec writes its worked examples.
+#[cfg(test)]
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(b: &[u8]) -> String {
-        b.iter()
-            .map(|x| format!("{x:02x}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
 
     #[test]
     fn encode_should_prefix_id_and_type_varints() {

@@ -27,6 +27,7 @@ mod frame;
 mod gourl;
 pub mod http1;
 pub mod iptables;
+mod listen;
 mod module;
 pub mod negotiate;
 mod queue;

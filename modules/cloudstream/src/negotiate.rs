@@ -41,8 +41,28 @@ fn api(client: kube::Client) -> Api<ConfigMap> {
     Api::namespaced(client, TUNNEL_PORT_NAMESPACE)
 }
 
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
+/// Whether a write went through: `Ok(false)` on a conflict (someone else wrote first, so
+/// re-read and retry), the error otherwise.
+fn written(result: kube::Result<ConfigMap>) -> Result<bool, NegotiateError> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Replaces the ConfigMap `cm` (as read, so its resourceVersion guards the write) with
+/// `record` in its annotation; see [`written`].
+async fn replace(
+    api: &Api<ConfigMap>,
+    cm: ConfigMap,
+    record: &TunnelPortRecord,
+) -> Result<bool, NegotiateError> {
+    let cm = with_record(cm, record);
+    written(
+        api.replace(TUNNEL_PORT_CONFIGMAP, &PostParams::default(), &cm)
+            .await,
+    )
 }
 
 fn record_of(cm: &ConfigMap) -> Result<TunnelPortRecord, serde_json::Error> {
@@ -82,31 +102,19 @@ pub async fn negotiate_tunnel_port(client: kube::Client, ip: &str) -> Result<u16
                 },
                 &record,
             );
-            match api.create(&PostParams::default(), &cm).await {
-                Ok(_) => return Ok(port),
-                Err(e) if is_conflict(&e) => continue,
-                Err(e) => return Err(e.into()),
+            if written(api.create(&PostParams::default(), &cm).await)? {
+                return Ok(port);
             }
+            continue;
         };
         let mut record = record_of(&cm)?;
         let (port, changed) = record.assign(ip);
         if !changed {
             return Ok(port);
         }
-        match api
-            .replace(
-                TUNNEL_PORT_CONFIGMAP,
-                &PostParams::default(),
-                &with_record(cm, &record),
-            )
-            .await
-        {
-            Ok(_) => {
-                info!(ip, port, "negotiated tunnel port");
-                return Ok(port);
-            }
-            Err(e) if is_conflict(&e) => continue,
-            Err(e) => return Err(e.into()),
+        if replace(&api, cm, &record).await? {
+            info!(ip, port, "negotiated tunnel port");
+            return Ok(port);
         }
     }
     Err(NegotiateError::Contended)
@@ -123,17 +131,8 @@ pub async fn release_ip(client: kube::Client, ip: &str) -> Result<bool, Negotiat
         if !record.release(ip) {
             return Ok(false);
         }
-        match api
-            .replace(
-                TUNNEL_PORT_CONFIGMAP,
-                &PostParams::default(),
-                &with_record(cm, &record),
-            )
-            .await
-        {
-            Ok(_) => return Ok(true),
-            Err(e) if is_conflict(&e) => continue,
-            Err(e) => return Err(e.into()),
+        if replace(&api, cm, &record).await? {
+            return Ok(true);
         }
     }
     Err(NegotiateError::Contended)

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, Pod, ServiceAcco
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use std::time::Duration;
 use support::*;
 
 fn keys(v: &serde_json::Value) -> Vec<String> {
@@ -635,7 +636,18 @@ async fn connection_events_unknown_types_and_bad_bodies_write_nothing_and_break_
         body(&resp)["Err"].is_null(),
         "the next valid request is served"
     );
-    let after = Api::<Node>::all(env.client.clone()).get(&e1).await.unwrap();
+    // The connection event is served by its own worker pool, so it may land after the
+    // nodepatch above: wait for it rather than assume an order between kinds.
+    let nodes = Api::<Node>::all(env.client.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let n = nodes.get(&e1).await.unwrap();
+        let annotated = n.annotations().get("cloudcore").map(String::as_str) == Some(CLOUDCORE_IP);
+        if annotated || tokio::time::Instant::now() >= deadline {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(after.labels(), before.labels());
     assert_eq!(
         after.annotations().get("cloudcore").map(String::as_str),

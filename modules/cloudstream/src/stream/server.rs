@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::route::{Route, route};
 use super::{Outcome, PodLocator, exec, metrics, relay};
@@ -18,6 +18,7 @@ use crate::connect::ConnectRequest;
 use crate::frame::MessageType;
 use crate::gourl::GoUrl;
 use crate::http1::{self, HttpError, RequestHead};
+use crate::listen::{accept_until, handshake};
 use crate::tunnel::{Session, Shared};
 
 /// Host the CONNECT URL names: the Go edge dials `URL.Host`, and upstream always sends this
@@ -40,28 +41,10 @@ pub(crate) async fn run(
     ctx: StreamContext,
     stop: CancellationToken,
 ) {
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    warn!(error = %e, "stream accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = tcp.set_nodelay(true);
-        tokio::spawn(connection(
-            tcp,
-            peer,
-            tls.clone(),
-            ctx.clone(),
-            stop.clone(),
-        ));
-    }
-    info!("stream server stopped accepting");
+    accept_until(listener, &stop.clone(), "stream", |tcp, peer| {
+        connection(tcp, peer, tls.clone(), ctx.clone(), stop.clone())
+    })
+    .await;
 }
 
 async fn connection(
@@ -72,16 +55,8 @@ async fn connection(
     stop: CancellationToken,
 ) {
     let limit = ctx.shared.tuning.handshake_timeout;
-    let mut conn = match tokio::time::timeout(limit, tls.accept(tcp)).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            info!(%peer, error = %e, "stream TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            info!(%peer, "stream TLS handshake timed out");
-            return;
-        }
+    let Some(mut conn) = handshake(&tls, tcp, peer, limit, "stream").await else {
+        return;
     };
     let mut buf = BytesMut::new();
     let mut wait = limit;

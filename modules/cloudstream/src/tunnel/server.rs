@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::{NodeUpdater, Session, Shared};
 use crate::frame::TunnelMessage;
 use crate::http1::{self, RequestHead};
+use crate::listen::{accept_until, handshake};
 use crate::tls::common_name;
 use crate::ws::{self, Role, WsReader};
 
@@ -36,28 +37,10 @@ pub(crate) async fn run(
     nodes: Option<NodeUpdater>,
     stop: CancellationToken,
 ) {
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    warn!(error = %e, "tunnel accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = tcp.set_nodelay(true);
-        tokio::spawn(connection(
-            tcp,
-            peer,
-            tls.clone(),
-            shared.clone(),
-            nodes.clone(),
-        ));
-    }
-    info!("tunnel server stopped accepting");
+    accept_until(listener, &stop, "tunnel", |tcp, peer| {
+        connection(tcp, peer, tls.clone(), shared.clone(), nodes.clone())
+    })
+    .await;
 }
 
 async fn refuse(tls: &mut TlsStream<TcpStream>, shared: &Shared, status: u16, reason: &str) {
@@ -126,18 +109,9 @@ async fn connection(
     nodes: Option<NodeUpdater>,
 ) {
     let limit = shared.tuning.handshake_timeout;
-    let mut tls = match tokio::time::timeout(limit, tls.accept(tcp)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            shared.counters.tunnel_refused();
-            info!(%peer, error = %e, "tunnel TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            shared.counters.tunnel_refused();
-            info!(%peer, "tunnel TLS handshake timed out");
-            return;
-        }
+    let Some(mut tls) = handshake(&tls, tcp, peer, limit, "tunnel").await else {
+        shared.counters.tunnel_refused();
+        return;
     };
     let cn = tls
         .get_ref()

@@ -275,13 +275,7 @@ fn close_message(payload: Bytes) -> Result<WsMessage, WsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(b: &[u8]) -> String {
-        b.iter()
-            .map(|x| format!("{x:02x}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+    use crate::frame::hex;
 
     #[test]
     fn frames_should_match_the_spec_worked_bytes() {

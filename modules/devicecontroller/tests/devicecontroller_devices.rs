@@ -8,22 +8,33 @@ use devicecontroller::{DeviceController, DeviceControllerConfig};
 use http::Method;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubeedge_api::devices::{Device, DeviceModel, DeviceStatus};
-use kubeedge_api::testing::{FakeEdge, Faults, faulty_client};
+use kubeedge_api::testing::{FakeEdge, faulty_client};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 const QUIET: Duration = Duration::from_millis(1500);
+
+/// Every test's controller watches devices cluster-wide and creates a DeviceStatus for each,
+/// so a test that counts its own controller's status writes must run alone: it takes this
+/// lock for writing, every other test for reading.
+static ALONE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 struct Env {
     bus: Bus,
     edge: FakeEdge,
     client: kube::Client,
     ns: String,
+    _shared: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
+    _alone: Option<tokio::sync::RwLockWriteGuard<'static, ()>>,
 }
 
-async fn start_with(client: kube::Client) -> Env {
+async fn start_with(client: kube::Client, alone: bool) -> Env {
+    let (_alone, _shared) = if alone {
+        (Some(ALONE.write().await), None)
+    } else {
+        (None, Some(ALONE.read().await))
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -47,19 +58,13 @@ async fn start_with(client: kube::Client) -> Env {
         edge,
         client: k8s_testenv::client().await,
         ns: k8s_testenv::namespace("dc").await,
+        _shared,
+        _alone,
     }
 }
 
 async fn start() -> Env {
-    start_with(k8s_testenv::client().await).await
-}
-
-async fn faulty() -> (kube::Client, Faults) {
-    let kubeconfig = Kubeconfig::read_from(k8s_testenv::env().kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    faulty_client(config)
+    start_with(k8s_testenv::client().await, false).await
 }
 
 fn unique(prefix: &str) -> String {
@@ -485,8 +490,8 @@ async fn a_model_change_reaches_every_node_using_it() {
 
 #[actix_rt::test]
 async fn a_device_whose_status_cannot_be_created_is_retried_until_it_can() {
-    let (client, faults) = faulty().await;
-    let env = start_with(client).await;
+    let (client, faults) = faulty_client(k8s_testenv::config().await);
+    let env = start_with(client, true).await;
     let e1 = unique("e1");
     env.model("m1").await;
     faults.fail_next(Method::POST, "/devicestatuses", 2, 500, "InternalError");

@@ -149,7 +149,7 @@ impl Reconciler {
             tokio::select! {
                 biased;
                 _ = stop.wait() => break,
-                Some(e) = nodes.next() => self.on_node_event(e),
+                Some(e) = nodes.next() => self.on_node_event(e).await,
                 Some(e) = syncs.next() => {
                     let changes = self.syncs.apply(e);
                     self.on_records(changes.into_iter().map(|c| map_change(c, Record::namespaced)).collect()).await;
@@ -227,12 +227,31 @@ impl Reconciler {
         }
     }
 
-    fn on_node_event(&mut self, event: Event<PartialObjectMeta<Node>>) {
+    async fn on_node_event(&mut self, event: Event<PartialObjectMeta<Node>>) {
         for change in self.nodes.apply(event) {
-            if let (Change::Deleted(node), true) = (&change, self.running) {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                info!(node = %name, "node deleted: removing its records");
-                self.collect_records_of_missing_nodes(Some(&name));
+            if !self.running {
+                continue;
+            }
+            match change {
+                Change::Deleted(node) => {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    info!(node = %name, "node deleted: removing its records");
+                    self.collect_records_of_missing_nodes(Some(&name));
+                }
+                // Records seen before their node were skipped ("node gone"): serve them now
+                // rather than at the next pass.
+                Change::Added(node) => {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    let waiting: Vec<Record> = self
+                        .all_records()
+                        .into_iter()
+                        .filter(|r| r.target.as_ref().is_some_and(|(n, _)| *n == name))
+                        .collect();
+                    for r in waiting {
+                        self.reconcile(&r).await;
+                    }
+                }
+                Change::Modified { .. } => {}
             }
         }
     }
@@ -502,51 +521,87 @@ impl Reconciler {
     /// Deletes the records of nodes that no longer exist (of `only` that node, if given).
     fn collect_records_of_missing_nodes(&mut self, only: Option<&str>) {
         let nodes = self.nodes.reader();
-        let doomed: Vec<RecordKey> = self
-            .all_records()
-            .into_iter()
-            .filter(|r| {
-                let Some((node, _)) = parse_object_sync_name(r.key.name()) else {
-                    return false;
-                };
-                only.is_none_or(|n| n == node) && !nodes.contains(node)
-            })
-            .map(|r| r.key)
-            .collect();
-        if !doomed.is_empty() {
-            info!(records = doomed.len(), "deleting records of deleted nodes");
-            self.delete_records(doomed);
+        let mut doomed: HashMap<String, Vec<RecordKey>> = HashMap::new();
+        for r in self.all_records() {
+            let Some((node, _)) = parse_object_sync_name(r.key.name()) else {
+                continue;
+            };
+            if only.is_none_or(|n| n == node) && !nodes.contains(node) {
+                doomed.entry(node.to_owned()).or_default().push(r.key);
+            }
         }
+        if doomed.is_empty() {
+            return;
+        }
+        // The node cache can lag the record cache (they are listed separately, and a node
+        // may be created just before its first record), so each node's absence is confirmed
+        // with the API server before its records go.
+        let (client, counters) = (self.client.clone(), self.counters.clone());
+        self.life.spawn_cancellable(async move {
+            let api = Api::<PartialObjectMeta<Node>>::all(client.clone());
+            for (node, keys) in doomed {
+                if node_is_gone(&api, &node).await {
+                    info!(node = %node, records = keys.len(), "deleting records of a deleted node");
+                    delete_record_keys(&client, &counters, keys).await;
+                }
+            }
+        });
     }
 
     /// Deletes records in the background (grace 0, NotFound is fine, 5 attempts 1 s apart).
     fn delete_records(&self, keys: Vec<RecordKey>) {
         let (client, counters) = (self.client.clone(), self.counters.clone());
-        self.life.spawn_cancellable(async move {
-            for key in keys {
-                for attempt in 1..=DELETE_ATTEMPTS {
-                    let dp = DeleteParams::default().grace_period(0);
-                    let result = match &key {
-                        RecordKey::Namespaced { namespace, name } => {
-                            Api::<ObjectSync>::namespaced(client.clone(), namespace).delete(name, &dp).await.map(|_| ())
-                        }
-                        RecordKey::Cluster { name } => Api::<ClusterObjectSync>::all(client.clone()).delete(name, &dp).await.map(|_| ()),
-                    };
-                    match result {
-                        Ok(()) => {
-                            counters.records_deleted.fetch_add(1, Ordering::Relaxed);
-                            break;
-                        }
-                        Err(kube::Error::Api(s)) if s.code == 404 => break,
-                        Err(error) if attempt < DELETE_ATTEMPTS => {
-                            debug!(record = key.name(), attempt, %error, "record delete failed, retrying");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                        Err(error) => warn!(record = key.name(), %error, "cannot delete record"),
-                    }
-                }
+        self.life
+            .spawn_cancellable(async move { delete_record_keys(&client, &counters, keys).await });
+    }
+}
+
+/// Whether the API server says `node` does not exist (tried [`DELETE_ATTEMPTS`] times, 1 s
+/// apart; an API server that cannot answer never counts as "gone").
+async fn node_is_gone(api: &Api<PartialObjectMeta<Node>>, node: &str) -> bool {
+    for attempt in 1..=DELETE_ATTEMPTS {
+        match api.get_metadata_opt(node).await {
+            Ok(found) => return found.is_none(),
+            Err(error) if attempt < DELETE_ATTEMPTS => {
+                debug!(node, attempt, %error, "cannot read node, retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
-        });
+            Err(error) => warn!(node, %error, "cannot read node: keeping its records"),
+        }
+    }
+    false
+}
+
+/// Deletes `keys` (grace 0, NotFound is fine, each tried [`DELETE_ATTEMPTS`] times 1 s apart).
+async fn delete_record_keys(client: &kube::Client, counters: &Counters, keys: Vec<RecordKey>) {
+    for key in keys {
+        for attempt in 1..=DELETE_ATTEMPTS {
+            let dp = DeleteParams::default().grace_period(0);
+            let result = match &key {
+                RecordKey::Namespaced { namespace, name } => {
+                    Api::<ObjectSync>::namespaced(client.clone(), namespace)
+                        .delete(name, &dp)
+                        .await
+                        .map(|_| ())
+                }
+                RecordKey::Cluster { name } => Api::<ClusterObjectSync>::all(client.clone())
+                    .delete(name, &dp)
+                    .await
+                    .map(|_| ()),
+            };
+            match result {
+                Ok(()) => {
+                    counters.records_deleted.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => break,
+                Err(error) if attempt < DELETE_ATTEMPTS => {
+                    debug!(record = key.name(), attempt, %error, "record delete failed, retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(error) => warn!(record = key.name(), %error, "cannot delete record"),
+            }
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeedge_api::devices::Device;
 use kubeedge_api::reliablesyncs::{ClusterObjectSync, ObjectSync};
-use kubeedge_api::testing::FakeEdge;
+use kubeedge_api::testing::{FakeEdge, faulty_client};
 use serde_json::{Value, json};
 use synccontroller::{SyncController, SyncControllerConfig, SyncControllerMetrics};
 
@@ -25,6 +25,12 @@ struct Env {
 }
 
 async fn start(interval: u64) -> Env {
+    start_with(interval, k8s_testenv::client().await).await
+}
+
+/// A synccontroller with a full pass every `interval` seconds, talking through `controller`;
+/// the returned [`Env::client`] is a plain one.
+async fn start_with(interval: u64, controller: kube::Client) -> Env {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -37,7 +43,7 @@ async fn start(interval: u64) -> Env {
         reconcile_interval_seconds: interval,
         ..SyncControllerConfig::default()
     };
-    let sc = SyncController::new(config, bus.endpoint("synccontroller"), client.clone());
+    let sc = SyncController::new(config, bus.endpoint("synccontroller"), controller);
     let metrics = sc.metrics();
     bus.register(sc).unwrap();
     bus.start().unwrap();
@@ -370,6 +376,44 @@ async fn records_of_missing_nodes_are_deleted_at_start_before_any_resend() {
             .matching(|m| m.route.resource.starts_with(&format!("node/{ghost}/")))
             .is_empty()
     );
+    env.bus.shutdown().await;
+}
+
+/// The node list can be older than the record list (they are separate watches): a node
+/// created just before its first record, absent from a stale node list, keeps its records.
+#[actix_rt::test]
+async fn a_record_of_a_node_missing_from_a_stale_node_list_is_kept() {
+    let (controller, faults) = faulty_client(k8s_testenv::config().await);
+    // The controller's node list is taken now (before the node exists) but answered late.
+    faults.delay_next(
+        http::Method::GET,
+        "/api/v1/nodes",
+        1,
+        Duration::from_secs(4),
+    );
+    let env = start_with(3600, controller).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    node(&env.client, &e1).await;
+    let web = pod(&env.client, &ns, "web").await;
+    let name = format!("{e1}.{}", web.uid().unwrap());
+    object_sync(&env.client, &ns, &name, spec("v1", "Pod", "web"), "1").await;
+    let update = env
+        .edge
+        .wait_for(WAIT, is(format!("node/{e1}/{ns}/pod/web"), "update"))
+        .await;
+    assert_eq!(
+        faults.injected(),
+        1,
+        "the node list was the delayed request"
+    );
+    assert!(
+        update.is_some(),
+        "the record is reconciled once caches sync"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let syncs = Api::<ObjectSync>::namespaced(env.client.clone(), &ns);
+    assert!(exists(&syncs, &name).await, "the record was kept");
     env.bus.shutdown().await;
 }
 

@@ -96,15 +96,19 @@ pub fn env() -> &'static TestEnv {
     })
 }
 
+/// The client configuration for the environment's API server, as cluster admin (for tests
+/// that build their own client, e.g. with extra layers).
+pub async fn config() -> Config {
+    let kubeconfig = Kubeconfig::read_from(env().kubeconfig()).expect("readable kubeconfig");
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("valid kubeconfig")
+}
+
 /// A new client for the environment's API server, as cluster admin. Each call makes its own
 /// client, so it belongs to the calling test's runtime.
 pub async fn client() -> Client {
-    let env = env();
-    let kubeconfig = Kubeconfig::read_from(env.kubeconfig()).expect("readable kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("valid kubeconfig");
-    Client::try_from(config).expect("client")
+    Client::try_from(config().await).expect("client")
 }
 
 /// Creates a namespace of its own for one test: `<prefix>-<random>`. Returns its name.

@@ -9,7 +9,6 @@ use beehive::{Bus, Content, Message};
 use edgecontroller::{EdgeController, EdgeControllerConfig, EdgeControllerMetrics, Synced};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubeedge_api::lifecycle::Lifecycle;
 use kubeedge_api::testing::{FakeEdge, Faults, faulty_client};
 use serde_json::{Value, json};
@@ -39,11 +38,7 @@ pub fn init_tracing() {
 
 /// A client of the test API server whose requests can be failed on purpose.
 pub async fn faulty() -> (kube::Client, Faults) {
-    let kubeconfig = Kubeconfig::read_from(k8s_testenv::env().kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    faulty_client(config)
+    faulty_client(k8s_testenv::config().await)
 }
 
 /// Starts an edgecontroller (configured by `f`) on a new bus with a fake edge and waits

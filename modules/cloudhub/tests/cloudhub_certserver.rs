@@ -23,6 +23,16 @@ async fn ca_crt_is_served_without_a_client_certificate() {
     assert_eq!(body, h.hub.ca().cert_der());
 }
 
+/// `GET /edge.crt` with `csr` as the body: (status, body).
+async fn edge_crt(
+    addr: std::net::SocketAddr,
+    tls: rustls::ClientConfig,
+    headers: &[(&str, String)],
+    csr: &[u8],
+) -> (u16, Vec<u8>) {
+    https(addr, tls, "GET", "/edge.crt", headers, csr).await
+}
+
 fn jwt(h: &Harness) -> String {
     pki::split_token(&h.hub.token()).unwrap().1.to_owned()
 }
@@ -35,15 +45,7 @@ async fn edge_crt_with_a_valid_token_signs_the_node_csr() {
         ("Authorization", format!("Bearer {}", jwt(&h))),
         ("NodeName", "edge-1".into()),
     ];
-    let (status, der) = https(
-        h.https,
-        anonymous(&h),
-        "GET",
-        "/edge.crt",
-        &headers,
-        &csr.csr_der,
-    )
-    .await;
+    let (status, der) = edge_crt(h.https, anonymous(&h), &headers, &csr.csr_der).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&der));
     let id = h.hub.ca().verify_client_cert(&der, &[]).unwrap();
     assert_eq!(id.common_name.as_deref(), Some("system:node:edge-1"));
@@ -77,28 +79,12 @@ async fn edge_crt_refuses_missing_malformed_foreign_and_expired_tokens_with_401(
         if let Some(a) = &auth {
             headers.push(("Authorization", a.clone()));
         }
-        let (status, body) = https(
-            h.https,
-            anonymous(&h),
-            "GET",
-            "/edge.crt",
-            &headers,
-            &csr.csr_der,
-        )
-        .await;
+        let (status, body) = edge_crt(h.https, anonymous(&h), &headers, &csr.csr_der).await;
         assert_eq!(status, 401, "{auth:?}: {}", String::from_utf8_lossy(&body));
         assert!(!body.is_empty(), "a clear error text");
     }
     let headers = [("Authorization", format!("Bearer {}", jwt(&h))), node];
-    let (status, _) = https(
-        h.https,
-        anonymous(&h),
-        "GET",
-        "/edge.crt",
-        &headers,
-        b"not a csr",
-    )
-    .await;
+    let (status, _) = edge_crt(h.https, anonymous(&h), &headers, b"not a csr").await;
     assert_eq!(status, 500);
 }
 
@@ -110,15 +96,7 @@ async fn edge_crt_refuses_a_csr_for_another_node_even_with_a_token() {
         ("Authorization", format!("Bearer {}", jwt(&h))),
         ("NodeName", "edge-1".into()),
     ];
-    let (status, _) = https(
-        h.https,
-        anonymous(&h),
-        "GET",
-        "/edge.crt",
-        &headers,
-        &csr.csr_der,
-    )
-    .await;
+    let (status, _) = edge_crt(h.https, anonymous(&h), &headers, &csr.csr_der).await;
     assert_eq!(status, 403);
 }
 
@@ -127,21 +105,17 @@ async fn rotation_with_a_client_certificate_checks_the_node_name() {
     let h = Harness::start().await;
     let cert = h.edge_cert("edge-1");
     let csr = pki::EdgeCsr::generate("edge-1").unwrap();
-    let (status, _) = https(
+    let (status, _) = edge_crt(
         h.https,
         h.tls(Some(&cert)),
-        "GET",
-        "/edge.crt",
         &[("NodeName", "edge-2".into())],
         &csr.csr_der,
     )
     .await;
     assert_eq!(status, 401);
-    let (status, der) = https(
+    let (status, der) = edge_crt(
         h.https,
         h.tls(Some(&cert)),
-        "GET",
-        "/edge.crt",
         &[("NodeName", "edge-1".into())],
         &csr.csr_der,
     )
@@ -159,11 +133,9 @@ async fn rotation_with_a_client_certificate_checks_the_node_name() {
         .unwrap()
         .issue(&pki::IssueOptions::edge("edge-1"))
         .unwrap();
-    let (status, _) = https(
+    let (status, _) = edge_crt(
         h.https,
         h.tls(Some(&other)),
-        "GET",
-        "/edge.crt",
         &[("NodeName", "edge-1".into())],
         &csr.csr_der,
     )
@@ -182,26 +154,16 @@ async fn ext_key_usages_header_grants_server_auth_only_when_configured() {
             ("ExtKeyUsages", "[1,2]".into()),
         ]
     };
-    let (status, _) = https(
+    let (status, _) = edge_crt(
         strict.https,
         anonymous(&strict),
-        "GET",
-        "/edge.crt",
         &headers(&strict),
         &csr.csr_der,
     )
     .await;
     assert_eq!(status, 403);
     let open = Harness::with(|c| c.allowed_ext_key_usages = vec![1]).await;
-    let (status, der) = https(
-        open.https,
-        anonymous(&open),
-        "GET",
-        "/edge.crt",
-        &headers(&open),
-        &csr.csr_der,
-    )
-    .await;
+    let (status, der) = edge_crt(open.https, anonymous(&open), &headers(&open), &csr.csr_der).await;
     assert_eq!(status, 200);
     let mut ekus = pki::ext_key_usages(&der).unwrap();
     ekus.sort();

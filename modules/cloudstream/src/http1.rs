@@ -106,6 +106,22 @@ pub struct RequestHead {
 }
 
 impl RequestHead {
+    /// An HTTP/1.1 head with these headers (for unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(method: &str, target: &str, headers: &[(&str, &str)]) -> Self {
+        RequestHead {
+            method: method.into(),
+            target: target.into(),
+            version: 1,
+            headers: Headers(
+                headers
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+                    .collect(),
+            ),
+        }
+    }
+
     /// The target without its query.
     pub fn path(&self) -> &str {
         self.target.split('?').next().unwrap_or("")

@@ -441,12 +441,7 @@ async fn removing_the_edge_label_sends_a_delete_and_stops_forwarding() {
     let m = env.expect("node delete", is(resource, "delete")).await;
     assert!(m.content.is_null());
     assert!(rv(&m).is_empty());
-    pod(&env.client, &ns, "late", &e3).await;
-    assert!(
-        env.settle(at(format!("node/{e3}/{ns}/pod/late")))
-            .await
-            .is_empty()
-    );
+    assert_no_pod_reaches(&env, &ns, &e3).await;
     env.stop().await;
 }
 
@@ -464,12 +459,7 @@ async fn deleting_an_edge_node_sends_a_delete_with_null_content() {
         .unwrap();
     let m = env.expect("node delete", is(resource, "delete")).await;
     assert_eq!((m.content.as_json(), rv(&m)), ("null", ""));
-    pod(&env.client, &ns, "late", &e3).await;
-    assert!(
-        env.settle(at(format!("node/{e3}/{ns}/pod/late")))
-            .await
-            .is_empty()
-    );
+    assert_no_pod_reaches(&env, &ns, &e3).await;
     env.stop().await;
 }
 
@@ -564,4 +554,14 @@ async fn rules_go_to_the_router_on_add_and_delete_only() {
         "nothing to cloudhub"
     );
     env.stop().await;
+}
+
+/// A pod bound to `node` now sends it nothing.
+async fn assert_no_pod_reaches(env: &Env, ns: &str, node: &str) {
+    pod(&env.client, ns, "late", node).await;
+    assert!(
+        env.settle(at(format!("node/{node}/{ns}/pod/late")))
+            .await
+            .is_empty()
+    );
 }

@@ -307,10 +307,7 @@ async fn reads_of_objects_no_pod_of_the_node_uses_are_forbidden() {
             .await;
         let c = body(&resp);
         assert_eq!(
-            (
-                c["ErrStatus"]["code"].as_u64(),
-                c["ErrStatus"]["reason"].as_str()
-            ),
+            err_status(&c),
             (Some(403), Some("Forbidden")),
             "{kind}: {c}"
         );

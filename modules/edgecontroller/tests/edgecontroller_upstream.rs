@@ -193,13 +193,7 @@ async fn query_of_a_missing_secret_answers_a_raw_404_status() {
         .await;
     let c = body(&resp);
     assert_eq!(keys(&c), ["ErrStatus"], "a raw error, not an ObjectResp");
-    assert_eq!(
-        (
-            c["ErrStatus"]["code"].as_u64(),
-            c["ErrStatus"]["reason"].as_str()
-        ),
-        (Some(404), Some("NotFound"))
-    );
+    assert_eq!(err_status(&c), (Some(404), Some("NotFound")));
     assert_eq!(c["ErrStatus"]["message"], "secret \"missing\" not found");
     env.stop().await;
 }
@@ -670,12 +664,6 @@ async fn a_waiting_request_of_an_unknown_type_is_answered_400() {
         ))
         .await;
     let c = body(&resp);
-    assert_eq!(
-        (
-            c["ErrStatus"]["code"].as_u64(),
-            c["ErrStatus"]["reason"].as_str()
-        ),
-        (Some(400), Some("BadRequest"))
-    );
+    assert_eq!(err_status(&c), (Some(400), Some("BadRequest")));
     env.stop().await;
 }

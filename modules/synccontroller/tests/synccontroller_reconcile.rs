@@ -100,6 +100,21 @@ async fn object_sync(client: &kube::Client, ns: &str, name: &str, spec: Value, a
     }
 }
 
+/// Records that `node` acknowledged `pod` at version `acked` (unset when empty): ObjectSync
+/// `<node>.<pod uid>` in the pod's namespace.
+async fn pod_record(client: &kube::Client, node: &str, pod: &Pod, acked: &str) {
+    let ns = pod.namespace().unwrap();
+    let name = format!("{node}.{}", pod.uid().unwrap());
+    object_sync(
+        client,
+        &ns,
+        &name,
+        spec("v1", "Pod", &pod.name_any()),
+        acked,
+    )
+    .await;
+}
+
 async fn cluster_object_sync(client: &kube::Client, name: &str, spec: Value, acked: &str) {
     let api = Api::<ClusterObjectSync>::all(client.clone());
     let os: ClusterObjectSync =
@@ -131,23 +146,9 @@ async fn a_newer_pod_is_resent_and_an_acknowledged_one_is_not() {
     node(&env.client, &e1).await;
     let web = pod(&env.client, &ns, "web").await;
     let calm = pod(&env.client, &ns, "calm").await;
-    object_sync(
-        &env.client,
-        &ns,
-        &format!("{e1}.{}", web.uid().unwrap()),
-        spec("v1", "Pod", "web"),
-        "1",
-    )
-    .await;
+    pod_record(&env.client, &e1, &web, "1").await;
     let calm_rv = calm.resource_version().unwrap();
-    object_sync(
-        &env.client,
-        &ns,
-        &format!("{e1}.{}", calm.uid().unwrap()),
-        spec("v1", "Pod", "calm"),
-        &calm_rv,
-    )
-    .await;
+    pod_record(&env.client, &e1, &calm, &calm_rv).await;
     let m = env
         .edge
         .wait_for(
@@ -181,14 +182,7 @@ async fn a_record_without_an_acknowledged_version_sends_nothing() {
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
     let web = pod(&env.client, &ns, "web").await;
-    object_sync(
-        &env.client,
-        &ns,
-        &format!("{e1}.{}", web.uid().unwrap()),
-        spec("v1", "Pod", "web"),
-        "",
-    )
-    .await;
+    pod_record(&env.client, &e1, &web, "").await;
     let passes = env.metrics.snapshot().passes;
     while env.metrics.snapshot().passes < passes + 3 {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -424,22 +418,8 @@ async fn a_non_numeric_acknowledged_version_never_stops_the_loop() {
     node(&env.client, &e1).await;
     let a = pod(&env.client, &ns, "a").await;
     let b = pod(&env.client, &ns, "b").await;
-    object_sync(
-        &env.client,
-        &ns,
-        &format!("{e1}.{}", a.uid().unwrap()),
-        spec("v1", "Pod", "a"),
-        "abc",
-    )
-    .await;
-    object_sync(
-        &env.client,
-        &ns,
-        &format!("{e1}.{}", b.uid().unwrap()),
-        spec("v1", "Pod", "b"),
-        "1",
-    )
-    .await;
+    pod_record(&env.client, &e1, &a, "abc").await;
+    pod_record(&env.client, &e1, &b, "1").await;
     let updates = env
         .edge
         .wait_count(3, WAIT, is(format!("node/{e1}/{ns}/pod/b"), "update"))
@@ -526,14 +506,7 @@ async fn object_changes_are_reconciled_at_once_without_waiting_for_a_pass() {
     node(&env.client, &e1).await;
     let web = pod(&env.client, &ns, "web").await;
     let rv = web.resource_version().unwrap();
-    object_sync(
-        &env.client,
-        &ns,
-        &format!("{e1}.{}", web.uid().unwrap()),
-        spec("v1", "Pod", "web"),
-        &rv,
-    )
-    .await;
+    pod_record(&env.client, &e1, &web, &rv).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let labels: BTreeMap<&str, &str> = [("v", "2")].into();
     let changed = Api::<Pod>::namespaced(env.client.clone(), &ns)

@@ -32,20 +32,9 @@ fn host_part(host: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http1::Headers;
 
     fn head(headers: &[(&str, &str)]) -> RequestHead {
-        RequestHead {
-            method: "GET".into(),
-            target: "/metrics".into(),
-            version: 1,
-            headers: Headers(
-                headers
-                    .iter()
-                    .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
-                    .collect(),
-            ),
-        }
+        RequestHead::for_test("GET", "/metrics", headers)
     }
 
     #[test]

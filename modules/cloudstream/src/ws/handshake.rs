@@ -115,20 +115,9 @@ pub fn check_upgrade_response(head: &ResponseHead, key: &str) -> Result<(), WsEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http1::Headers;
 
     fn head(method: &str, headers: &[(&str, &str)]) -> RequestHead {
-        RequestHead {
-            method: method.into(),
-            target: "/v1/kubeedge/connect".into(),
-            version: 1,
-            headers: Headers(
-                headers
-                    .iter()
-                    .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
-                    .collect(),
-            ),
-        }
+        RequestHead::for_test(method, "/v1/kubeedge/connect", headers)
     }
 
     #[test]

@@ -210,6 +210,14 @@ pub fn body(m: &Message) -> Value {
     serde_json::from_str(m.content.as_json()).expect("JSON content")
 }
 
+/// The `(code, reason)` of a raw error reply (`{"ErrStatus": {...}}`).
+pub fn err_status(reply: &Value) -> (Option<u64>, Option<&str>) {
+    (
+        reply["ErrStatus"]["code"].as_u64(),
+        reply["ErrStatus"]["reason"].as_str(),
+    )
+}
+
 /// A request as edged sends it, after cloudhub prefixed the resource.
 pub fn request(resource: &str, op: &str, content: Content) -> Message {
     let mut m = Message::new()

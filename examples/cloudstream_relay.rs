@@ -254,12 +254,8 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
         server: format!("127.0.0.1:{}", handle.tunnel_addr().port()),
         ..EdgeStreamConfig::default()
     };
-    let agent = StreamAgent::new(
-        edge_config,
-        options,
-        client_tls(&material(dir, "node")?, true)?,
-    )
-    .spawn();
+    let agent =
+        StreamAgent::new(edge_config, options, client_tls(&material(dir, "node")?)?).spawn();
     if !agent.wait_connected(Duration::from_secs(10)).await
         || !handle.wait_for_session(NODE, Duration::from_secs(10)).await
     {

@@ -171,6 +171,7 @@ impl CloudCore {
             hub = Some(module.handle());
             bus.register(module)?;
         }
+        let mut denials: Vec<metrics::Denials> = Vec::new();
         if let Some(client) = kube.clone() {
             let auth = &m.cloud_hub.authorization;
             let impersonate = auth.enable && !auth.debug;
@@ -189,6 +190,11 @@ impl CloudCore {
                     ec = ec.with_cloudcore_ip(ip.clone());
                 }
                 metrics::edgecontroller(metrics, ec.metrics());
+                let ec_metrics = ec.metrics();
+                denials.push((
+                    names::EDGECONTROLLER,
+                    Box::new(move || ec_metrics.snapshot().denied),
+                ));
                 synced = Some(ec.synced());
                 bus.register(ec)?;
             }
@@ -199,6 +205,11 @@ impl CloudCore {
                     client.clone(),
                 )
                 .with_impersonation(impersonate);
+                let dc_metrics = dc.metrics();
+                denials.push((
+                    names::DEVICECONTROLLER,
+                    Box::new(move || dc_metrics.snapshot().denied),
+                ));
                 bus.register(dc)?;
             }
             if m.sync_controller.enable {
@@ -211,6 +222,7 @@ impl CloudCore {
                 bus.register(sc)?;
             }
         }
+        metrics::node_authorization(metrics, denials);
         let mut stream = None;
         if m.cloud_stream.enable {
             let hub_material = hub.as_ref().map(hub_tls).ok_or_else(|| {
@@ -229,6 +241,10 @@ impl CloudCore {
                 kube.clone(),
                 tls,
             )?;
+            if let Some(hub) = &hub {
+                // A certificate revoked at the hub is refused at the tunnel too.
+                module = module.with_revocations(hub.revocations());
+            }
             let iptables = &m.iptables_manager;
             let advertised = match (
                 &kube,

@@ -166,6 +166,27 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
             "ObjectSync writes that failed.",
             s.records_failed as f64,
         );
+        single(
+            out,
+            "cloudhub_token_refused_connected_total",
+            "counter",
+            "Bootstrap-token certificate requests refused because the node was connected.",
+            s.token_refused_connected as f64,
+        );
+        single(
+            out,
+            "cloudhub_revoked_certificates_refused_total",
+            "counter",
+            "Handshakes and renewals refused because the certificate is revoked.",
+            s.revoked_refused as f64,
+        );
+        single(
+            out,
+            "cloudhub_revoked_nodes",
+            "gauge",
+            "Deleted nodes whose earlier certificates are revoked.",
+            s.revoked_nodes as f64,
+        );
     });
 }
 
@@ -202,6 +223,34 @@ pub fn edgecontroller(metrics: &Metrics, ec: edgecontroller::EdgeControllerMetri
             "Messages sent toward edges.",
             snap.downstream_sent as f64,
         );
+    });
+}
+
+/// A module whose requests node authorization decides: its name and a reader of its refusal
+/// counters by request kind.
+pub type Denials = (
+    &'static str,
+    Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>,
+);
+
+/// Requests refused by node authorization, one family for every module that decides edge
+/// requests, labelled by module and request kind.
+pub fn node_authorization(metrics: &Metrics, sources: Vec<Denials>) {
+    if sources.is_empty() {
+        return;
+    }
+    metrics.register(move |out: &mut Exposition| {
+        let name = "cloudcore_node_authorization_denied_total";
+        out.family(
+            name,
+            "counter",
+            "Edge requests refused by node authorization, by module and kind.",
+        );
+        for (module, read) in &sources {
+            for (kind, n) in read() {
+                out.sample(name, &[("module", module), ("kind", kind)], n as f64);
+            }
+        }
     });
 }
 
@@ -270,6 +319,36 @@ pub fn cloudstream(metrics: &Metrics, stream: CloudStreamHandle) {
                 "counter",
                 "Stream bytes received from tunnels.",
                 c.bytes_from_edge,
+            ),
+            (
+                "cloudstream_tunnels_refused_total",
+                "counter",
+                "Tunnel connections refused (TLS, identity or handshake).",
+                c.tunnels_refused,
+            ),
+            (
+                "cloudstream_tunnel_identity_refused_total",
+                "counter",
+                "Tunnels refused for identity: another node's certificate, or a SessionInternalIP that is not the node's or is held by another node's tunnel.",
+                c.tunnel_identity_refused,
+            ),
+            (
+                "cloudstream_requests_refused_total",
+                "counter",
+                "Stream server requests answered with an error status.",
+                c.requests_refused,
+            ),
+            (
+                "cloudstream_stream_authorization_reviews_total",
+                "counter",
+                "SubjectAccessReviews the stream server sent (cached answers not counted).",
+                c.authz_reviews,
+            ),
+            (
+                "cloudstream_stream_authorization_denied_total",
+                "counter",
+                "Stream server requests refused by authorization (403).",
+                c.authz_denied,
             ),
         ] {
             single(out, name, kind, help, v as f64);

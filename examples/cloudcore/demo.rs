@@ -77,6 +77,7 @@ async fn kubelet(node: String) -> anyhow::Result<SocketAddr> {
 /// One simulated edge node: bootstrap with the token, hub client, stream agent, kubelet.
 async fn start_edge(
     node: String,
+    ip: &str,
     https: SocketAddr,
     websocket: SocketAddr,
     tunnel: SocketAddr,
@@ -121,12 +122,11 @@ async fn start_edge(
         }
     });
     let kubelet = kubelet(node.clone()).await?;
-    let mut options = AgentOptions::new(&node, "127.0.0.1");
+    let mut options = AgentOptions::new(&node, ip);
     options.kubelet = kubelet;
-    let stream_tls = edge::stream::client_tls(
-        &material(&certs.cert_der, &certs.key_der, &certs.ca_der),
-        false,
-    )?;
+    // The tunnel server is verified against the CA from bootstrap, like the hub.
+    let stream_tls =
+        edge::stream::client_tls(&material(&certs.cert_der, &certs.key_der, &certs.ca_der))?;
     let config = EdgeStreamConfig {
         enable: true,
         server: tunnel.to_string(),
@@ -254,8 +254,21 @@ pub(crate) async fn run(nodes: usize) -> anyhow::Result<()> {
 
     let names: Vec<String> = (1..=nodes).map(|i| format!("edge-{i}")).collect();
     let mut edges = Vec::new();
-    for node in &names {
-        edges.push(start_edge(node.clone(), https, websocket, tunnel, &hub_handle.token()).await?);
+    for (i, node) in names.iter().enumerate() {
+        // Each tunnel claims its own internal IP: cloudstream refuses an IP another live
+        // tunnel holds. All of 127.0.0.0/8 is loopback.
+        let ip = format!("127.0.{}.{}", (i + 1) / 256, (i + 1) % 256);
+        edges.push(
+            start_edge(
+                node.clone(),
+                &ip,
+                https,
+                websocket,
+                tunnel,
+                &hub_handle.token(),
+            )
+            .await?,
+        );
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     while hub_handle.connected_nodes() < nodes || stream_handle.connected_nodes().len() < nodes {

@@ -10,7 +10,7 @@
 //! module and group names messages are routed by. Controllers share [`watch`] (watch caches
 //! that survive relists), [`client`] (calls made as an edge node), [`queue`] (bounded request
 //! queues) and [`lifecycle`] (background tasks and graceful stop); [`devices`] and [`rules`]
-//! hold the KubeEdge CRDs; `testing` (feature) has a fake edge and a fault-injecting client.
+//! hold the KubeEdge CRDs; [`validation`] checks names from the wire before they reach a URL; `testing` (feature) has a fake edge and a fault-injecting client.
 //!
 //! ```
 //! use kubeedge_api::{NodeResource, trim_node};
@@ -30,7 +30,8 @@ pub mod rules;
 pub mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod validation;
 pub mod version;
 pub mod watch;
 
-pub use resource::{NodeResource, ResourceError, node_of, trim_node, with_node};
+pub use resource::{NodeResource, NodeResourceRef, ResourceError, node_of, trim_node, with_node};

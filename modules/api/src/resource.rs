@@ -72,6 +72,47 @@ impl NodeResource {
     /// Splits a cloud-internal path. Only `node/<id>` is required; other parts may be empty.
     /// A name containing `/` keeps its slashes.
     pub fn parse(resource: &str) -> Result<Self, ResourceError> {
+        let r = NodeResourceRef::parse(resource)?;
+        Ok(NodeResource {
+            node: r.node.to_owned(),
+            namespace: r.namespace.to_owned(),
+            resource_type: r.resource_type.to_owned(),
+            name: r.name.to_owned(),
+        })
+    }
+
+    /// The same path, borrowed.
+    pub fn as_ref(&self) -> NodeResourceRef<'_> {
+        NodeResourceRef {
+            node: &self.node,
+            namespace: &self.namespace,
+            resource_type: &self.resource_type,
+            name: &self.name,
+        }
+    }
+
+    /// True when the namespace token is `null` (a cluster-scoped object).
+    pub fn is_cluster_scoped(&self) -> bool {
+        self.namespace == NULL_NAMESPACE
+    }
+}
+
+/// A [`NodeResource`] borrowed from the path it was split from: the same parts, no copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeResourceRef<'a> {
+    /// The edge node.
+    pub node: &'a str,
+    /// Namespace, or `null` for cluster-scoped objects.
+    pub namespace: &'a str,
+    /// Resource type (`pod`, `configmap`, …).
+    pub resource_type: &'a str,
+    /// Object name (may be empty; keeps any `/` it contains).
+    pub name: &'a str,
+}
+
+impl<'a> NodeResourceRef<'a> {
+    /// Splits a cloud-internal path as [`NodeResource::parse`] does.
+    pub fn parse(resource: &'a str) -> Result<Self, ResourceError> {
         let mut parts = resource.splitn(5, '/');
         if parts.next() != Some("node") {
             return Err(ResourceError::NoNode(resource.to_owned()));
@@ -80,11 +121,11 @@ impl NodeResource {
         if node.is_empty() {
             return Err(ResourceError::NoNode(resource.to_owned()));
         }
-        Ok(NodeResource {
-            node: node.to_owned(),
-            namespace: parts.next().unwrap_or_default().to_owned(),
-            resource_type: parts.next().unwrap_or_default().to_owned(),
-            name: parts.next().unwrap_or_default().to_owned(),
+        Ok(NodeResourceRef {
+            node,
+            namespace: parts.next().unwrap_or_default(),
+            resource_type: parts.next().unwrap_or_default(),
+            name: parts.next().unwrap_or_default(),
         })
     }
 

@@ -49,11 +49,20 @@ fn header(req: &HttpRequest, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Verifies the presented client certificate and returns the node it is for.
+/// Longest wait before signing so that a new certificate is dated after its node's
+/// revocation (normally under a second; more means the revocation time is ahead of our clock).
+const MAX_ISSUE_DELAY: Duration = Duration::from_secs(3);
+
+/// Verifies the presented client certificate (chain, validity, clientAuth, not revoked) and
+/// returns the node it is for.
 fn cert_node(hub: &Hub, req: &HttpRequest) -> Option<Result<String, String>> {
     let chain = req.conn_data::<PeerChain>()?;
     let (leaf, rest) = chain.0.split_first()?;
-    Some(match hub.ca().verify_client_cert(leaf, rest) {
+    let verified = hub
+        .ca()
+        .verify_client_cert(leaf, rest)
+        .and_then(|id| hub.revocations.check(leaf).map(|()| id));
+    Some(match verified {
         Ok(id) => id.node_name().map(str::to_owned).ok_or_else(|| {
             format!(
                 "certificate subject {:?} {:?} is not an edge node",
@@ -101,7 +110,41 @@ async fn edge_crt(hub: web::Data<Arc<Hub>>, req: HttpRequest, body: web::Bytes) 
                 warn!(node = %node, error = %e, "edge.crt: token rejected");
                 return text(S::UNAUTHORIZED, format!("token rejected: {e}"));
             }
+            // A token holder must not be able to take over a node that is connected now:
+            // the node itself renews with its current certificate instead.
+            if hub.registry.get(&node).is_some() {
+                hub.counters
+                    .token_refused_connected
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                warn!(
+                    node = %node,
+                    peer = ?req.peer_addr(),
+                    "edge.crt: bootstrap token refused, the node is connected"
+                );
+                return text(
+                    S::CONFLICT,
+                    format!(
+                        "node {node:?} is connected right now: a bootstrap token cannot issue its certificate while it is; \
+                         the node renews with its current certificate, or disconnect (or delete) the node first"
+                    ),
+                );
+            }
         }
+    }
+    let delay = hub.revocations.issue_delay(&node);
+    if delay > MAX_ISSUE_DELAY {
+        warn!(node = %node, wait_ms = delay.as_millis() as u64, "edge.crt: node revoked in the future (clock skew?)");
+        return text(
+            S::SERVICE_UNAVAILABLE,
+            format!(
+                "node {node:?} was revoked at a time ahead of this server's clock; retry later"
+            ),
+        );
+    }
+    if !delay.is_zero() {
+        // X.509 times have whole seconds: wait so the certificate is dated after the
+        // node's revocation, or it would be revoked at once.
+        tokio::time::sleep(delay).await;
     }
     let requested: Vec<i64> = match header(&req, "ExtKeyUsages").filter(|h| !h.trim().is_empty()) {
         None => Vec::new(),

@@ -31,6 +31,8 @@ pub(crate) struct HubCounters {
     pub(crate) dropped_offline: AtomicU64,
     pub(crate) dropped_full: AtomicU64,
     pub(crate) upstream_unroutable: AtomicU64,
+    pub(crate) token_refused_connected: AtomicU64,
+    pub(crate) revocation_writes_failed: AtomicU64,
 }
 
 /// A snapshot of the hub's counters.
@@ -51,6 +53,14 @@ pub struct HubStats {
     pub records_written: u64,
     /// ObjectSync writes that failed (the sync loop repairs them).
     pub records_failed: u64,
+    /// Token-authenticated certificate requests refused because the node had a live session.
+    pub token_refused_connected: u64,
+    /// Handshakes and certificate-server requests refused because the certificate is revoked.
+    pub revoked_refused: u64,
+    /// Nodes whose certificates are revoked (deleted within one certificate lifetime).
+    pub revoked_nodes: usize,
+    /// Revocations not yet written to the API server (retried every minute).
+    pub revocation_writes_failed: u64,
 }
 
 /// Addresses the servers actually listen on (useful with port 0).
@@ -86,6 +96,8 @@ pub(crate) struct Hub {
     pub(crate) events: Events,
     pub(crate) kube: Option<kube::Client>,
     pub(crate) counters: HubCounters,
+    /// Node certificates revoked by deletion; checked at every TLS handshake.
+    pub(crate) revocations: pki::Revocations,
     material: Material,
     sign_policy: SignPolicy,
     token: RwLock<String>,
@@ -94,7 +106,7 @@ pub(crate) struct Hub {
     servers: Mutex<Servers>,
     started: AtomicBool,
     stopping: AtomicBool,
-    stopped: Notify,
+    pub(crate) stopped: Notify,
 }
 
 impl std::fmt::Debug for Hub {
@@ -165,6 +177,31 @@ impl Hub {
     fn record_offline(&self, node: &str, msg: &Message) {
         if let Some((key, spec)) = offline_record(node, msg) {
             self.persister.submit(key, PersistOp::Ensure { spec });
+        }
+    }
+
+    /// Revokes every certificate issued to `node` until now, closes its session, and (with
+    /// Kubernetes) records the revocation in ConfigMap `kubeedge/revokedcerts`. The
+    /// in-memory table is updated first, so no new handshake with an old certificate
+    /// succeeds once this starts; a failed write is retried by the resync loop.
+    pub(crate) async fn node_deleted(&self, node: &str) {
+        if node.is_empty() {
+            return;
+        }
+        let revoked_at = pki::unix_now();
+        self.revocations.revoke(node, revoked_at);
+        let session = self.registry.get(node);
+        warn!(node, revoked = %pki::rfc3339(revoked_at), connected = session.is_some(), "node deleted: its certificates are revoked");
+        if let Some(entry) = session {
+            entry.addr.do_send(Stop(StopReason::NodeDeleted));
+        }
+        if let Some(client) = &self.kube
+            && let Err(e) = crate::revocation::store(client, node, revoked_at).await
+        {
+            self.counters
+                .revocation_writes_failed
+                .fetch_add(1, Ordering::Relaxed);
+            error!(node, error = %e, "writing the revocation failed; retried by the resync loop");
         }
     }
 
@@ -269,7 +306,27 @@ impl HubHandle {
             upstream_unroutable: c.upstream_unroutable.load(Ordering::Relaxed),
             records_written: self.0.persister.written.load(Ordering::Relaxed),
             records_failed: self.0.persister.failed.load(Ordering::Relaxed),
+            token_refused_connected: c.token_refused_connected.load(Ordering::Relaxed),
+            revoked_refused: self.0.revocations.refused(),
+            revoked_nodes: self.0.revocations.len(),
+            revocation_writes_failed: c.revocation_writes_failed.load(Ordering::Relaxed),
         }
+    }
+
+    /// The revocation table the hub checks: a certificate for node `N` dated at or before
+    /// `N`'s deletion is refused. Clones share the table, so another listener that accepts
+    /// edge certificates (the tunnel) stays current by calling [`pki::Revocations::check`]
+    /// or wrapping its verifier with [`pki::tls::revocation_checking_verifier`].
+    pub fn revocations(&self) -> pki::Revocations {
+        self.0.revocations.clone()
+    }
+
+    /// Revokes every certificate issued to `node` so far and closes its session, as a Node
+    /// deletion does (with Kubernetes the hub watches Nodes and calls this itself). With
+    /// Kubernetes the revocation is also stored in ConfigMap `kubeedge/revokedcerts`;
+    /// without, it lasts as long as this process.
+    pub async fn revoke_node(&self, node: &str) {
+        self.0.node_deleted(node).await;
     }
 
     /// Starts the enabled listeners on the running actix system (call from it) and returns
@@ -294,10 +351,11 @@ impl HubHandle {
             addrs.https = Some(addr);
         }
         if c.websocket.enable {
-            let tls = pki::tls::server_config_mutual(
+            let tls = pki::tls::server_config_mutual_revocable(
                 hub.ca().cert_der(),
                 &server.cert_der,
                 &server.key_der,
+                &hub.revocations,
             )?;
             let (handle, addr) = crate::ws::start(hub.clone(), tls)?;
             hub.servers
@@ -404,6 +462,28 @@ impl CloudHub {
             validity_days: config.edge_cert_signing_duration.max(1),
             allowed_ext_key_usages: allowed,
         };
+        let revocations = match &kube {
+            None => pki::Revocations::new(),
+            Some(client) => {
+                // Fail closed: until the stored revocations are read, no edge certificate
+                // is accepted (the resync loop keeps trying).
+                let revocations = pki::Revocations::pending();
+                match crate::revocation::load(client, &revocations).await {
+                    Ok(stored) => {
+                        revocations.mark_loaded();
+                        info!(
+                            revoked_nodes = stored.len(),
+                            "certificate revocations loaded"
+                        );
+                    }
+                    Err(e) => error!(
+                        error = %e,
+                        "reading certificate revocations failed; edge certificates are refused until they are read"
+                    ),
+                }
+                revocations
+            }
+        };
         let token_refresh = options
             .token_refresh
             .unwrap_or_else(|| config.token_refresh());
@@ -414,6 +494,7 @@ impl CloudHub {
             events: Events::new(),
             kube,
             counters: HubCounters::default(),
+            revocations,
             material,
             sign_policy,
             token: RwLock::new(token),
@@ -446,6 +527,9 @@ impl Actor for CloudHub {
         actix_rt::spawn(async move { hub.events.run(endpoint).await });
         actix_rt::spawn(self.hub.persister.clone().run());
         actix_rt::spawn(self.hub.clone().refresh_tokens());
+        if let Some(client) = self.hub.kube.clone() {
+            actix_rt::spawn(crate::revocation::watch_nodes(self.hub.clone(), client));
+        }
     }
 }
 

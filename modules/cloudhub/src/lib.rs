@@ -39,6 +39,7 @@ mod hub;
 mod material;
 mod persist;
 mod registry;
+mod revocation;
 mod session;
 mod store;
 mod upstream;
@@ -57,4 +58,5 @@ pub use material::{
     CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_SECRET, prepare, store_token,
 };
 pub use registry::{NodeCounters, NodeStats};
+pub use revocation::{EDGE_NODE_LABEL, REVOKED_CERTS};
 pub use store::{Created, KubeStore, MemoryStore, ObjectSyncStore, StoreError, SyncKey, SyncSpec};

@@ -33,7 +33,7 @@ pub struct Material {
     pub server: CertAndKey,
 }
 
-fn is_status(e: &kube::Error, code: u16) -> bool {
+pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
@@ -62,7 +62,7 @@ async fn read_secret(
     }
 }
 
-async fn ensure_namespace(client: &kube::Client) -> Result<()> {
+pub(crate) async fn ensure_namespace(client: &kube::Client) -> Result<()> {
     let ns = Namespace {
         metadata: ObjectMeta {
             name: Some(NAMESPACE.into()),

@@ -46,6 +46,8 @@ pub(crate) enum StopReason {
     Replaced,
     /// The hub is shutting down: write what is queued, then close.
     Shutdown,
+    /// The node's Node object was deleted and its certificates revoked.
+    NodeDeleted,
     /// The socket side ended (EOF, error, write timeout, bad input).
     ConnectionClosed(String),
 }
@@ -323,6 +325,13 @@ impl Handler<Stop> for Session {
                 }
                 self.conn
                     .close_with(CloseCode::Away, "cloudhub shutting down");
+            }
+            StopReason::NodeDeleted => {
+                info!(node = %self.node, generation = self.generation, "session closed: node deleted");
+                self.conn.close_with(
+                    CloseCode::Policy,
+                    "node deleted; its certificates are revoked",
+                );
             }
             StopReason::ConnectionClosed(why) => {
                 debug!(node = %self.node, reason = %why, "connection closed");

@@ -82,6 +82,13 @@ fn check(hub: &Hub, req: &Request, io: &TlsStream<TcpStream>) -> Result<String, 
             "Connectionuse {usage:?} is not supported (only msg)"
         )));
     }
+    // The TLS verifier refuses revoked certificates already; this also covers a connection
+    // that was accepted just before its node was revoked and reached the upgrade after.
+    if let Some(cert) = io.get_ref().1.peer_certificates().and_then(|c| c.first())
+        && let Err(e) = hub.revocations.check(cert)
+    {
+        return Err((StatusCode::FORBIDDEN, e.to_string()));
+    }
     let auth = &hub.config.authorization;
     if auth.enforce_identity || (auth.enable && !auth.debug) {
         let identity = io

@@ -138,3 +138,38 @@ async fn edge_hub_module_delivers_by_group_acks_and_answers_sync_requests() {
     );
     edge_bus.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn client_refuses_a_hub_not_signed_by_its_ca_unless_told_insecure() {
+    let mut h = Harness::start().await;
+    let base = format!("https://127.0.0.1:{}", h.https.port());
+    let mut certs = edge::hub::bootstrap(&base, &h.hub.token(), "edge-1")
+        .await
+        .unwrap();
+    // The edge trusts another CA than the one that signed the hub's certificate.
+    certs.ca_der = pki::CertificateAuthority::generate()
+        .unwrap()
+        .cert_der()
+        .to_vec();
+    let mut cfg = HubClientConfig::new("edge-1", h.ws.to_string());
+    cfg.backoff = Backoff {
+        initial: Duration::from_millis(100),
+        max: Duration::from_millis(200),
+    };
+    let (client, mut events) = HubClient::start(cfg.clone(), Arc::new(certs.client_tls().unwrap()));
+    // Dials fail at the TLS handshake (logged as `invalid peer certificate`) and are retried;
+    // no session ever comes up.
+    let event = tokio::time::timeout(Duration::from_millis(1500), events.recv()).await;
+    assert!(event.is_err(), "{event:?}");
+    assert_eq!((client.connects(), h.hub.connected_nodes()), (0, 0));
+    client.stop();
+
+    let insecure = certs
+        .client_tls_with(edge::ServerVerification::InsecureSkipVerify)
+        .unwrap();
+    let (client, mut events) = HubClient::start(cfg, Arc::new(insecure));
+    assert_eq!(recv_event(&mut events).await, HubEvent::Connected);
+    h.wait_nodes(1).await;
+    assert_eq!(h.next_event().await.route.operation, "connected");
+    client.stop();
+}

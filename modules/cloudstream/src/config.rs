@@ -32,6 +32,47 @@ pub struct CloudStreamConfig {
     /// Rust: verify the API server's client certificate against `tlsStreamCAFile`
     /// (upstream requests it but never verifies, W1). Set `false` for upstream behaviour.
     pub verify_stream_client_cert: bool,
+    /// Rust: how the stream server authorizes a caller after its certificate, as a kubelet
+    /// does (`authorization` of the kubelet configuration; upstream has no such step).
+    pub stream_authorization: StreamAuthorizationConfig,
+}
+
+/// `modules.cloudStream.streamAuthorization`: the kubelet's `authorization` block, with the
+/// webhook cache times in whole seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct StreamAuthorizationConfig {
+    /// `Webhook` or `AlwaysAllow`. Unset: `Webhook` when cloudstream has a Kubernetes
+    /// client, else `AlwaysAllow` (there is no API server to ask). `Webhook` without a
+    /// client is a configuration error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<StreamAuthorizationMode>,
+    /// How long an allowed answer is reused (kubelet `webhook.cacheAuthorizedTTL`, 5 min).
+    #[serde(rename = "cacheAuthorizedTTLSeconds")]
+    pub cache_authorized_ttl_seconds: u64,
+    /// How long a denied answer is reused (kubelet `webhook.cacheUnauthorizedTTL`, 30 s).
+    #[serde(rename = "cacheUnauthorizedTTLSeconds")]
+    pub cache_unauthorized_ttl_seconds: u64,
+}
+
+impl Default for StreamAuthorizationConfig {
+    fn default() -> Self {
+        StreamAuthorizationConfig {
+            mode: None,
+            cache_authorized_ttl_seconds: 300,
+            cache_unauthorized_ttl_seconds: 30,
+        }
+    }
+}
+
+/// The kubelet's authorization modes (`authorization.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamAuthorizationMode {
+    /// Every request is asked of the API server with a SubjectAccessReview for the
+    /// certificate's user and groups on `nodes/<subresource>`.
+    Webhook,
+    /// Any caller whose certificate verified may do anything (upstream behaviour).
+    AlwaysAllow,
 }
 
 impl Default for CloudStreamConfig {
@@ -47,6 +88,7 @@ impl Default for CloudStreamConfig {
             tls_stream_private_key_file: "/etc/kubeedge/certs/stream.key".into(),
             stream_port: 10003,
             verify_stream_client_cert: true,
+            stream_authorization: StreamAuthorizationConfig::default(),
         }
     }
 }
@@ -170,9 +212,38 @@ someFutureKey: 1
         assert_eq!(c.tls_stream_private_key_file, "/b/s.key");
         assert_eq!(c.stream_port, 20003);
         assert!(c.verify_stream_client_cert);
+        assert_eq!(c.stream_authorization, StreamAuthorizationConfig::default());
+        assert_eq!(c.stream_authorization.mode, None);
         let back: CloudStreamConfig =
             serde_yaml::from_str(&serde_yaml::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn stream_authorization_should_parse_the_kubelet_mode_names() {
+        let c: CloudStreamConfig = serde_yaml::from_str(
+            "streamAuthorization: {mode: AlwaysAllow, cacheAuthorizedTTLSeconds: 10, cacheUnauthorizedTTLSeconds: 1}",
+        )
+        .unwrap();
+        assert_eq!(
+            c.stream_authorization,
+            StreamAuthorizationConfig {
+                mode: Some(StreamAuthorizationMode::AlwaysAllow),
+                cache_authorized_ttl_seconds: 10,
+                cache_unauthorized_ttl_seconds: 1,
+            }
+        );
+        let c: CloudStreamConfig =
+            serde_yaml::from_str("streamAuthorization: {mode: Webhook}").unwrap();
+        assert_eq!(
+            c.stream_authorization.mode,
+            Some(StreamAuthorizationMode::Webhook)
+        );
+        assert_eq!(c.stream_authorization.cache_authorized_ttl_seconds, 300);
+        assert!(
+            serde_yaml::from_str::<CloudStreamConfig>("streamAuthorization: {mode: webhook}")
+                .is_err()
+        );
     }
 
     #[test]

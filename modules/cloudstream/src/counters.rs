@@ -8,9 +8,12 @@ pub struct Counters {
     sessions: AtomicU64,
     sessions_total: AtomicU64,
     tunnels_refused: AtomicU64,
+    tunnel_identity_refused: AtomicU64,
     streams_active: AtomicU64,
     streams_total: AtomicU64,
     requests_refused: AtomicU64,
+    authz_reviews: AtomicU64,
+    authz_denied: AtomicU64,
     bytes_to_edge: AtomicU64,
     bytes_from_edge: AtomicU64,
 }
@@ -24,12 +27,19 @@ pub struct CountersSnapshot {
     pub sessions_total: u64,
     /// Tunnel connections refused (TLS, identity or handshake).
     pub tunnels_refused: u64,
+    /// Of those, refused for identity: a certificate for another node, a `SessionInternalIP`
+    /// that is not an address of the node, or one another node's live tunnel holds.
+    pub tunnel_identity_refused: u64,
     /// Streams (API connections) open now.
     pub streams_active: u64,
     /// Streams opened since start.
     pub streams_total: u64,
     /// API requests answered with an error status.
     pub requests_refused: u64,
+    /// SubjectAccessReviews the stream server sent (answers from its cache are not counted).
+    pub authz_reviews: u64,
+    /// API requests refused by authorization (403).
+    pub authz_denied: u64,
     /// Stream bytes sent into tunnels.
     pub bytes_to_edge: u64,
     /// Stream bytes received from tunnels.
@@ -44,9 +54,12 @@ impl Counters {
             sessions: g(&self.sessions),
             sessions_total: g(&self.sessions_total),
             tunnels_refused: g(&self.tunnels_refused),
+            tunnel_identity_refused: g(&self.tunnel_identity_refused),
             streams_active: g(&self.streams_active),
             streams_total: g(&self.streams_total),
             requests_refused: g(&self.requests_refused),
+            authz_reviews: g(&self.authz_reviews),
+            authz_denied: g(&self.authz_denied),
             bytes_to_edge: g(&self.bytes_to_edge),
             bytes_from_edge: g(&self.bytes_from_edge),
         }
@@ -63,6 +76,18 @@ impl Counters {
 
     pub(crate) fn tunnel_refused(&self) {
         self.tunnels_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn tunnel_identity_refused(&self) {
+        self.tunnel_identity_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn authz_review(&self) {
+        self.authz_reviews.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn authz_denied(&self) {
+        self.authz_denied.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn stream_opened(&self) {

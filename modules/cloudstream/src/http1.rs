@@ -262,6 +262,21 @@ pub fn text_response(status: u16, body: &str, close: bool) -> Bytes {
     out.freeze()
 }
 
+/// A complete short response with an `application/json` body (a Kubernetes `Status`).
+/// `close` adds `Connection: close`.
+pub fn json_response(status: u16, body: &str, close: bool) -> Bytes {
+    let mut out = BytesMut::with_capacity(160 + body.len());
+    out.put_slice(format!("HTTP/1.1 {status} {}\r\n", reason(status)).as_bytes());
+    out.put_slice(b"Content-Type: application/json\r\nX-Content-Type-Options: nosniff\r\n");
+    out.put_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+    if close {
+        out.put_slice(b"Connection: close\r\n");
+    }
+    out.put_slice(b"\r\n");
+    out.put_slice(body.as_bytes());
+    out.freeze()
+}
+
 /// The standard reason phrase of the statuses this crate sends.
 pub fn reason(status: u16) -> &'static str {
     match status {

@@ -37,7 +37,10 @@ pub mod tls;
 mod tunnel;
 pub mod ws;
 
-pub use config::{CloudStreamConfig, IptablesManagerConfig, IptablesMode, Tuning};
+pub use config::{
+    CloudStreamConfig, IptablesManagerConfig, IptablesMode, StreamAuthorizationConfig,
+    StreamAuthorizationMode, Tuning,
+};
 pub use connect::{ConnectError, ConnectRequest, GoHeader, canonical_header_key};
 pub use counters::{Counters, CountersSnapshot};
 pub use frame::{FrameError, MAX_DATA_LEN, MessageType, TunnelMessage, put_uvarint};

@@ -11,13 +11,13 @@ use beehive::{Endpoint, Message, Module};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
-use crate::config::{CloudStreamConfig, IptablesManagerConfig, Tuning};
+use crate::config::{CloudStreamConfig, IptablesManagerConfig, StreamAuthorizationMode, Tuning};
 use crate::counters::{Counters, CountersSnapshot};
 use crate::iptables::{CommandRunner, IptablesManager};
 use crate::negotiate;
-use crate::stream::{self, KubePodLocator, PodLocator, StreamContext};
+use crate::stream::{self, Authorizer, KubePodLocator, PodLocator, StreamContext, Webhook};
 use crate::tls::{self, ServerTls, TlsError, TlsMaterial};
 use crate::tunnel::{self, NodeUpdater, Shared};
 
@@ -38,6 +38,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// `streamAuthorization.mode: Webhook` was set but there is no Kubernetes client to send
+    /// SubjectAccessReviews with.
+    #[error("modules.cloudStream.streamAuthorization.mode Webhook needs a Kubernetes client")]
+    WebhookWithoutClient,
 }
 
 /// The TLS the two servers use.
@@ -82,6 +86,7 @@ pub struct CloudStream {
     stream_tls: Arc<rustls::ServerConfig>,
     listeners: Option<(TcpListener, TcpListener)>,
     pods: Option<Arc<dyn PodLocator>>,
+    authz: Arc<Authorizer>,
     advertised_port: u16,
     iptables: Option<(IptablesManagerConfig, Arc<dyn CommandRunner>)>,
     handle: CloudStreamHandle,
@@ -140,12 +145,18 @@ impl CloudStreamHandle {
         nodes
     }
 
-    /// Waits until `node` has a tunnel (by name or internal IP); false after `limit`.
+    /// Waits until the node named `node` has a tunnel, or, when `node` is an IP address,
+    /// until a tunnel registered that internal IP; false after `limit`.
     pub async fn wait_for_session(&self, node: &str, limit: Duration) -> bool {
         let mut changes = self.shared.registry.subscribe();
+        let ip = node.parse::<std::net::IpAddr>().ok();
         tokio::time::timeout(limit, async {
             loop {
-                if self.shared.registry.get(node).is_some() {
+                let found = match ip {
+                    Some(ip) => self.shared.registry.by_ip(ip.to_canonical()).is_some(),
+                    None => self.shared.registry.by_node(node).is_some(),
+                };
+                if found {
                     return;
                 }
                 if changes.changed().await.is_err() {
@@ -211,6 +222,39 @@ fn bind(what: &'static str, port: u32) -> Result<TcpListener, Error> {
     Ok(l)
 }
 
+/// The stream server's authorizer: `Webhook` by default when there is a client.
+fn authorizer(
+    config: &CloudStreamConfig,
+    kube: Option<&kube::Client>,
+) -> Result<Arc<Authorizer>, Error> {
+    let a = &config.stream_authorization;
+    let mode = a.mode.unwrap_or(if kube.is_some() {
+        StreamAuthorizationMode::Webhook
+    } else {
+        StreamAuthorizationMode::AlwaysAllow
+    });
+    let authorizer = match (mode, kube) {
+        (StreamAuthorizationMode::AlwaysAllow, _) => {
+            if config.enable {
+                warn!(
+                    explicit = a.mode.is_some(),
+                    "cloudstream's stream server allows every caller whose certificate verifies (streamAuthorization AlwaysAllow)"
+                );
+            }
+            Authorizer::AlwaysAllow
+        }
+        (StreamAuthorizationMode::Webhook, Some(client)) => {
+            Authorizer::Webhook(Box::new(Webhook::new(
+                client.clone(),
+                Duration::from_secs(a.cache_authorized_ttl_seconds),
+                Duration::from_secs(a.cache_unauthorized_ttl_seconds),
+            )))
+        }
+        (StreamAuthorizationMode::Webhook, None) => return Err(Error::WebhookWithoutClient),
+    };
+    Ok(Arc::new(authorizer))
+}
+
 fn server_config(tls: ServerTls, verify: bool) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     match tls {
         ServerTls::Config(c) => Ok(c),
@@ -222,7 +266,9 @@ impl CloudStream {
     /// Binds both ports (`0` picks free ones; nothing is bound when `config.enable` is false)
     /// and prepares TLS; servers start with the actor.
     /// With a `kube` client, connecting nodes get their kubelet port set to the advertised
-    /// port and pods are located through a reflector cache.
+    /// port, a tunnel's `SessionInternalIP` may also be one of its Node's addresses, pods are
+    /// located through a reflector cache, and stream requests are authorized with
+    /// SubjectAccessReviews unless `streamAuthorization.mode` is `AlwaysAllow`.
     pub fn new(
         config: CloudStreamConfig,
         endpoint: Endpoint,
@@ -239,6 +285,7 @@ impl CloudStream {
             )?),
         };
         let stream_tls = server_config(stream_material, config.verify_stream_client_cert)?;
+        let authz = authorizer(&config, kube.as_ref())?;
         // A disabled module never starts: it does not hold its ports either.
         let listeners = if config.enable {
             Some((
@@ -287,6 +334,7 @@ impl CloudStream {
             stream_tls,
             listeners,
             pods: None,
+            authz,
             iptables: None,
             handle,
             arbiter: None,
@@ -309,7 +357,22 @@ impl CloudStream {
     /// Replaces the timing and buffering knobs.
     pub fn with_tuning(mut self, tuning: Tuning) -> Self {
         // Nothing runs before the actor starts, so a fresh shared state loses nothing.
-        self.handle.shared = Arc::new(Shared::new(self.handle.shared.counters.clone(), tuning));
+        let mut shared = Shared::new(self.handle.shared.counters.clone(), tuning);
+        shared.revocations = self.handle.shared.revocations.clone();
+        self.handle.shared = Arc::new(shared);
+        self
+    }
+
+    /// Refuses tunnels whose client certificate is revoked in `revocations` (cloudhub's
+    /// table, `cloudhub::HubHandle::revocations` in a composition): checked after every
+    /// handshake, resumed ones included, and answered `403` with the reason.
+    pub fn with_revocations(mut self, revocations: pki::Revocations) -> Self {
+        let mut shared = Shared::new(
+            self.handle.shared.counters.clone(),
+            self.handle.shared.tuning.clone(),
+        );
+        shared.revocations = Some(revocations);
+        self.handle.shared = Arc::new(shared);
         self
     }
 
@@ -342,6 +405,7 @@ impl CloudStream {
         let shared = handle.shared.clone();
         let kube = self.kube.clone();
         let pods = self.pods.clone();
+        let authz = self.authz.clone();
         let tunnel_tls = TlsAcceptor::from(self.tunnel_tls.clone());
         let stream_tls = TlsAcceptor::from(self.stream_tls.clone());
         let advertised = self.advertised_port;
@@ -374,12 +438,13 @@ impl CloudStream {
             let ctx = StreamContext {
                 shared: shared.clone(),
                 pods,
+                authz,
             };
             let tunnel = tokio::spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, stop.clone()));
             let streams = tokio::spawn(stream::run(stream_l, stream_tls, ctx, stop.clone()));
             let iptables = iptables.map(|(client, runner)| {
                 let records = negotiate::watch_record(client.clone(), stop.clone());
-                tokio::spawn(negotiate::release_deleted_cloudcores(client, stop.clone()));
+                tokio::spawn(negotiate::release_deleted_cloudcores(client, negotiate::cloudcore_namespace(), stop.clone()));
                 tokio::spawn(IptablesManager::new(runner, stream_port as u16).run(records, stop.clone()))
             });
             info!(tunnel = %handle.tunnel_addr, stream = %handle.stream_addr, advertised, "cloudstream started");

@@ -1,12 +1,17 @@
 //! The `tunnelport` ConfigMap through the API server: negotiating this instance's advertised
 //! port, following the record for the iptables manager, and releasing the IPs of deleted
 //! cloudcore pods.
+//!
+//! Only cloudcore pods are trusted to free an IP: pods labelled `kubeedge=cloudcore` in
+//! cloudcore's own namespace ([`cloudcore_namespace`]) that are bound to a Node without the
+//! edge role label ([`EDGE_NODE_LABEL`]). Edges can create pods bound to themselves, so a
+//! pod they made must never make cloudcore drop another instance's DNAT rule.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
@@ -19,6 +24,25 @@ use crate::record::{
 
 /// Label of cloudcore pods whose deletion frees their IP (upstream `kubeedge=cloudcore`).
 pub const CLOUDCORE_POD_SELECTOR: &str = "kubeedge=cloudcore";
+
+/// The label keadm puts on edge Nodes; pods bound to such Nodes are never cloudcore pods.
+pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
+
+/// The environment variable naming cloudcore's namespace (set it from the downward API's
+/// `metadata.namespace` in cloudcore's pod spec).
+pub const NAMESPACE_ENV: &str = "POD_NAMESPACE";
+
+/// Where cloudcore runs when [`NAMESPACE_ENV`] is unset or empty.
+pub const DEFAULT_NAMESPACE: &str = "kubeedge";
+
+/// cloudcore's own namespace: `$POD_NAMESPACE`, else `kubeedge`.
+pub fn cloudcore_namespace() -> String {
+    std::env::var(NAMESPACE_ENV)
+        .ok()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned())
+}
 
 /// Read-modify-write attempts before giving up (upstream panics on the first conflict, W28).
 const ATTEMPTS: usize = 10;
@@ -190,10 +214,91 @@ pub fn watch_record(
     rx
 }
 
-/// Removes the `podIP` of every deleted `kubeedge=cloudcore` pod from the record (upstream's
-/// pod-delete listener), retrying a few times. Runs until `stop`.
-pub async fn release_deleted_cloudcores(client: kube::Client, stop: CancellationToken) {
-    let pods: Api<Pod> = Api::all(client.clone());
+/// Why a deleted pod is not trusted to free its IP.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Untrusted {
+    /// The pod is outside cloudcore's namespace.
+    #[error("pod is in namespace {found:?}, not cloudcore's {want:?}")]
+    Namespace {
+        /// The pod's namespace.
+        found: String,
+        /// cloudcore's.
+        want: String,
+    },
+    /// The pod was never bound to a node.
+    #[error("pod is not bound to a node")]
+    Unbound,
+    /// The pod's Node no longer exists, so whether it was an edge cannot be told.
+    #[error("node {0} no longer exists")]
+    NodeGone(String),
+    /// The pod is bound to an edge node.
+    #[error("pod is bound to edge node {0}")]
+    EdgeNode(String),
+}
+
+/// Whether a deleted `kubeedge=cloudcore` pod is one of cloudcore's own: in `namespace` and
+/// bound to `node` (its Node as read now, `None` when it does not exist) that is not an edge.
+pub fn trusted_cloudcore(pod: &Pod, namespace: &str, node: Option<&Node>) -> Result<(), Untrusted> {
+    let found = pod.metadata.namespace.as_deref().unwrap_or("");
+    if found != namespace {
+        return Err(Untrusted::Namespace {
+            found: found.to_owned(),
+            want: namespace.to_owned(),
+        });
+    }
+    let name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .ok_or(Untrusted::Unbound)?;
+    let node = node.ok_or_else(|| Untrusted::NodeGone(name.to_owned()))?;
+    if node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(EDGE_NODE_LABEL))
+    {
+        return Err(Untrusted::EdgeNode(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// Reads the Node of a deleted pod, retrying transient errors a few times.
+async fn node_of(nodes: &Api<Node>, pod: &Pod) -> Result<Option<Node>, kube::Error> {
+    let Some(name) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+    else {
+        return Ok(None);
+    };
+    let mut attempt = 1u32;
+    loop {
+        match nodes.get_opt(name).await {
+            Ok(n) => return Ok(n),
+            Err(e) if attempt >= 5 => return Err(e),
+            Err(e) => {
+                warn!(node = name, attempt, error = %e, "could not read a deleted cloudcore pod's node");
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Removes the `podIP` of every deleted cloudcore pod from the record (upstream's pod-delete
+/// listener), retrying a few times. Only pods labelled `kubeedge=cloudcore` in `namespace`
+/// (cloudcore's own, see [`cloudcore_namespace`]) and bound to a non-edge Node count (see
+/// [`trusted_cloudcore`]); others are logged and ignored. Runs until `stop`.
+pub async fn release_deleted_cloudcores(
+    client: kube::Client,
+    namespace: String,
+    stop: CancellationToken,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let nodes: Api<Node> = Api::all(client.clone());
     let mut events = watcher(
         pods,
         watcher::Config::default().labels(CLOUDCORE_POD_SELECTOR),
@@ -213,15 +318,28 @@ pub async fn release_deleted_cloudcores(client: kube::Client, stop: Cancellation
         };
         let Some(ip) = pod
             .status
-            .and_then(|s| s.pod_ip)
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
             .filter(|ip| !ip.is_empty())
         else {
             continue;
         };
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let node = match node_of(&nodes, &pod).await {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(pod = %pod_name, %ip, error = %e, "deleted cloudcore pod's node unreadable; its tunnel port record entry is kept");
+                continue;
+            }
+        };
+        if let Err(why) = trusted_cloudcore(&pod, &namespace, node.as_ref()) {
+            warn!(pod = %pod_name, %namespace, %ip, reason = %why, "ignoring the deletion of a pod labelled kubeedge=cloudcore that is not a cloudcore");
+            continue;
+        }
         for attempt in 1..=5u32 {
             match release_ip(client.clone(), &ip).await {
                 Ok(released) => {
-                    info!(%ip, released, "cloudcore pod deleted; its tunnel port record entry is released");
+                    info!(pod = %pod_name, %ip, released, "cloudcore pod deleted; its tunnel port record entry is released");
                     break;
                 }
                 Err(e) => {
@@ -230,5 +348,54 @@ pub async fn release_deleted_cloudcores(client: kube::Client, stop: Cancellation
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, node: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cloudcore-0", "namespace": ns, "labels": {"kubeedge": "cloudcore"}},
+            "spec": {"nodeName": node, "containers": []},
+        }))
+        .unwrap()
+    }
+
+    fn node(name: &str, edge: bool) -> Node {
+        let labels = if edge {
+            serde_json::json!({ EDGE_NODE_LABEL: "" })
+        } else {
+            serde_json::json!({"node-role.kubernetes.io/control-plane": ""})
+        };
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": labels}}))
+            .unwrap()
+    }
+
+    #[test]
+    fn only_pods_in_our_namespace_on_cloud_nodes_should_be_trusted() {
+        let cloud = node("master", false);
+        let edge = node("edge-1", true);
+        assert_eq!(
+            trusted_cloudcore(&pod("kubeedge", Some("master")), "kubeedge", Some(&cloud)),
+            Ok(())
+        );
+        assert!(matches!(
+            trusted_cloudcore(&pod("default", Some("master")), "kubeedge", Some(&cloud)),
+            Err(Untrusted::Namespace { .. })
+        ));
+        assert_eq!(
+            trusted_cloudcore(&pod("kubeedge", Some("edge-1")), "kubeedge", Some(&edge)),
+            Err(Untrusted::EdgeNode("edge-1".into()))
+        );
+        assert_eq!(
+            trusted_cloudcore(&pod("kubeedge", None), "kubeedge", None),
+            Err(Untrusted::Unbound)
+        );
+        assert_eq!(
+            trusted_cloudcore(&pod("kubeedge", Some("gone")), "kubeedge", None),
+            Err(Untrusted::NodeGone("gone".into()))
+        );
     }
 }

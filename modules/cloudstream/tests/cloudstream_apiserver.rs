@@ -14,6 +14,7 @@ use cloudstream::{
 };
 use edge::stream::AgentHandle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use support::{FakeKubelet, Pki, kubelet, raw_dial, upgrade_request};
 use tokio::io::AsyncReadExt;
@@ -84,12 +85,33 @@ struct E2e {
     _bus: Bus,
 }
 
+/// Binds the API server's kubelet-client identity to `system:kubelet-api-admin`, as
+/// kubeadm-made clusters do (the test certificate is also in `system:masters`, which the
+/// stream server's SubjectAccessReviews allow anyway).
+async fn grant_api_server_identity(client: &kube::Client) {
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "cloudstream-test:kube-apiserver-kubelet-client"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
+    }))
+    .unwrap();
+    match Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("cluster role binding: {e}"),
+    }
+}
+
 /// cloudstream with the test environment's serving certificate and CA, a Node whose kubelet
 /// port (10350 at first) the tunnel connect rewrites to the stream port, a pod on it, and an
 /// edge agent relaying to a fake kubelet.
 async fn setup() -> E2e {
     support::init_tracing();
     let client = k8s_testenv::client().await;
+    grant_api_server_identity(&client).await;
     let ns = k8s_testenv::namespace("cs").await;
     let node = format!("edge-{ns}");
     let edge_ca = Pki::new("kubeedge-ca");
@@ -190,6 +212,9 @@ async fn kubectl_logs_should_return_the_edge_body_unchanged() {
         seen[0].target
     );
     assert!(e.handle.counters().bytes_from_edge >= kubelet::log_body().len() as u64);
+    // The API server's identity passed a SubjectAccessReview, not a bypass.
+    assert!(e.handle.counters().authz_reviews >= 1);
+    assert_eq!(e.handle.counters().authz_denied, 0);
 }
 
 #[actix_rt::test]
@@ -311,7 +336,8 @@ async fn failed_node_update_should_send_close_connect_and_close_the_tunnel() {
     let (head, tunnel, _) = raw_dial(
         handle.tunnel_addr().port(),
         &edge_ca.node("no-such-node"),
-        &upgrade_request(Some("no-such-node"), Some("10.0.0.9")),
+        // The peer address: with no Node there are no addresses to check another IP against.
+        &upgrade_request(Some("no-such-node"), Some("127.0.0.1")),
     )
     .await
     .unwrap();
@@ -339,6 +365,39 @@ async fn record(client: &kube::Client) -> TunnelPortRecord {
             .map(String::as_str),
     )
     .unwrap()
+}
+
+/// Creates a running pod labelled `kubeedge=cloudcore` with `ip`, bound to `node`, and
+/// deletes it.
+async fn cloudcore_pod_lifecycle(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    ip: &str,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"kubeedge": "cloudcore"}},
+        "spec": {"nodeName": node, "containers": [{"name": "cloudcore", "image": "cloudcore"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status =
+        serde_json::json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pods.delete(
+        name,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
 }
 
 /// One test owns the cluster-wide `kubeedge/tunnelport` ConfigMap.
@@ -378,36 +437,43 @@ async fn tunnel_port_negotiation_and_cloudcore_pod_deletion_should_keep_the_reco
     .expect("record watch")
     .unwrap();
 
-    // Deleting a kubeedge=cloudcore pod releases its IP.
+    // Deleting a kubeedge=cloudcore pod releases its IP, but only for a pod in cloudcore's
+    // namespace bound to a Node that is not an edge.
     tokio::spawn(cloudstream::negotiate::release_deleted_cloudcores(
         client.clone(),
+        "kubeedge".into(),
         stop.clone(),
     ));
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kubeedge");
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "cloudcore-0", "labels": {"kubeedge": "cloudcore"}},
-        "spec": {"nodeName": "somewhere", "containers": [{"name": "cloudcore", "image": "cloudcore"}]},
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let status = serde_json::json!({"status": {"phase": "Running", "podIP": "10.1.1.2", "podIPs": [{"ip": "10.1.1.2"}]}});
-    pods.patch_status(
-        "cloudcore-0",
-        &PatchParams::default(),
-        &Patch::Merge(&status),
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    pods.delete(
-        "cloudcore-0",
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        },
-    )
-    .await
-    .unwrap();
+    let cloud_node = "cloudstream-test-cloud-node";
+    let edge_node = "cloudstream-test-edge-node";
+    for (name, labels) in [
+        (
+            cloud_node,
+            serde_json::json!({"node-role.kubernetes.io/control-plane": ""}),
+        ),
+        (
+            edge_node,
+            serde_json::json!({"node-role.kubernetes.io/edge": ""}),
+        ),
+    ] {
+        let node: Node = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name, "labels": labels}}),
+        )
+        .unwrap();
+        match Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("node {name}: {e}"),
+        }
+    }
+    let other_ns = k8s_testenv::namespace("cs-neg").await;
+    // Two impostors that name the IPs of live cloudcores, then the real one.
+    cloudcore_pod_lifecycle(&client, &other_ns, "cloudcore-x", cloud_node, "10.1.1.1").await;
+    cloudcore_pod_lifecycle(&client, "kubeedge", "cloudcore-edge", edge_node, "10.1.1.3").await;
+    cloudcore_pod_lifecycle(&client, "kubeedge", "cloudcore-0", cloud_node, "10.1.1.2").await;
     tokio::time::timeout(
         Duration::from_secs(15),
         rx.wait_for(|r| {
@@ -418,7 +484,12 @@ async fn tunnel_port_negotiation_and_cloudcore_pod_deletion_should_keep_the_reco
     .await
     .expect("deleted cloudcore's IP not released")
     .unwrap();
+    // The listener handles deletions in order: the impostors' came first and changed nothing.
     let r = record(&client).await;
+    assert!(
+        r.ip_tunnel_port.contains_key("10.1.1.3"),
+        "a pod bound to an edge node must not release an IP"
+    );
     assert_eq!(r.ip_tunnel_port.get("10.1.1.1"), Some(&10351));
     assert!(r.port.contains_key(&10352), "ports stay reserved");
     stop.cancel();

@@ -61,7 +61,7 @@ impl ScriptedCloud {
         StreamAgent::new(
             config,
             options,
-            client_tls(&self.ca.node("edge-1"), true).unwrap(),
+            client_tls(&self.ca.node("edge-1")).unwrap(),
         )
         .spawn()
     }

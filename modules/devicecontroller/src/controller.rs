@@ -11,12 +11,13 @@ use kubeedge_api::lifecycle::Lifecycle;
 use kubeedge_api::names::DEVICECONTROLLER;
 use kubeedge_api::queue::{Limit, Queue, QueueSnapshot, QueueStats};
 use kubeedge_api::watch;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
+use crate::authz::{Denials, Refusal, classify};
 use crate::config::{DeviceControllerConfig, at_least_one};
 use crate::downstream::Downstream;
 use crate::shared::Shared;
-use crate::upstream::{Kind, classify};
+use crate::upstream::Kind;
 
 /// The devicecontroller module: name and group `devicecontroller`.
 ///
@@ -24,6 +25,11 @@ use crate::upstream::{Kind, classify};
 ///   in that order); model edits are pushed to every node using the model.
 /// * **Upstream**: devicetwin's twin and state reports are merge-patched into the Device's
 ///   DeviceStatus and confirmed; membership detail requests are answered (extension, W16).
+/// * **Node authorization**, always on: a report is written only when the Device's
+///   `spec.nodeName` is the node of the connection it came from (decided from the Device watch
+///   cache), and only for well-formed names; anything else is refused before any API call,
+///   logged, counted ([`DeviceControllerMetrics`]) and answered with a `403`/`400` status
+///   in place of the `"OK"` confirmation. Resources of any other shape are refused unanswered.
 ///
 /// ```no_run
 /// # async fn demo(client: kube::Client) {
@@ -75,6 +81,7 @@ impl DeviceController {
             statuses: statuses_r,
             written: Default::default(),
             cache_wait: Duration::from_secs(10),
+            denials: Default::default(),
         });
         let workers = at_least_one(config.load.update_device_status_workers);
         let stats = Kind::ALL
@@ -119,6 +126,7 @@ impl DeviceController {
             statuses: s.statuses.clone(),
             written: Default::default(),
             cache_wait: s.cache_wait,
+            denials: s.denials.clone(),
         });
         self
     }
@@ -129,9 +137,13 @@ impl DeviceController {
         self
     }
 
-    /// Counters of the three request queues.
+    /// Counters of the three request queues and of refused edge requests. The handle stays
+    /// valid across [`DeviceController::with_impersonation`].
     pub fn metrics(&self) -> DeviceControllerMetrics {
-        DeviceControllerMetrics(self.stats.iter().map(|(_, s)| s.clone()).collect())
+        DeviceControllerMetrics {
+            queues: self.stats.iter().map(|(_, s)| s.clone()).collect(),
+            denials: self.shared.denials.clone(),
+        }
     }
 
     /// Whether Devices, DeviceModels and DeviceStatuses have been listed.
@@ -158,14 +170,42 @@ impl DeviceController {
     }
 }
 
-/// Counters of the devicecontroller's request queues.
+/// A handle on the devicecontroller's counters; cheap to clone, readable from any thread.
 #[derive(Debug, Clone)]
-pub struct DeviceControllerMetrics(Vec<Arc<QueueStats>>);
+pub struct DeviceControllerMetrics {
+    queues: Vec<Arc<QueueStats>>,
+    denials: Arc<Denials>,
+}
 
 impl DeviceControllerMetrics {
+    /// A point-in-time copy of every counter.
+    pub fn snapshot(&self) -> DeviceControllerSnapshot {
+        DeviceControllerSnapshot {
+            queues: self.queues.iter().map(|s| s.snapshot()).collect(),
+            denied: self.denials.snapshot(),
+        }
+    }
+}
+
+/// Counters of the devicecontroller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceControllerSnapshot {
     /// One entry per queue (`updateDeviceTwins`, `updateDeviceStatus`, `membershipDetail`).
-    pub fn snapshot(&self) -> Vec<QueueSnapshot> {
-        self.0.iter().map(|s| s.snapshot()).collect()
+    pub queues: Vec<QueueSnapshot>,
+    /// Edge requests refused by node authorization, as `(kind, count)` for every kind
+    /// (`twinUpdate`, `deviceStateUpdate`, `membershipDetail`, and `unknown` for resources that
+    /// are none of them), zeros included: the samples of
+    /// `cloudcore_node_authorization_denied_total{module="devicecontroller",kind=…}`.
+    pub denied: Vec<(&'static str, u64)>,
+}
+
+impl DeviceControllerSnapshot {
+    /// Refusals of one kind (0 for a kind that does not exist).
+    pub fn denied(&self, kind: &str) -> u64 {
+        self.denied
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map_or(0, |(_, n)| *n)
     }
 }
 
@@ -210,8 +250,11 @@ impl Handler<Message> for DeviceController {
     type Result = ();
 
     fn handle(&mut self, msg: Message, _ctx: &mut Self::Context) {
-        let Some(kind) = classify(&msg.route.resource) else {
-            debug!(resource = %msg.route.resource, operation = %msg.route.operation, "not a device request; ignored");
+        let Some(kind) = classify(&msg.route.resource).map(|r| r.kind) else {
+            // Unanswered: without a kind there is no answer the edge would expect.
+            let node = kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
+            self.shared
+                .record_refusal(&msg, None, node, "", &Refusal::UnknownRequest);
             return;
         };
         let Some(queue) = self.queues.get(kind.name()) else {

@@ -3,12 +3,15 @@
 //!
 //! ```text
 //!  Device/DeviceModel watch ─► membership, devicemodel, device ─► cloudhub ─► edge devicetwin
-//!  DeviceStatus ◄─ merge patch ◄─ twin / state reports ◄─ devicecontroller mailbox ◄─ cloudhub
+//!  DeviceStatus ◄─ merge patch ◄─ node authorization ◄─ twin / state reports ◄─ cloudhub
 //! ```
 //!
 //! Start with [`DeviceController`] and [`DeviceControllerConfig`] (`modules.deviceController`).
 //! Membership detail requests are answered, an extension over KubeEdge (see the README).
+//! An edge reports only on Devices bound to its own node: every upstream request is authorized
+//! from the Device watch cache before anything is written.
 
+mod authz;
 mod config;
 mod controller;
 mod downstream;
@@ -17,4 +20,4 @@ mod twins;
 mod upstream;
 
 pub use config::{DeviceControllerBuffer, DeviceControllerConfig, DeviceControllerLoad};
-pub use controller::{DeviceController, DeviceControllerMetrics};
+pub use controller::{DeviceController, DeviceControllerMetrics, DeviceControllerSnapshot};

@@ -18,6 +18,8 @@ use serde::Serialize;
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::authz::Denials;
+
 /// Shared state.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -30,6 +32,8 @@ pub(crate) struct Shared {
     /// delivered yet; the newer of this and the cached copy is the base of the next write.
     pub(crate) written: Mutex<HashMap<String, Arc<DeviceStatus>>>,
     pub(crate) cache_wait: Duration,
+    /// Refused edge requests, by kind.
+    pub(crate) denials: Arc<Denials>,
 }
 
 fn newer(a: Option<Arc<DeviceStatus>>, b: Option<Arc<DeviceStatus>>) -> Option<Arc<DeviceStatus>> {

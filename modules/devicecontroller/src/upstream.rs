@@ -1,11 +1,12 @@
 //! Edge devicetwin → Kubernetes (spec §5.4, W14, W16): twin and state reports written to
-//! DeviceStatus, membership detail requests answered.
+//! DeviceStatus, membership detail requests answered. A report is written only after node
+//! authorization (`authz`) has allowed it.
 
 use std::sync::Arc;
 
 use beehive::constants::operation;
 use beehive::{Content, Message};
-use kube::api::{Patch, PatchParams};
+use kube::api::{GetParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use kubeedge_api::client::Identity;
 use kubeedge_api::devices::{Device, DeviceStatus};
@@ -15,6 +16,7 @@ use kubeedge_api::watch::key;
 use serde_json::json;
 use tracing::{debug, warn};
 
+use crate::authz::{Refusal, Request, UNKNOWN_KIND, classify, decide, refusal_answer};
 use crate::shared::{Shared, confirmation, member};
 use crate::twins::{StateUpdate, TwinUpdate, merge_twins};
 
@@ -36,41 +38,27 @@ impl Kind {
             Kind::MembershipDetail => "membershipDetail",
         }
     }
-}
 
-/// Go's classification: by substring, first match wins.
-pub(crate) fn classify(resource: &str) -> Option<Kind> {
-    if resource.contains("twin/edge_updated") {
-        Some(Kind::Twin)
-    } else if resource.contains("membership/detail") {
-        Some(Kind::MembershipDetail)
-    } else if resource.contains("state/update") {
-        Some(Kind::State)
-    } else {
-        None
-    }
-}
-
-/// `node/<node>/device/<ns>/<name>/...` → (node, `<ns>/<name>`).
-pub(crate) fn device_of(resource: &str) -> Option<(&str, String)> {
-    let parts: Vec<&str> = resource.split('/').collect();
-    match parts.as_slice() {
-        ["node", node, "device", ns, name, ..]
-            if !node.is_empty() && !ns.is_empty() && !name.is_empty() =>
-        {
-            Some((node, key(Some(ns), name)))
+    /// The `kind` label of `cloudcore_node_authorization_denied_total`.
+    pub(crate) fn metric_name(self) -> &'static str {
+        match self {
+            Kind::Twin => "twinUpdate",
+            Kind::State => "deviceStateUpdate",
+            Kind::MembershipDetail => "membershipDetail",
         }
-        _ => None,
     }
 }
 
 impl Shared {
-    /// Handles one request; `false` when it failed or was dropped.
+    /// Handles one request; `false` when it was refused, failed or was dropped.
     pub(crate) async fn handle(&self, kind: Kind, msg: Message) -> bool {
-        let result = match kind {
-            Kind::Twin => self.twin_report(&msg).await,
-            Kind::State => self.state_report(&msg).await,
-            Kind::MembershipDetail => self.membership_detail(&msg).await,
+        let result = match classify(&msg.route.resource) {
+            Some(req) if req.kind == kind => match kind {
+                Kind::Twin => self.twin_report(&msg, req).await,
+                Kind::State => self.state_report(&msg, req).await,
+                Kind::MembershipDetail => self.membership_detail(&msg, req).await,
+            },
+            _ => Err(StatusError::bad_request("not a request of this queue")),
         };
         match result {
             Ok(()) => true,
@@ -81,17 +69,80 @@ impl Shared {
         }
     }
 
-    /// The cached device a report is about; unknown devices are dropped unanswered.
-    async fn reported_device(&self, msg: &Message) -> Result<(String, Arc<Device>), StatusError> {
-        let (node, id) = device_of(&msg.route.resource).ok_or_else(|| {
-            StatusError::bad_request(format!("no device in resource {:?}", msg.route.resource))
-        })?;
-        self.devices.wait_ready_for(self.cache_wait).await;
-        let device = self
-            .devices
-            .get(&id)
-            .ok_or_else(|| StatusError::not_found("device", &id))?;
-        Ok((node.to_owned(), device))
+    /// Records a refusal of `msg`: a warning naming the node, kind, device (as sent), resource
+    /// and reason, and the counter of its kind.
+    pub(crate) fn record_refusal(
+        &self,
+        msg: &Message,
+        kind: Option<Kind>,
+        node: &str,
+        device: &str,
+        refusal: &Refusal,
+    ) {
+        self.denials.add(kind);
+        warn!(
+            node = %node,
+            kind = kind.map_or(UNKNOWN_KIND, Kind::metric_name),
+            device = %device,
+            resource = %msg.route.resource,
+            operation = %msg.route.operation,
+            reason = %refusal,
+            "edge request refused"
+        );
+    }
+
+    /// The device `req` is about, when the requesting node may report on it; a refusal is
+    /// recorded and answered here. Decided from the Device watch cache; only while the cache
+    /// has not listed yet is a device it lacks read once from the API server (as cloudcore).
+    async fn authorized_device(
+        &self,
+        msg: &Message,
+        req: Request<'_>,
+    ) -> Result<Arc<Device>, StatusError> {
+        let refuse = |refusal: Refusal| {
+            self.record_refusal(msg, Some(req.kind), req.node, req.device, &refusal);
+            refusal
+        };
+        let (ns, name) = match req.device_ref() {
+            Ok(found) => found,
+            Err(refusal) => return Err(self.answer_refusal(msg, req, refuse(refusal)).await),
+        };
+        let device = match self.devices.get(&key(Some(ns), name)) {
+            Some(d) => Some(d),
+            None if !self.devices.is_ready() => self.read_device(ns, name).await?,
+            None => None,
+        };
+        match decide(req.node, ns, name, device) {
+            Ok(device) => Ok(device),
+            Err(refusal) => Err(self.answer_refusal(msg, req, refuse(refusal)).await),
+        }
+    }
+
+    /// Sends the refusal's answer; returns its status.
+    async fn answer_refusal(
+        &self,
+        msg: &Message,
+        req: Request<'_>,
+        refusal: Refusal,
+    ) -> StatusError {
+        self.send(refusal_answer(msg, req.node, &refusal)).await;
+        refusal.status(req.node)
+    }
+
+    /// One GET of a Device as cloudcore (`None` when it does not exist). Transport and server
+    /// errors are returned, not refused: the request stays unanswered and devicetwin retries it.
+    async fn read_device(&self, ns: &str, name: &str) -> Result<Option<Arc<Device>>, StatusError> {
+        let request = kube::core::Request::new(Device::url_path(&(), Some(ns)))
+            .get(name, &GetParams::default());
+        match self
+            .kube
+            .request::<Device>(Identity::Cloudcore, request)
+            .await
+        {
+            Ok(d) => Ok(Some(Arc::new(d))),
+            Err(e) if e.code() == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn patch_status(
@@ -111,12 +162,13 @@ impl Shared {
         Ok(())
     }
 
-    async fn twin_report(&self, msg: &Message) -> Result<(), StatusError> {
+    async fn twin_report(&self, msg: &Message, req: Request<'_>) -> Result<(), StatusError> {
+        let device = self.authorized_device(msg, req).await?;
+        let node = req.node;
         let update: TwinUpdate = msg
             .content
             .parse_bytes()
             .map_err(|e| StatusError::bad_request(format!("content is not a twin update: {e}")))?;
-        let (node, device) = self.reported_device(msg).await?;
         let status = self.ensure_status(&device).await?;
         let twins = merge_twins(
             status
@@ -129,21 +181,22 @@ impl Shared {
         );
         // The list replaces the stored one (merge patch of an array).
         self.patch_status(
-            Identity::Node(&node),
+            Identity::Node(node),
             &status,
             json!({"status": {"twins": twins}}),
         )
         .await?;
-        self.send(confirmation(msg, &node)).await;
+        self.send(confirmation(msg, node)).await;
         Ok(())
     }
 
-    async fn state_report(&self, msg: &Message) -> Result<(), StatusError> {
+    async fn state_report(&self, msg: &Message, req: Request<'_>) -> Result<(), StatusError> {
+        let device = self.authorized_device(msg, req).await?;
+        let node = req.node;
         let update: StateUpdate = msg
             .content
             .parse_bytes()
             .map_err(|e| StatusError::bad_request(format!("content is not a state update: {e}")))?;
-        let (node, device) = self.reported_device(msg).await?;
         let status = self.ensure_status(&device).await?;
         let mut patch = serde_json::Map::new();
         if !update.device.state.is_empty() {
@@ -158,17 +211,16 @@ impl Shared {
         // Go writes states with cloudcore's identity.
         self.patch_status(Identity::Cloudcore, &status, json!({ "status": patch }))
             .await?;
-        self.send(confirmation(msg, &node)).await;
+        self.send(confirmation(msg, node)).await;
         Ok(())
     }
 
     /// W16 (extension): a confirmation that clears the edge's retry entry, then the list of
     /// devices bound to the node as a parentless `membership/detail` message.
-    async fn membership_detail(&self, msg: &Message) -> Result<(), StatusError> {
-        let node = kubeedge_api::node_of(&msg.route.resource)
-            .ok_or_else(|| StatusError::bad_request("membership detail without a node"))?
-            .to_owned();
-        self.send(confirmation(msg, &node)).await;
+    /// It lists only the requesting node's devices, so it needs no other check.
+    async fn membership_detail(&self, msg: &Message, req: Request<'_>) -> Result<(), StatusError> {
+        let node = req.node;
+        self.send(confirmation(msg, node)).await;
         if !self.devices.wait_ready_for(self.cache_wait).await {
             warn!(node = %node, "devices not listed yet: membership detail not answered");
             return Err(StatusError::new(
@@ -194,33 +246,5 @@ impl Shared {
             .with_content(Content::json(&content).unwrap_or_default());
         self.send(detail).await;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resources_are_classified_like_go() {
-        assert_eq!(
-            classify("node/e/device/ns/d/twin/edge_updated"),
-            Some(Kind::Twin)
-        );
-        assert_eq!(
-            classify("node/e/device/ns/d/state/update"),
-            Some(Kind::State)
-        );
-        assert_eq!(
-            classify("node/e/membership/detail"),
-            Some(Kind::MembershipDetail)
-        );
-        assert_eq!(classify("node/e/device/ns/d/twin/cloud_updated"), None);
-        assert_eq!(
-            device_of("node/e1/device/default/d1/twin/edge_updated"),
-            Some(("e1", "default/d1".to_string()))
-        );
-        assert_eq!(device_of("node/e1/membership/detail"), None);
-        assert_eq!(device_of("node//device/a/b/twin"), None);
     }
 }

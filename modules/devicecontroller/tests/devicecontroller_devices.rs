@@ -379,7 +379,7 @@ async fn a_state_report_sets_state_and_last_online_time() {
         ("online", "2026-01-01T00:00:00Z")
     );
 
-    // An unknown device: no write, no answer.
+    // An unknown device: no write; refused (403), not confirmed.
     let ghost = twin_report(
         &e1,
         &env.ns,
@@ -387,12 +387,12 @@ async fn a_state_report_sets_state_and_last_online_time() {
         json!({"temp": {"actual": {"value": "1"}}}),
     );
     env.inject(ghost.clone()).await;
-    tokio::time::sleep(QUIET).await;
-    assert!(
-        env.edge
-            .matching(|m| m.header.parent_id == ghost.header.id)
-            .is_empty()
-    );
+    let refusal = env
+        .edge
+        .wait_for(WAIT, |m| m.header.parent_id == ghost.header.id)
+        .await
+        .expect("refusal");
+    assert_eq!(body(&refusal)["ErrStatus"]["code"], 403);
     assert!(env.statuses().get_opt("ghost").await.unwrap().is_none());
     env.bus.shutdown().await;
 }

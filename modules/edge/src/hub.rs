@@ -6,6 +6,12 @@
 //! edge. Use [`HubClient`] directly (tests, load tools) or the [`EdgeHub`] module on an edge
 //! [`beehive::Bus`].
 //!
+//! The server is verified: [`EdgeCerts::client_tls`] checks cloudhub's certificate against
+//! the CA from bootstrap and the host dialed; only `GET /ca.crt` during [`bootstrap`] is
+//! unverified, and its answer must hash to the token's first part.
+//! [`EdgeCerts::client_tls_with`] with [`crate::ServerVerification::InsecureSkipVerify`] is
+//! the explicit opt-out.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), edge::hub::HubError> {
 //! use std::sync::Arc;

@@ -12,7 +12,8 @@
 //! ```no_run
 //! use edge::stream::{AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
 //! # async fn demo(material: cloudstream::TlsMaterial) -> Result<(), Box<dyn std::error::Error>> {
-//! let tls = client_tls(&material, false)?;
+//! // Verifies the tunnel server against `material.ca`; see `client_tls_with` to opt out.
+//! let tls = client_tls(&material)?;
 //! let config = EdgeStreamConfig { server: "10.0.0.1:10004".into(), ..EdgeStreamConfig::default() };
 //! let agent = StreamAgent::new(config, AgentOptions::new("edge-1", "10.0.0.7"), tls).spawn();
 //! agent.wait_connected(std::time::Duration::from_secs(10)).await;
@@ -28,5 +29,5 @@ mod local;
 mod tunnel;
 
 pub use agent::{AgentHandle, AgentStats, StreamAgent};
-pub use config::{AgentOptions, EdgeStreamConfig, client_tls};
+pub use config::{AgentOptions, EdgeStreamConfig, client_tls, client_tls_with};
 pub use dial::DialError;

@@ -15,6 +15,7 @@ use crate::config::EdgeControllerConfig;
 use crate::downstream::{Downstream, DownstreamOptions, Readers};
 use kubeedge_api::queue::{EnqueueError, QueueStats};
 
+use crate::authz::NodeAuthorizer;
 use crate::metrics::{EdgeControllerMetrics, Inner};
 use crate::outbox::Outbox;
 use crate::reply;
@@ -26,7 +27,6 @@ struct Options {
     impersonate: bool,
     cloudcore_ip: Option<String>,
     router: bool,
-    restrict_reads: bool,
     watch_timeout: Option<Duration>,
     drain_timeout: Duration,
     cache_wait: Duration,
@@ -38,7 +38,6 @@ impl Default for Options {
             impersonate: false,
             cloudcore_ip: None,
             router: false,
-            restrict_reads: true,
             watch_timeout: None,
             drain_timeout: Duration::from_secs(5),
             cache_wait: Duration::from_secs(10),
@@ -110,8 +109,8 @@ fn metrics_for(config: &EdgeControllerConfig) -> EdgeControllerMetrics {
 impl EdgeController {
     /// A controller with `config`, sending as `endpoint` (normally `bus.endpoint("edgecontroller")`)
     /// and talking to Kubernetes with `client` (cloudcore's identity). Defaults: no
-    /// impersonation, no `cloudcore` annotation, no router, node reads restricted to objects
-    /// the node's pods use.
+    /// impersonation, no `cloudcore` annotation, no router. Node authorization
+    /// ([`NodeAuthorizer`](crate::NodeAuthorizer)) is always on.
     pub fn new(config: EdgeControllerConfig, endpoint: Endpoint, client: kube::Client) -> Self {
         let metrics = metrics_for(&config);
         let out = Outbox::new(endpoint.clone(), metrics.clone());
@@ -165,13 +164,6 @@ impl EdgeController {
     /// if their CRDs are installed, and send them to module `router`.
     pub fn with_router(mut self, on: bool) -> Self {
         self.options.router = on;
-        self
-    }
-
-    /// Whether a node may read only the ConfigMaps, Secrets and PVCs its pods use (default
-    /// `true`; others get `403 Forbidden`). `false` serves any object, as KubeEdge does.
-    pub fn with_node_read_restriction(mut self, on: bool) -> Self {
-        self.options.restrict_reads = on;
         self
     }
 
@@ -267,18 +259,22 @@ impl Actor for EdgeController {
         }
         let upstream = Arc::new(Upstream {
             kube: NodeClient::new(self.client.clone(), self.options.impersonate),
+            authz: NodeAuthorizer::new(
+                readers.pods.clone(),
+                readers.nodes.clone(),
+                readers.locations.clone(),
+            ),
+            metrics: self.metrics.clone(),
             out: self.out.clone(),
             nodes: readers.nodes,
             pods: readers.pods,
             configmaps: readers.configmaps,
             secrets: readers.secrets,
-            locations: readers.locations,
             settings: Settings {
                 node_update_frequency: Duration::from_secs(
                     self.config.node_update_frequency.max(0) as u64,
                 ),
                 cloudcore_ip: self.options.cloudcore_ip.clone(),
-                restrict_reads: self.options.restrict_reads,
                 cache_wait: self.options.cache_wait,
             },
         });

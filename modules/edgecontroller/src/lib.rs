@@ -21,6 +21,7 @@
 //! # }
 //! ```
 
+mod authz;
 mod config;
 mod controller;
 mod downstream;
@@ -32,6 +33,7 @@ mod reply;
 #[allow(clippy::result_large_err)]
 mod upstream;
 
+pub use authz::{Fetched, NodeAuthorizer, Refusal};
 pub use config::{
     DEFAULT_NODE_LIMIT, EdgeControllerBuffer, EdgeControllerConfig, EdgeControllerLoad,
 };

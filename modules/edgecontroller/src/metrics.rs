@@ -5,12 +5,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use kubeedge_api::queue::{QueueSnapshot, QueueStats};
 
+use crate::upstream::Kind;
+
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
     pub(crate) queues: Vec<Arc<QueueStats>>,
     pub(crate) downstream_sent: AtomicU64,
     pub(crate) downstream_failed: AtomicU64,
     pub(crate) ignored: AtomicU64,
+    /// Requests refused by node authorization, one counter per entry of [`Kind::ALL`].
+    pub(crate) denied: [AtomicU64; Kind::ALL.len()],
 }
 
 /// A handle on the edgecontroller's counters; cheap to clone, readable from any thread.
@@ -25,6 +29,17 @@ impl EdgeControllerMetrics {
             downstream_sent: self.0.downstream_sent.load(Ordering::Relaxed),
             downstream_failed: self.0.downstream_failed.load(Ordering::Relaxed),
             ignored: self.0.ignored.load(Ordering::Relaxed),
+            denied: Kind::ALL
+                .iter()
+                .zip(&self.0.denied)
+                .map(|(k, c)| (k.name(), c.load(Ordering::Relaxed)))
+                .collect(),
+        }
+    }
+
+    pub(crate) fn denied(&self, kind: Kind) {
+        if let Some(i) = Kind::ALL.iter().position(|k| *k == kind) {
+            self.0.denied[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -49,6 +64,9 @@ pub struct MetricsSnapshot {
     pub downstream_failed: u64,
     /// Upstream messages dropped because their type or operation is not handled.
     pub ignored: u64,
+    /// Requests refused by node authorization, per request kind (the `buffer.*` key name,
+    /// e.g. `patchPod`), every kind listed.
+    pub denied: Vec<(&'static str, u64)>,
 }
 
 impl MetricsSnapshot {

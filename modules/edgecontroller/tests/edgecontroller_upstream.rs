@@ -236,10 +236,26 @@ async fn service_account_token_query_returns_a_token() {
 #[actix_rt::test]
 async fn persistent_volume_query_reads_the_cluster_scoped_object() {
     let env = start().await;
-    let (e1, pv) = (unique("e1"), unique("pv"));
+    let (ns, e1, pv) = (
+        k8s_testenv::namespace("ec").await,
+        unique("e1"),
+        unique("pv"),
+    );
     edge_node(&env.client, &e1).await;
+    // The node reaches the volume through a pod of its own that uses the volume's claim.
+    pod_with(
+        &env.client,
+        &ns,
+        "db",
+        &e1,
+        json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}),
+    )
+    .await;
+    env.expect("pod", is(format!("node/{e1}/{ns}/pod/db"), "insert"))
+        .await;
     let volume: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": pv}, "spec": {
-        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/pv"}}}))
+        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/pv"},
+        "claimRef": {"namespace": ns, "name": "data"}}}))
     .unwrap();
     Api::<PersistentVolume>::all(env.client.clone())
         .create(&PostParams::default(), &volume)
@@ -324,7 +340,8 @@ async fn pod_insert_creates_a_mirror_pod() {
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
-    let pod = json!({"metadata": {"name": "mirror-x", "namespace": ns},
+    let pod = json!({"metadata": {"name": "mirror-x", "namespace": ns,
+            "annotations": {"kubernetes.io/config.mirror": "hash"}},
         "spec": {"nodeName": e1, "containers": [{"name": "c", "image": "nginx"}]}});
     let resp = env
         .ask(request(
@@ -419,6 +436,8 @@ async fn leases_are_created_updated_and_queried_with_object_resp() {
 async fn an_event_is_created_and_not_answered() {
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
+    edge_node(&env.client, &e1).await;
+    pod(&env.client, &ns, "web", &e1).await;
     let event = json!({"metadata": {"name": "web.1", "namespace": ns},
         "involvedObject": {"kind": "Pod", "name": "web", "namespace": ns},
         "reason": "Started", "message": "started", "type": "Normal"});

@@ -27,6 +27,21 @@ pub enum Error {
     /// A client certificate failed verification against the CA.
     #[error("client certificate rejected: {0}")]
     Unauthorized(String),
+    /// The certificate was revoked: its node was deleted after it was issued.
+    #[error(
+        "certificate of node {node:?} was revoked: issued {issued}, node deleted {revoked}; bootstrap the node again with a token"
+    )]
+    Revoked {
+        /// The node the certificate is for.
+        node: String,
+        /// Its notBefore (RFC 3339).
+        issued: String,
+        /// When the node's certificates were revoked (RFC 3339).
+        revoked: String,
+    },
+    /// The revoked-certificate table has not been read yet, so no certificate is trusted.
+    #[error("certificate revocations are not loaded yet (API server unreachable?); retry shortly")]
+    RevocationsUnavailable,
     /// Building a rustls configuration failed.
     #[error("tls configuration failed")]
     Tls(#[source] rustls::Error),

@@ -33,7 +33,7 @@ impl PeerIdentity {
     }
 }
 
-fn from_name(name: &X509Name<'_>) -> PeerIdentity {
+pub(crate) fn from_name(name: &X509Name<'_>) -> PeerIdentity {
     let cns: Vec<String> = name
         .iter_common_name()
         .filter_map(|a| a.as_str().ok().map(str::to_owned))

@@ -29,6 +29,7 @@ mod error;
 mod files;
 mod identity;
 mod keys;
+mod revocation;
 pub mod tls;
 mod token;
 
@@ -44,6 +45,7 @@ pub use keys::{
     PemBlock, first_pem_der, generate_ec_key, load_certificates_pem_or_der, load_private_key,
     load_private_key_pem, load_private_key_pem_or_der, pem_blocks, to_pem,
 };
+pub use revocation::{Revocations, parse_time, rfc3339, unix_now};
 pub use token::{
     create_jwt, create_jwt_expiring, create_token, sha256_hex, split_token, verify_jwt,
 };

@@ -14,6 +14,7 @@ use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::revocation::Revocations;
 
 /// The ring provider restricted to what upstream allows: the TLS 1.3 suites and, for TLS 1.2,
 /// only ECDHE-ECDSA with AES-GCM or ChaCha20 (the generated keys are ECDSA P-256).
@@ -94,6 +95,102 @@ pub fn server_config_mutual(
     Ok(config)
 }
 
+/// [`server_config_mutual`] that also refuses client certificates revoked in `revocations`
+/// (read at every handshake, so later revocations apply to new connections at once). A
+/// revoked certificate fails the handshake with the `certificate_revoked` alert. Session
+/// resumption is off: a resumed session skips certificate verification, so it could
+/// outlive a revocation.
+pub fn server_config_mutual_revocable(
+    ca_der: &[u8],
+    cert_der: &[u8],
+    key_der: &[u8],
+    revocations: &Revocations,
+) -> Result<ServerConfig> {
+    let verifier = revocation_checking_verifier(client_verifier(ca_der)?, revocations.clone());
+    let mut config = server_builder()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain(cert_der), keys::load_private_key(key_der)?)
+        .map_err(Error::Tls)?;
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
+    Ok(config)
+}
+
+/// Wraps `inner` so that a client certificate it accepts is then checked against
+/// `revocations` ([`Revocations::check`]); a revoked one fails with
+/// `CertificateError::Revoked` (alert `certificate_revoked`) and a warning log naming the
+/// node; while `revocations` is pending, every one fails (alert `access_denied`). Resumed
+/// sessions are not verified again: turn resumption off where this matters (as
+/// [`server_config_mutual_revocable`] does) or check the peer certificate after the
+/// handshake too. For any listener that accepts edge certificates (hub, tunnel).
+pub fn revocation_checking_verifier(
+    inner: Arc<dyn ClientCertVerifier>,
+    revocations: Revocations,
+) -> Arc<dyn ClientCertVerifier> {
+    Arc::new(RevocationChecking { inner, revocations })
+}
+
+#[derive(Debug)]
+struct RevocationChecking {
+    inner: Arc<dyn ClientCertVerifier>,
+    revocations: Revocations,
+}
+
+impl ClientCertVerifier for RevocationChecking {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if let Err(e) = self.revocations.check(end_entity) {
+            tracing::warn!(error = %e, "tls handshake refused: client certificate revoked or revocations unknown");
+            return Err(rustls::Error::InvalidCertificate(match e {
+                Error::Revoked { .. } => rustls::CertificateError::Revoked,
+                _ => rustls::CertificateError::ApplicationVerificationFailure,
+            }));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
 /// The certificate server's TLS: a client certificate is requested but neither required nor
 /// checked against any CA here (handshake signatures still are, so the peer holds the key);
 /// handlers verify it with [`crate::CertificateAuthority::verify_client_cert`], so an
@@ -117,14 +214,30 @@ pub fn client_config(ca_der: &[u8], client: Option<(&[u8], &[u8])>) -> Result<Cl
     }
 }
 
-/// A client TLS that accepts any server certificate: only for `GET /ca.crt` during
-/// bootstrap, whose answer is then checked against the token's CA hash (as the real edge).
+/// A client TLS that accepts any server certificate (handshake signatures are still checked).
+/// **Insecure**: anyone on the network path can pose as the server. Meant for `GET /ca.crt`
+/// during bootstrap, whose answer is then checked against the token's CA hash (as the real
+/// edge), and for callers that explicitly opt out of verification.
 pub fn insecure_client_config() -> ClientConfig {
     client_builder()
         .unwrap_or_else(|_| unreachable!("the ring provider supports TLS 1.2 and 1.3"))
         .dangerous()
         .with_custom_certificate_verifier(any_server_cert_verifier())
         .with_no_client_auth()
+}
+
+/// [`insecure_client_config`] presenting `client` (certificate DER, key DER) if given.
+/// **Insecure**: the server is not verified; only for callers that explicitly opt out.
+pub fn insecure_client_config_with(client: Option<(&[u8], &[u8])>) -> Result<ClientConfig> {
+    let builder = client_builder()?
+        .dangerous()
+        .with_custom_certificate_verifier(any_server_cert_verifier());
+    match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(chain(cert), keys::load_private_key(key)?)
+            .map_err(Error::Tls),
+        None => Ok(builder.with_no_client_auth()),
+    }
 }
 
 /// Accepts any certificate chain, from a client or a server; handshake signatures are still

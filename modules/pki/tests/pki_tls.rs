@@ -164,3 +164,39 @@ async fn tls12_with_ecdsa_suites_works_and_rsa_suites_are_not_offered() {
             .all(|s| !format!("{:?}", s.suite()).contains("RSA"))
     );
 }
+
+#[tokio::test]
+async fn revocable_mutual_tls_refuses_a_revoked_node_from_the_next_handshake_on() {
+    let (ca, server) = material();
+    let revocations = pki::Revocations::new();
+    let config = tls::server_config_mutual_revocable(
+        ca.cert_der(),
+        &server.cert_der,
+        &server.key_der,
+        &revocations,
+    )
+    .unwrap();
+    let (srv, mut results) = serve(config).await;
+    let edge = ca.issue(&IssueOptions::edge("edge-1")).unwrap();
+    // One configuration (and so one session cache) for both: no resumption past the revocation.
+    let client = tls::client_config(ca.cert_der(), Some((&edge.cert_der, &edge.key_der))).unwrap();
+    assert!(talk(&srv, client.clone()).await);
+    assert_eq!(results.recv().await, Some(true));
+
+    revocations.revoke("edge-1", pki::unix_now());
+    assert!(!talk(&srv, client).await);
+    assert_eq!(results.recv().await, Some(false));
+    assert_eq!(revocations.refused(), 1);
+    // Another node, and a certificate issued after the revocation, pass.
+    let other = ca.issue(&IssueOptions::edge("edge-2")).unwrap();
+    let other_client =
+        tls::client_config(ca.cert_der(), Some((&other.cert_der, &other.key_der))).unwrap();
+    assert!(talk(&srv, other_client).await);
+    assert_eq!(results.recv().await, Some(true));
+    tokio::time::sleep(revocations.issue_delay("edge-1")).await;
+    let fresh = ca.issue(&IssueOptions::edge("edge-1")).unwrap();
+    let fresh_client =
+        tls::client_config(ca.cert_der(), Some((&fresh.cert_der, &fresh.key_der))).unwrap();
+    assert!(talk(&srv, fresh_client).await);
+    assert_eq!(results.recv().await, Some(true));
+}

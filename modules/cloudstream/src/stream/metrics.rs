@@ -3,18 +3,30 @@
 
 use crate::http1::RequestHead;
 
+/// Which session a request is for: by node name or by the address the API server dialed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SessionKey {
+    /// A node name, from `X-Forwarded-Uri`.
+    Node(String),
+    /// The host part of `Host`: the address the API server dialed (an IP, or a name when
+    /// the Node's preferred address is a hostname).
+    Host(String),
+}
+
 /// The registry key for a metrics request (spec §4.3).
-pub(crate) fn session_key(head: &RequestHead) -> Option<String> {
+pub(crate) fn session_key(head: &RequestHead) -> Option<SessionKey> {
     if let Some(uri) = head.headers.get_str("X-Forwarded-Uri")
         && uri.starts_with("/api/v1/nodes/")
     {
         let parts: Vec<&str> = uri.split('/').collect();
         if parts.len() > 6 && !parts[4].is_empty() {
-            return Some(parts[4].to_owned());
+            return Some(SessionKey::Node(parts[4].to_owned()));
         }
     }
     let host = head.headers.get_str("Host")?.trim();
-    Some(host_part(host).to_owned()).filter(|h| !h.is_empty())
+    Some(host_part(host).to_owned())
+        .filter(|h| !h.is_empty())
+        .map(SessionKey::Host)
 }
 
 /// `[::1]:10351` → `::1`, `10.0.0.5:10351` → `10.0.0.5`, `edge` → `edge` (upstream splits
@@ -43,14 +55,14 @@ mod tests {
             ("Host", "10.0.0.5:10351"),
             ("X-Forwarded-Uri", "/api/v1/nodes/edge-1/proxy/metrics"),
         ]);
-        assert_eq!(session_key(&h).as_deref(), Some("edge-1"));
+        assert_eq!(session_key(&h), Some(SessionKey::Node("edge-1".into())));
         let h = head(&[
             ("Host", "10.0.0.5:10351"),
             ("X-Forwarded-Uri", "/api/v1/nodes/edge-1/proxy"),
         ]);
-        assert_eq!(session_key(&h).as_deref(), Some("10.0.0.5"));
+        assert_eq!(session_key(&h), Some(SessionKey::Host("10.0.0.5".into())));
         let h = head(&[("host", "[fd00::5]:10351")]);
-        assert_eq!(session_key(&h).as_deref(), Some("fd00::5"));
+        assert_eq!(session_key(&h), Some(SessionKey::Host("fd00::5".into())));
         assert_eq!(session_key(&head(&[])), None);
     }
 }

@@ -1,5 +1,6 @@
 //! The stream server: the kubelet API the API server calls, relayed through the tunnels.
 
+mod authz;
 mod exec;
 mod locate;
 mod metrics;
@@ -7,6 +8,7 @@ mod relay;
 mod route;
 mod server;
 
+pub(crate) use authz::{Authorizer, Webhook};
 pub use locate::{KubePodLocator, LocateError, PodLocator, StaticPods};
 pub(crate) use server::{StreamContext, run};
 

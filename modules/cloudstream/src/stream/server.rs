@@ -10,8 +10,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use super::authz::{self, Authorizer, Caller, Decision};
+use super::metrics::SessionKey;
 use super::route::{Route, route};
 use super::{Outcome, PodLocator, exec, metrics, relay};
 use crate::connect::ConnectRequest;
@@ -32,6 +34,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 pub(crate) struct StreamContext {
     pub(crate) shared: Arc<Shared>,
     pub(crate) pods: Option<Arc<dyn PodLocator>>,
+    pub(crate) authz: Arc<Authorizer>,
 }
 
 /// Accepts API server connections until `stop` fires.
@@ -58,6 +61,8 @@ async fn connection(
     let Some(mut conn) = handshake(&tls, tcp, peer, limit, "stream").await else {
         return;
     };
+    let caller =
+        Caller::from_certificate(conn.get_ref().1.peer_certificates().and_then(|c| c.first()));
     let mut buf = BytesMut::new();
     let mut wait = limit;
     loop {
@@ -84,7 +89,7 @@ async fn connection(
             }
         };
         wait = IDLE_TIMEOUT;
-        if handle(&mut conn, &mut buf, head, &ctx).await == Outcome::Close {
+        if handle(&mut conn, &mut buf, head, &ctx, &caller).await == Outcome::Close {
             break;
         }
     }
@@ -113,6 +118,106 @@ async fn respond<S: AsyncWrite + Unpin>(
     }
 }
 
+/// A Kubernetes `Status` failure body, as the API server and kubelets send them.
+async fn respond_status<S: AsyncWrite + Unpin>(
+    conn: &mut S,
+    ctx: &StreamContext,
+    code: u16,
+    reason: &str,
+    message: &str,
+    node: &str,
+    keep_alive: bool,
+) -> Outcome {
+    ctx.shared.counters.request_refused();
+    let mut status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code,
+    });
+    if !node.is_empty() {
+        status["details"] = serde_json::json!({"name": node, "kind": "nodes"});
+    }
+    let ok = conn
+        .write_all(&http1::json_response(
+            code,
+            &status.to_string(),
+            !keep_alive,
+        ))
+        .await
+        .is_ok()
+        && conn.flush().await.is_ok();
+    if ok && keep_alive {
+        Outcome::KeepAlive
+    } else {
+        Outcome::Close
+    }
+}
+
+/// Authorizes `caller` for the request against `node` (unknown: `None`). `Err` is the
+/// response already written (403 on a denial, 500 when the API server could not answer).
+async fn authorize<S: AsyncWrite + Unpin>(
+    conn: &mut S,
+    ctx: &StreamContext,
+    caller: &Caller,
+    head: &RequestHead,
+    node: Option<&str>,
+    keep_alive: bool,
+) -> Result<(), Outcome> {
+    let attrs = authz::attributes(&head.method, head.path(), node);
+    let described = format!(
+        "user={}, verb={}, resource=nodes, subresource={}",
+        caller.user, attrs.verb, attrs.subresource
+    );
+    match ctx
+        .authz
+        .authorize(caller, &attrs, &ctx.shared.counters)
+        .await
+    {
+        Ok(Decision::Allow) => Ok(()),
+        Ok(Decision::Deny { reason }) => {
+            ctx.shared.counters.authz_denied();
+            warn!(
+                user = %caller.user,
+                groups = ?caller.groups,
+                verb = attrs.verb,
+                subresource = attrs.subresource,
+                node = %attrs.node,
+                path = %head.path(),
+                %reason,
+                "stream request forbidden"
+            );
+            let mut message = format!("Forbidden ({described})");
+            if !reason.is_empty() {
+                message.push_str(": ");
+                message.push_str(&reason);
+            }
+            Err(respond_status(
+                conn,
+                ctx,
+                403,
+                "Forbidden",
+                &message,
+                &attrs.node,
+                keep_alive,
+            )
+            .await)
+        }
+        Err(e) => {
+            warn!(user = %caller.user, node = %attrs.node, path = %head.path(), error = %e, "stream request authorization failed");
+            let message = format!("Authorization error ({described}): {e}");
+            Err(respond_status(
+                conn,
+                ctx,
+                500,
+                "InternalError",
+                &message,
+                &attrs.node,
+                keep_alive,
+            )
+            .await)
+        }
+    }
+}
+
 /// Errors that end a request before any relaying, with the status they get.
 enum Refusal {
     Status(u16, String),
@@ -133,13 +238,38 @@ async fn node_of_pod(ctx: &StreamContext, namespace: &str, pod: &str) -> Result<
     })
 }
 
-fn session_for(ctx: &StreamContext, key: &str) -> Result<Arc<Session>, Refusal> {
-    ctx.shared.registry.get(key).ok_or_else(|| {
-        Refusal::Status(
-            503,
-            format!("node {key} has no tunnel to cloudstream: the edge is offline or its edgeStream is disabled"),
-        )
-    })
+fn no_tunnel(key: &str) -> Refusal {
+    Refusal::Status(
+        503,
+        format!(
+            "node {key} has no tunnel to cloudstream: the edge is offline or its edgeStream is disabled"
+        ),
+    )
+}
+
+/// The node a request is for and its session. A node name (a pod's `spec.nodeName`, the
+/// node of a node-proxy URI) is looked up among names only, never among IPs; a `Host` that
+/// is an IP address is looked up among internal IPs only, and a `Host` that is not an IP
+/// is a hostname, looked up among names.
+fn target(ctx: &StreamContext, key: SessionKey) -> (Option<String>, Result<Arc<Session>, Refusal>) {
+    let name = match key {
+        SessionKey::Host(host) => match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => {
+                return match ctx.shared.registry.by_ip(ip.to_canonical()) {
+                    Some(s) => (Some(s.node.clone()), Ok(s)),
+                    None => (None, Err(no_tunnel(&host))),
+                };
+            }
+            Err(_) => host,
+        },
+        SessionKey::Node(name) => name,
+    };
+    let session = ctx
+        .shared
+        .registry
+        .by_node(&name)
+        .ok_or_else(|| no_tunnel(&name));
+    (Some(name), session)
 }
 
 async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
@@ -147,23 +277,31 @@ async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
     buf: &mut BytesMut,
     head: RequestHead,
     ctx: &StreamContext,
+    caller: &Caller,
 ) -> Outcome {
     // A body we do not read would be taken for the next request: only reuse bodiless ones.
     let keep_alive = head.keep_alive() && head.content_length() == Some(0);
+    // As in the kubelet, every request is authorized before anything else is said about it;
+    // when the node is unknown (no route, unknown pod, no tunnel) the caller needs the right
+    // on every node to see why.
     let r = match route(&head.method, head.path()) {
         Ok(r) => r,
-        Err(e) => return respond(conn, ctx, e.status(), e.text(), keep_alive).await,
+        Err(e) => {
+            if let Err(done) = authorize(conn, ctx, caller, &head, None, keep_alive).await {
+                return done;
+            }
+            return respond(conn, ctx, e.status(), e.text(), keep_alive).await;
+        }
     };
-    let url = match GoUrl::from_request_target(&head.target, "http", EDGE_KUBELET_HOST) {
-        Ok(u) => u,
-        Err(e) => return respond(conn, ctx, 400, &e.to_string(), keep_alive).await,
-    };
-    let prepared = async {
-        let (kind, key) = match &r {
-            Route::Logs { namespace, pod } => (
-                MessageType::LogsConnect,
-                node_of_pod(ctx, namespace, pod).await?,
-            ),
+    let resolved = async {
+        Ok::<_, Refusal>(match &r {
+            Route::Logs { namespace, pod } => {
+                let node = node_of_pod(ctx, namespace, pod).await?;
+                (
+                    MessageType::LogsConnect,
+                    target(ctx, SessionKey::Node(node)),
+                )
+            }
             Route::Exec {
                 attach,
                 namespace,
@@ -174,16 +312,32 @@ async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
                 } else {
                     MessageType::ExecConnect
                 };
-                (kind, node_of_pod(ctx, namespace, pod).await?)
+                let node = node_of_pod(ctx, namespace, pod).await?;
+                (kind, target(ctx, SessionKey::Node(node)))
             }
-            Route::Metrics => (
-                MessageType::MetricConnect,
-                metrics::session_key(&head).ok_or_else(|| {
+            Route::Metrics => {
+                let key = metrics::session_key(&head).ok_or_else(|| {
                     Refusal::Status(400, "no Host header to find the node by".into())
-                })?,
-            ),
-        };
-        let session = session_for(ctx, &key)?;
+                })?;
+                (MessageType::MetricConnect, target(ctx, key))
+            }
+        })
+    }
+    .await;
+    let node = match &resolved {
+        Ok((_, (node, _))) => node.as_deref(),
+        Err(_) => None,
+    };
+    if let Err(done) = authorize(conn, ctx, caller, &head, node, keep_alive).await {
+        return done;
+    }
+    let url = match GoUrl::from_request_target(&head.target, "http", EDGE_KUBELET_HOST) {
+        Ok(u) => u,
+        Err(e) => return respond(conn, ctx, 400, &e.to_string(), keep_alive).await,
+    };
+    let prepared = async {
+        let (kind, (_, session)) = resolved?;
+        let session = session?;
         if kind != MessageType::LogsConnect
             && kind != MessageType::MetricConnect
             && !head.headers.contains_ci("Connection", "upgrade")

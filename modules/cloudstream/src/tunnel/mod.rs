@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) next_id: AtomicU64,
     pub(crate) counters: Arc<Counters>,
     pub(crate) tuning: Tuning,
+    /// Revoked edge certificates (shared with cloudhub); `None` checks nothing.
+    pub(crate) revocations: Option<pki::Revocations>,
 }
 
 impl Shared {
@@ -47,6 +49,7 @@ impl Shared {
             next_id: AtomicU64::new(1),
             counters,
             tuning,
+            revocations: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Points a Node's reported kubelet port at cloudstream (`updateNodeKubeletEndpoint`), so
 //! the API server's kubelet calls for that node come to us.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -37,6 +38,22 @@ impl NodeUpdater {
             interval,
             deadline,
         }
+    }
+
+    /// The IP addresses in the Node's `status.addresses` (entries that are not IPs, such as
+    /// `Hostname`, are skipped); `None` when there is no such Node. One GET, no retry.
+    pub(crate) async fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, kube::Error> {
+        let Some(n) = self.api.get_opt(node).await? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            n.status
+                .and_then(|s| s.addresses)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|a| a.address.trim().parse().ok())
+                .collect(),
+        ))
     }
 
     /// Tries at once, then every `interval`, until `deadline` has passed (upstream

@@ -1,4 +1,5 @@
-//! Sessions by node name and by internal IP; a reconnect replaces, an ended session leaves.
+//! Sessions by node name and by internal IP; a reconnect replaces, an ended session leaves,
+//! and an IP belongs to at most one node's live session.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -8,8 +9,10 @@ use tokio::sync::watch;
 
 use super::Session;
 
-/// The live sessions. Lookups by node name come first, then by IP (upstream keeps both keys
-/// in one map).
+/// The live sessions, keyed separately by node name and by internal IP. A lookup by name
+/// never consults the IPs and a lookup by IP never consults the names, so a node cannot
+/// receive another node's requests by registering under a key that happens to be that
+/// node's name or address.
 #[derive(Debug)]
 pub(crate) struct Registry {
     inner: Mutex<Inner>,
@@ -29,14 +32,27 @@ impl Default for Registry {
 #[derive(Debug, Default)]
 struct Inner {
     by_node: HashMap<String, Arc<Session>>,
-    by_ip: HashMap<String, Arc<Session>>,
+    by_ip: HashMap<IpAddr, Arc<Session>>,
 }
 
-/// One spelling per address, so `::1` and `0:0::1` meet.
-pub(crate) fn ip_key(ip: &str) -> String {
-    ip.parse::<IpAddr>()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| ip.to_owned())
+/// Why a session was not registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RegisterError {
+    /// The session's IP is not an IP address.
+    #[error("{ip:?} is not an IP address")]
+    NotAnIp {
+        /// What the session claimed.
+        ip: String,
+    },
+    /// Another node's live session holds the IP; it keeps it. The message does not name
+    /// the holder: the refused edge need not learn it.
+    #[error("IP {ip} is held by another node's tunnel")]
+    IpHeld {
+        /// The IP.
+        ip: IpAddr,
+        /// The node whose session holds it.
+        holder: String,
+    },
 }
 
 impl Registry {
@@ -46,26 +62,35 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds `session` under its node name and IP. Returns the session it replaces for the
-    /// same node, which the caller must close. Another node's session that shared the IP
-    /// keeps running; the IP now leads to the newcomer.
-    pub(crate) fn insert(&self, session: Arc<Session>) -> Option<Arc<Session>> {
+    /// Adds `session` under its node name and IP, atomically with the checks. Returns the
+    /// session it replaces for the same node, which the caller must close. Refused, with
+    /// nothing changed, when the IP is not an address or another node's live session holds
+    /// it (that session is neither moved nor replaced).
+    pub(crate) fn try_insert(
+        &self,
+        session: Arc<Session>,
+    ) -> Result<Option<Arc<Session>>, RegisterError> {
+        let ip: IpAddr = session.ip.parse().map_err(|_| RegisterError::NotAnIp {
+            ip: session.ip.clone(),
+        })?;
         let mut inner = self.lock();
+        if let Some(holder) = inner.by_ip.get(&ip)
+            && holder.node != session.node
+            && !holder.is_closed()
+        {
+            return Err(RegisterError::IpHeld {
+                ip,
+                holder: holder.node.clone(),
+            });
+        }
         let old = inner.by_node.insert(session.node.clone(), session.clone());
         if let Some(old) = &old {
-            let old_ip = ip_key(&old.ip);
-            if inner
-                .by_ip
-                .get(&old_ip)
-                .is_some_and(|s| Arc::ptr_eq(s, old))
-            {
-                inner.by_ip.remove(&old_ip);
-            }
+            inner.by_ip.retain(|_, s| !Arc::ptr_eq(s, old));
         }
-        inner.by_ip.insert(ip_key(&session.ip), session);
+        inner.by_ip.insert(ip, session);
         drop(inner);
         self.changes.send_modify(|n| *n += 1);
-        old
+        Ok(old)
     }
 
     /// Removes every key that still leads to `session`.
@@ -82,18 +107,73 @@ impl Registry {
         self.changes.subscribe()
     }
 
-    /// The session for a node name or an internal IP.
-    pub(crate) fn get(&self, key: &str) -> Option<Arc<Session>> {
-        let inner = self.lock();
-        inner
-            .by_node
-            .get(key)
-            .or_else(|| inner.by_ip.get(&ip_key(key)))
-            .cloned()
+    /// The session of the node named `node`; names only, never IPs.
+    pub(crate) fn by_node(&self, node: &str) -> Option<Arc<Session>> {
+        self.lock().by_node.get(node).cloned()
+    }
+
+    /// The session registered with internal IP `ip`; IPs only, never names.
+    pub(crate) fn by_ip(&self, ip: IpAddr) -> Option<Arc<Session>> {
+        self.lock().by_ip.get(&ip).cloned()
     }
 
     /// Every live session.
     pub(crate) fn all(&self) -> Vec<Arc<Session>> {
         self.lock().by_node.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Tuning;
+    use crate::counters::Counters;
+    use crate::tunnel::Shared;
+
+    fn session(shared: &Arc<Shared>, node: &str, ip: &str) -> Arc<Session> {
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        Session::new(node.into(), ip.into(), tx, shared.clone())
+    }
+
+    #[test]
+    fn an_ip_should_belong_to_one_live_node_and_names_never_match_ips() {
+        let shared = Arc::new(Shared::new(
+            Arc::new(Counters::default()),
+            Tuning::default(),
+        ));
+        let r = Registry::default();
+        let a = session(&shared, "a", "10.0.0.1");
+        assert!(r.try_insert(a.clone()).unwrap().is_none());
+        let b = session(&shared, "b", "10.0.0.1");
+        assert_eq!(
+            r.try_insert(b).err(),
+            Some(RegisterError::IpHeld {
+                ip: "10.0.0.1".parse().unwrap(),
+                holder: "a".into()
+            })
+        );
+        assert!(Arc::ptr_eq(
+            &r.by_ip("10.0.0.1".parse().unwrap()).unwrap(),
+            &a
+        ));
+        assert!(matches!(
+            r.try_insert(session(&shared, "c", "c")),
+            Err(RegisterError::NotAnIp { .. })
+        ));
+        // By name only: an IP string is not a name.
+        assert!(r.by_node("10.0.0.1").is_none());
+        // The same node reconnecting with another IP replaces itself and frees the old IP.
+        let a2 = session(&shared, "a", "10.0.0.2");
+        let old = r.try_insert(a2.clone()).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&old, &a));
+        assert!(r.by_ip("10.0.0.1".parse().unwrap()).is_none());
+        // A closed holder's IP may be taken.
+        a2.close("gone");
+        let d = session(&shared, "d", "10.0.0.2");
+        assert!(r.try_insert(d.clone()).unwrap().is_none());
+        assert!(Arc::ptr_eq(
+            &r.by_ip("10.0.0.2".parse().unwrap()).unwrap(),
+            &d
+        ));
     }
 }

@@ -1,7 +1,7 @@
 //! Accepts tunnels: mTLS, the upgrade at `/v1/kubeedge/connect`, identity checks, then a
 //! session per node.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -13,6 +13,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::registry::RegisterError;
 use super::{NodeUpdater, Session, Shared};
 use crate::frame::TunnelMessage;
 use crate::http1::{self, RequestHead};
@@ -54,23 +55,45 @@ async fn refuse(tls: &mut TlsStream<TcpStream>, shared: &Shared, status: u16, re
 /// What a valid upgrade request names.
 struct Identity {
     node: String,
-    ip: String,
+    ip: IpAddr,
     accept: String,
 }
 
+/// Why a tunnel was refused: the status and reason the edge gets, and whether it was about
+/// identity (certificate, IP) rather than the shape of the request.
+struct Refusal {
+    status: u16,
+    reason: String,
+    identity: bool,
+}
+
+impl Refusal {
+    fn request(status: u16, reason: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            reason: reason.into(),
+            identity: false,
+        }
+    }
+
+    fn identity(status: u16, reason: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            reason: reason.into(),
+            identity: true,
+        }
+    }
+}
+
 /// The checks before the upgrade, in order: route, method, node header, certificate CN,
-/// WebSocket headers. `Err` is the status and reason to answer with.
-fn admit(
-    head: &RequestHead,
-    cn: Option<&str>,
-    peer: SocketAddr,
-) -> Result<Identity, (u16, String)> {
+/// WebSocket headers, IP header syntax.
+fn admit(head: &RequestHead, cn: Option<&str>, peer: SocketAddr) -> Result<Identity, Refusal> {
     let path = head.path();
     if path != CONNECT_PATH && path != "/v1/kubeedge/connect/" {
-        return Err((404, "404: Page Not Found".into()));
+        return Err(Refusal::request(404, "404: Page Not Found"));
     }
     if head.method != "GET" {
-        return Err((405, "405: Method Not Allowed".into()));
+        return Err(Refusal::request(405, "405: Method Not Allowed"));
     }
     let node = head
         .headers
@@ -79,12 +102,15 @@ fn admit(
         .trim()
         .to_owned();
     if node.is_empty() {
-        return Err((400, format!("missing {NODE_HEADER} header")));
+        return Err(Refusal::request(
+            400,
+            format!("missing {NODE_HEADER} header"),
+        ));
     }
-    // Rust: the certificate must be the node's own (upstream trusts the header, W2).
+    // The node name is the verified certificate's (upstream trusts the header, W2).
     let want = format!("system:node:{node}");
     if cn != Some(want.as_str()) {
-        return Err((
+        return Err(Refusal::identity(
             403,
             format!(
                 "client certificate CN {:?} does not match node {node:?}",
@@ -92,13 +118,58 @@ fn admit(
             ),
         ));
     }
-    let accept = ws::check_upgrade_request(head).map_err(|r| (r.status, r.reason))?;
+    let accept =
+        ws::check_upgrade_request(head).map_err(|r| Refusal::request(r.status, r.reason))?;
     let ip = match head.headers.get_str(IP_HEADER).map(str::trim) {
-        Some(ip) if !ip.is_empty() => ip.to_owned(),
+        Some(ip) if !ip.is_empty() => ip.parse::<IpAddr>().map_err(|_| {
+            Refusal::identity(400, format!("{IP_HEADER} {ip:?} is not an IP address"))
+        })?,
         // Upstream splits RemoteAddr on ':' (IPv6-unsafe, W7).
-        _ => peer.ip().to_string(),
+        _ => peer.ip(),
     };
-    Ok(Identity { node, ip, accept })
+    Ok(Identity {
+        node,
+        ip: ip.to_canonical(),
+        accept,
+    })
+}
+
+/// Whether `id.ip` belongs to the node: it is the address the tunnel comes from, or one of
+/// the addresses in the Node's `status.addresses` (what the API server dials for it). With
+/// no Kubernetes client there are no Node objects: only the uniqueness the registry enforces
+/// applies.
+async fn check_ip(
+    nodes: Option<&NodeUpdater>,
+    id: &Identity,
+    peer: SocketAddr,
+) -> Result<(), Refusal> {
+    if id.ip == peer.ip().to_canonical() {
+        return Ok(());
+    }
+    let Some(nodes) = nodes else {
+        return Ok(());
+    };
+    match nodes.addresses(&id.node).await {
+        Ok(Some(addresses)) if addresses.iter().any(|a| a.to_canonical() == id.ip) => Ok(()),
+        Ok(Some(_)) => Err(Refusal::identity(
+            403,
+            format!(
+                "{IP_HEADER} {} is neither the tunnel's peer address nor an address of Node {}",
+                id.ip, id.node
+            ),
+        )),
+        Ok(None) => Err(Refusal::identity(
+            403,
+            format!(
+                "{IP_HEADER} {} is not the tunnel's peer address and Node {} does not exist",
+                id.ip, id.node
+            ),
+        )),
+        Err(e) => Err(Refusal::request(
+            503,
+            format!("cannot read Node {} to check {IP_HEADER}: {e}", id.node),
+        )),
+    }
 }
 
 async fn connection(
@@ -113,12 +184,13 @@ async fn connection(
         shared.counters.tunnel_refused();
         return;
     };
-    let cn = tls
+    let leaf = tls
         .get_ref()
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .and_then(common_name);
+        .cloned();
+    let cn = leaf.as_ref().and_then(common_name);
     let mut buf = BytesMut::new();
     let head = match http1::read_request_head_within(&mut tls, &mut buf, limit).await {
         Ok(h) => h,
@@ -128,25 +200,62 @@ async fn connection(
             return;
         }
     };
-    let id = match admit(&head, cn.as_deref(), peer) {
+    let claimed_ip = head
+        .headers
+        .get_str(IP_HEADER)
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    let checked = async {
+        if let (Some(revocations), Some(leaf)) = (&shared.revocations, &leaf) {
+            revocations.check(leaf).map_err(|e| Refusal {
+                status: 403,
+                reason: e.to_string(),
+                identity: true,
+            })?;
+        }
+        let id = admit(&head, cn.as_deref(), peer)?;
+        check_ip(nodes.as_ref(), &id, peer).await?;
+        Ok::<_, Refusal>(id)
+    };
+    let id = match checked.await {
         Ok(id) => id,
-        Err((status, reason)) => {
-            warn!(%peer, status, %reason, "tunnel refused");
-            refuse(&mut tls, &shared, status, &reason).await;
+        Err(r) => {
+            if r.identity {
+                shared.counters.tunnel_identity_refused();
+            }
+            warn!(%peer, cn = cn.as_deref().unwrap_or(""), ip = %claimed_ip, status = r.status, reason = %r.reason, "tunnel refused");
+            refuse(&mut tls, &shared, r.status, &r.reason).await;
             return;
         }
     };
+
+    let (tx, rx) = mpsc::channel(shared.tuning.tunnel_queue);
+    let session = Session::new(id.node.clone(), id.ip.to_string(), tx, shared.clone());
+    // Registered before the 101, so that a refusal is still an HTTP status.
+    match shared.registry.try_insert(session.clone()) {
+        Ok(Some(old)) => old.close("replaced by a new tunnel from the same node"),
+        Ok(None) => {}
+        Err(e) => {
+            shared.counters.tunnel_identity_refused();
+            let holder = match &e {
+                RegisterError::IpHeld { holder, .. } => holder.as_str(),
+                RegisterError::NotAnIp { .. } => "",
+            };
+            warn!(%peer, node = %id.node, ip = %id.ip, holder, status = 409, reason = %e, "tunnel refused");
+            refuse(&mut tls, &shared, 409, &e.to_string()).await;
+            return;
+        }
+    }
+    shared.counters.session_opened();
     let switching = ws::switching_protocols(&id.accept);
     if tls.write_all(switching.as_bytes()).await.is_err() || tls.flush().await.is_err() {
+        session.close("the upgrade response could not be written");
+        shared.registry.remove(&session);
         return;
     }
     info!(node = %id.node, ip = %id.ip, %peer, "tunnel connected");
 
-    let (tx, rx) = mpsc::channel(shared.tuning.tunnel_queue);
-    let session = Session::new(id.node.clone(), id.ip, tx, shared.clone());
-    if let Some(old) = shared.registry.insert(session.clone()) {
-        old.close("replaced by a new tunnel from the same node");
-    }
     let (read_half, write_half) = tokio::io::split(tls);
     let write_timeout = shared.tuning.write_timeout;
     let writer = tokio::spawn({

@@ -29,13 +29,14 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// A session not yet registered; the caller counts it open once registered, and
+    /// [`Session::close`] counts it closed.
     pub(crate) fn new(
         node: String,
         ip: String,
         out: mpsc::Sender<Outgoing>,
         shared: Arc<Shared>,
     ) -> Arc<Self> {
-        shared.counters.session_opened();
         Arc::new(Session {
             node,
             ip,

@@ -165,7 +165,7 @@ pub fn start_agent(
     options.kubelet = kubelet;
     options.redial_base = Duration::from_millis(100);
     options.redial_max = Duration::from_millis(500);
-    StreamAgent::new(config, options, client_tls(cert, true).unwrap()).spawn()
+    StreamAgent::new(config, options, client_tls(cert).unwrap()).spawn()
 }
 
 pub async fn tls_connect(

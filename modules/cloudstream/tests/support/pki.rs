@@ -72,6 +72,19 @@ impl Pki {
         self.issue(params)
     }
 
+    /// A client certificate (EKU clientAuth) for user `cn` in group `org`, if any.
+    pub fn user(&self, cn: &str, org: Option<&str>) -> TlsMaterial {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        if let Some(org) = org {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, org);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
     /// An edge node's certificate, as cloudhub issues it.
     pub fn node(&self, node: &str) -> TlsMaterial {
         self.client(&format!("system:node:{node}"), Eku::ClientAuth)

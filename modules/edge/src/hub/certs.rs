@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::error::HubError;
 use super::https;
+use crate::ServerVerification;
 
 /// The edge's CA, certificate and key (all DER; the key SEC1 or PKCS#8).
 #[derive(Clone, PartialEq, Eq)]
@@ -94,20 +95,37 @@ impl EdgeCerts {
         Ok(())
     }
 
-    /// The client TLS configuration: verify the server against the CA, present the cert.
+    /// The client TLS configuration: presents the certificate and verifies the server
+    /// against the CA (chain and the host dialed), as edgecore does.
     pub fn client_tls(&self) -> Result<rustls::ClientConfig, HubError> {
-        Ok(pki::tls::client_config(
-            &self.ca_der,
-            Some((&self.cert_der, &self.key_der)),
-        )?)
+        self.client_tls_with(ServerVerification::VerifyWithCa)
+    }
+
+    /// [`EdgeCerts::client_tls`] with an explicit [`ServerVerification`];
+    /// `InsecureSkipVerify` accepts any server certificate (see its warning).
+    pub fn client_tls_with(
+        &self,
+        verification: ServerVerification,
+    ) -> Result<rustls::ClientConfig, HubError> {
+        let client = Some((self.cert_der.as_slice(), self.key_der.as_slice()));
+        Ok(match verification {
+            ServerVerification::VerifyWithCa => pki::tls::client_config(&self.ca_der, client)?,
+            ServerVerification::InsecureSkipVerify => {
+                tracing::warn!(
+                    "hub client TLS: server certificate verification is OFF (InsecureSkipVerify)"
+                );
+                pki::tls::insecure_client_config_with(client)?
+            }
+        })
     }
 }
 
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn fetch_ca(http_server: &str) -> Result<Vec<u8>, HubError> {
+    // Like edgecore: the server is not verified and the status is not checked; the hash of
+    // the body is, against the token, so a forged CA is refused before anything is sent.
     let tls = Arc::new(pki::tls::insecure_client_config());
-    // Like edgecore: the server is not verified and the status is not checked; the hash is.
     let resp = https::request(http_server, "GET", "/ca.crt", &[], &[], tls, HTTP_TIMEOUT).await?;
     Ok(resp.body)
 }

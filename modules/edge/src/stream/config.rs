@@ -7,14 +7,17 @@ use std::time::Duration;
 use cloudstream::{TlsError, TlsMaterial};
 use serde::{Deserialize, Serialize};
 
+use crate::ServerVerification;
+
 /// `modules.edgeStream` (edgecore `EdgeStream`, defaults from `default.go`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct EdgeStreamConfig {
     /// Run the agent (edgecore default `false`).
     pub enable: bool,
-    /// CA of the tunnel server; upstream never uses it. Here: verify the server when the
-    /// caller asks for it (see [`client_tls`]).
+    /// CA the tunnel server's certificate must chain to. Upstream loads it but never
+    /// verifies the server; here [`client_tls`] verifies against it (load it into the
+    /// material's `ca`) unless told `InsecureSkipVerify`.
     #[serde(rename = "tlsTunnelCAFile")]
     pub tls_tunnel_ca_file: String,
     /// The node certificate presented to the tunnel.
@@ -104,17 +107,29 @@ impl AgentOptions {
     }
 }
 
-/// The tunnel client TLS: the node certificate from `material`; the server is verified
-/// against `material.ca` when `verify_server` (upstream skips verification).
-pub fn client_tls(
+/// The tunnel client TLS: presents the node certificate from `material` and verifies the
+/// server against `material.ca` (chain and the host dialed). Upstream edgestream skips
+/// that check; [`client_tls_with`] with `InsecureSkipVerify` does the same.
+pub fn client_tls(material: &TlsMaterial) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    client_tls_with(material, ServerVerification::VerifyWithCa)
+}
+
+/// [`client_tls`] with an explicit [`ServerVerification`]; `InsecureSkipVerify` accepts any
+/// server certificate (see its warning).
+pub fn client_tls_with(
     material: &TlsMaterial,
-    verify_server: bool,
+    verification: ServerVerification,
 ) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    cloudstream::tls::client_config(
-        material.cert_chain.clone(),
-        material.key.clone_key(),
-        verify_server.then_some(material.ca.as_slice()),
-    )
+    let ca = match verification {
+        ServerVerification::VerifyWithCa => Some(material.ca.as_slice()),
+        ServerVerification::InsecureSkipVerify => {
+            tracing::warn!(
+                "tunnel TLS: server certificate verification is OFF (InsecureSkipVerify)"
+            );
+            None
+        }
+    };
+    cloudstream::tls::client_config(material.cert_chain.clone(), material.key.clone_key(), ca)
 }
 
 #[cfg(test)]

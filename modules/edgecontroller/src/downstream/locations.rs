@@ -1,7 +1,7 @@
 //! The location cache: which edge node needs which ConfigMap, Secret and PersistentVolumeClaim.
 //!
 //! Derived from the current pods only (spec §8 W3–W5): each pod on an edge node contributes
-//! its references to its node, with a reference count per (node, object). A pod that is
+//! its references to its node (mirror pods contribute none), with a reference count per (node, object). A pod that is
 //! deleted, stops referencing an object, or whose node is deleted takes its counts with it,
 //! so Secrets stop flowing to nodes that no longer run a pod using them, and a deleted then
 //! recreated object still reaches the nodes whose pods use it.
@@ -66,6 +66,25 @@ pub(crate) fn references(pod: &Pod) -> BTreeSet<ObjectRef> {
     }
     out.set
 }
+
+/// The objects `pod` gives its node access to: its [`references`], except for mirror pods
+/// (the API server's copy of a static pod), which grant nothing — a node creates those itself,
+/// so they must not open a way to other objects (the Node authorizer leaves them out too).
+pub(crate) fn granted(pod: &Pod) -> BTreeSet<ObjectRef> {
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION));
+    if mirror {
+        BTreeSet::new()
+    } else {
+        references(pod)
+    }
+}
+
+/// The annotation that marks a mirror pod.
+pub(crate) const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 struct Refs<'a> {
     namespace: &'a str,

@@ -43,7 +43,9 @@ use tracing::{info, warn};
 
 use crate::outbox::Outbox;
 
-pub(crate) use locations::{ObjectRef, RefKind, SharedLocations, references};
+pub(crate) use locations::{
+    MIRROR_POD_ANNOTATION, ObjectRef, RefKind, SharedLocations, granted, references,
+};
 
 /// Read access to what the downstream task maintains, for the upstream handlers.
 #[derive(Debug, Clone)]

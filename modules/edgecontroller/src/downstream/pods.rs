@@ -11,7 +11,7 @@ use kubeedge_api::watch::{Change, key_of};
 use tracing::{debug, warn};
 
 use super::Downstream;
-use super::locations::references;
+use super::locations::granted;
 use crate::reply;
 
 /// Whether an update is worth sending: metadata or spec changed, ignoring
@@ -64,9 +64,7 @@ impl Downstream {
         let key = key_of(&*pod);
         let op = match &change {
             Change::Added(p) => {
-                self.locations
-                    .write()
-                    .set_pod(&key, node_of(p), references(p));
+                self.locations.write().set_pod(&key, node_of(p), granted(p));
                 // A pod that is already being deleted is announced as a modification.
                 if p.metadata.deletion_timestamp.is_some() {
                     operation::UPDATE
@@ -77,7 +75,7 @@ impl Downstream {
             Change::Modified { old, new } => {
                 self.locations
                     .write()
-                    .set_pod(&key, node_of(new), references(new));
+                    .set_pod(&key, node_of(new), granted(new));
                 if !meta_or_spec_changed(old, new) {
                     return;
                 }

@@ -2,7 +2,7 @@
 
 use beehive::Message;
 use beehive::constants::{operation as op, resource_type as rt};
-use kubeedge_api::NodeResource;
+use kubeedge_api::NodeResourceRef;
 use kubeedge_api::names::operation::{CONNECTED, DISCONNECTED};
 
 use super::Kind;
@@ -24,10 +24,10 @@ pub(crate) fn route(msg: &Message) -> Route {
         DISCONNECTED => return Route::Ignore("disconnected event"),
         _ => {}
     }
-    let Ok(r) = NodeResource::parse(&msg.route.resource) else {
+    let Ok(r) = NodeResourceRef::parse(&msg.route.resource) else {
         return Route::Ignore("resource does not start with node/<id>/");
     };
-    let kind = match (r.resource_type.as_str(), operation) {
+    let kind = match (r.resource_type, operation) {
         (rt::NODE_STATUS, op::INSERT | op::UPDATE) => Kind::UpdateNodeStatus,
         (rt::POD_STATUS, op::UPDATE) => Kind::UpdatePodStatus,
         (rt::EVENT, op::INSERT | op::UPDATE | op::PATCH) => Kind::ProcessEvent,

@@ -1,4 +1,4 @@
-//! Events from edged: create, update or patch, as cloudcore, never answered (spec §3.3).
+//! Events from edged: create, update or patch, as the node, never answered (spec §3.3).
 
 use beehive::Message;
 use beehive::constants::operation;
@@ -71,8 +71,9 @@ impl Upstream {
                 }
             }
         };
+        // As the node: with impersonation on, the API server checks the event too.
         self.kube
-            .request::<serde_json::Value>(Identity::Cloudcore, request)
+            .request::<serde_json::Value>(Identity::Node(&r.node), request)
             .await
             .map(|_| ())
     }

@@ -24,15 +24,20 @@ use kubeedge_api::status::StatusError;
 use kubeedge_api::watch::Cache;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::debug;
+use tracing::{debug, warn};
 
+use crate::authz::{Fetched, NodeAuthorizer, Refusal, bound_node, not_used};
 use crate::config::{EdgeControllerConfig, at_least_one};
-use crate::downstream::SharedLocations;
+use crate::downstream::{ObjectRef, RefKind, granted};
+use crate::metrics::EdgeControllerMetrics;
 use crate::outbox::Outbox;
 use crate::reply;
 
 pub(crate) use dispatch::{Route, route};
 pub(crate) use queues::Queues;
+
+/// Most objects one decision may read from the API server because the caches lack them.
+const MAX_LOOKUPS: usize = 16;
 
 /// The request kinds, one queue each (spec §3.1), plus the connection events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -195,8 +200,6 @@ pub(crate) struct Settings {
     pub(crate) node_update_frequency: Duration,
     /// Written to the `cloudcore` annotation; `None` leaves it alone.
     pub(crate) cloudcore_ip: Option<String>,
-    /// Refuse reads of ConfigMaps/Secrets/PVCs that no pod of the node uses.
-    pub(crate) restrict_reads: bool,
     /// How long a cache-backed request waits for the cache's first list before falling back
     /// to the API (W7).
     pub(crate) cache_wait: Duration,
@@ -206,12 +209,13 @@ pub(crate) struct Settings {
 #[derive(Debug)]
 pub(crate) struct Upstream {
     pub(crate) kube: NodeClient,
+    pub(crate) authz: NodeAuthorizer,
+    pub(crate) metrics: EdgeControllerMetrics,
     pub(crate) out: Outbox,
     pub(crate) nodes: Cache<Node>,
     pub(crate) pods: Cache<Pod>,
     pub(crate) configmaps: Cache<ConfigMap>,
     pub(crate) secrets: Cache<Secret>,
-    pub(crate) locations: SharedLocations,
     pub(crate) settings: Settings,
 }
 
@@ -261,6 +265,18 @@ impl Upstream {
     /// Runs the handler of `kind` for `msg`; the handler sends its own answers.
     pub(crate) async fn handle(&self, kind: Kind, msg: Message) -> Outcome {
         debug!(kind = kind.name(), msg_id = %msg.header.id, resource = %msg.route.resource, operation = %msg.route.operation, "handling");
+        match self.check(kind, &msg).await {
+            Ok(()) => {}
+            // The pod to delete is gone: nothing left to authorize or do.
+            Err(Refusal::PodNotFound { .. }) if kind == Kind::DeletePod => {
+                return self.send(reply::ok(&msg), Outcome::Ok).await;
+            }
+            Err(gone @ Refusal::PodNotFound { .. }) => {
+                let node = kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
+                return self.fail(kind, &msg, gone.status(node)).await;
+            }
+            Err(refusal) => return self.deny(kind, &msg, refusal).await,
+        }
         match kind {
             Kind::UpdateNodeStatus => self.legacy_node_status(&msg).await,
             Kind::UpdatePodStatus => self.legacy_pod_status(&msg).await,
@@ -287,6 +303,105 @@ impl Upstream {
             Kind::CertificateSigningRequest => self.query(&msg).await,
             Kind::Connection => self.connected(&msg).await,
         }
+    }
+
+    /// The node authorizer's decision on `msg`, resolving what the caches cannot answer yet:
+    /// a pod not in the cache is looked up once (as cloudcore), and reads of objects a pod
+    /// references wait for the pod cache's first list (then list the node's pods) so a
+    /// restarted cloudcore does not refuse an edge that asks early.
+    async fn check(&self, kind: Kind, msg: &Message) -> Result<(), Refusal> {
+        if matches!(
+            kind,
+            Kind::QueryConfigMap | Kind::QuerySecret | Kind::QueryPersistentVolumeClaim
+        ) && !self.pods.wait_ready_for(self.settings.cache_wait).await
+        {
+            return self.check_reads_by_listing(kind, msg).await;
+        }
+        let mut fetched = Fetched::default();
+        for _ in 0..MAX_LOOKUPS {
+            match self.authz.decide(kind, msg, &fetched) {
+                Err(Refusal::UnknownPod { namespace, name }) => {
+                    let request = api::<Pod>(Some(&namespace)).get(&name, &Default::default());
+                    match self.kube.request::<Pod>(Identity::Cloudcore, request).await {
+                        Ok(pod) => fetched.pods.push(pod),
+                        Err(e) if e.code() == 404 => {
+                            return Err(Refusal::PodNotFound { namespace, name });
+                        }
+                        Err(_) => return Err(Refusal::UnknownPod { namespace, name }),
+                    }
+                }
+                Err(Refusal::UnconfirmedNode { name }) => {
+                    let request = api::<Node>(None).get(&name, &Default::default());
+                    let node = self
+                        .kube
+                        .request::<Node>(Identity::Cloudcore, request)
+                        .await;
+                    fetched.node = Some(node.ok());
+                }
+                decision => return decision,
+            }
+        }
+        Err(Refusal::Malformed(format!(
+            "the request names more than {MAX_LOOKUPS} pods cloudcore has not seen yet"
+        )))
+    }
+
+    /// The read rule before the pod cache has listed: the node's pods, listed once.
+    async fn check_reads_by_listing(&self, kind: Kind, msg: &Message) -> Result<(), Refusal> {
+        // Names are checked first, as on the cached path.
+        let r = NodeResource::parse(&msg.route.resource)
+            .map_err(|e| Refusal::Malformed(e.to_string()))?;
+        kubeedge_api::validation::namespace(&r.namespace)?;
+        kubeedge_api::validation::object_name("name", &r.name)?;
+        let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={}", r.node));
+        let pods: k8s_openapi::List<Pod> = self
+            .kube
+            .request(Identity::Cloudcore, api::<Pod>(None).list(&lp))
+            .await
+            .map_err(|e| Refusal::Malformed(format!("cannot list the node's pods: {e}")))?;
+        let kind = match kind {
+            Kind::QueryConfigMap => RefKind::ConfigMap,
+            Kind::QuerySecret => RefKind::Secret,
+            _ => RefKind::PersistentVolumeClaim,
+        };
+        let wanted = ObjectRef::new(kind, &r.namespace, &r.name);
+        let used = pods
+            .items
+            .iter()
+            .filter(|p| bound_node(p) == Some(r.node.as_str()))
+            .any(|p| granted(p).contains(&wanted));
+        if used {
+            return Ok(());
+        }
+        Err(not_used(&r.as_ref(), kind))
+    }
+
+    /// Refuses `req`: a warning naming the node and the request, the denial counter, and the
+    /// answer in the shape of `kind` (kinds never answered get none).
+    pub(crate) async fn deny(&self, kind: Kind, req: &Message, refusal: Refusal) -> Outcome {
+        self.refused(kind, req, &refusal);
+        let node = kubeedge_api::node_of(&req.route.resource).unwrap_or_default();
+        let status = refusal.status(node);
+        if let Some(resp) = Self::error_reply(kind, req, &status) {
+            self.out.send(resp).await;
+        }
+        Outcome::Failed
+    }
+
+    /// Logs and counts a refusal (the caller answers).
+    pub(crate) fn refused(&self, kind: Kind, req: &Message, refusal: &Refusal) {
+        let node = kubeedge_api::node_of(&req.route.resource).unwrap_or_default();
+        warn!(
+            node,
+            kind = kind.name(),
+            resource = %truncate(&req.route.resource, 256),
+            operation = %truncate(&req.route.operation, 64),
+            source = %truncate(&req.route.source, 64),
+            class = refusal.class(),
+            reason = %refusal,
+            "edge request refused by node authorization"
+        );
+        self.metrics.denied(kind);
     }
 
     /// Runs a handler's `body` and sends the answer it builds, or its error in the shape of
@@ -355,6 +470,18 @@ impl Upstream {
         }
         Outcome::Failed
     }
+}
+
+/// At most `max` bytes of `s` (on a character boundary): edge-chosen strings in logs stay small.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 #[cfg(test)]

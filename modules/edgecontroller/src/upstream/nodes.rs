@@ -18,6 +18,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::{Kind, Outcome, Upstream, api, body, content, parts};
+use crate::authz::KUBEEDGE_ROLE_LABELS;
 use crate::reply;
 
 /// Annotation holding the address of the cloudcore a node is connected to.
@@ -45,30 +46,18 @@ struct NodeStatusRequest {
     extend_resources: BTreeMap<String, Vec<serde_json::Value>>,
 }
 
-/// Splits off labels the NodeRestriction admission plugin forbids a kubelet to set: keys
-/// with exactly one `/` whose prefix is `kubernetes.io` or ends in `.kubernetes.io`.
+/// Splits off KubeEdge's role labels, which an edge sets on its own Node at registration but
+/// NodeRestriction does not let a kubelet set: cloudcore writes them with its own identity.
+/// Every other label has already passed the node authorizer's label rule.
 pub(crate) fn take_reserved_labels(
     labels: &mut Option<BTreeMap<String, String>>,
 ) -> BTreeMap<String, String> {
     let Some(labels) = labels.as_mut() else {
         return BTreeMap::new();
     };
-    let reserved: Vec<String> = labels
-        .keys()
-        .filter(|k| {
-            let mut parts = k.split('/');
-            match (parts.next(), parts.next(), parts.next()) {
-                (Some(prefix), Some(_), None) => {
-                    prefix == "kubernetes.io" || prefix.ends_with(".kubernetes.io")
-                }
-                _ => false,
-            }
-        })
-        .cloned()
-        .collect();
-    reserved
-        .into_iter()
-        .filter_map(|k| labels.remove_entry(&k))
+    KUBEEDGE_ROLE_LABELS
+        .iter()
+        .filter_map(|k| labels.remove_entry(*k))
         .collect()
 }
 
@@ -342,7 +331,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reserved_labels_are_the_kubernetes_io_ones() {
+    fn reserved_labels_are_kubeedges_role_labels() {
         let mut labels = Some(BTreeMap::from([
             ("kubernetes.io/hostname".to_string(), "e9".to_string()),
             ("node-role.kubernetes.io/edge".to_string(), String::new()),
@@ -358,13 +347,9 @@ mod tests {
         let reserved = take_reserved_labels(&mut labels);
         assert_eq!(
             reserved.keys().collect::<Vec<_>>(),
-            [
-                "kubernetes.io/hostname",
-                "node-role.kubernetes.io/edge",
-                "node.kubernetes.io/instance-type"
-            ]
+            ["node-role.kubernetes.io/edge"]
         );
-        assert_eq!(labels.unwrap().len(), 4);
+        assert_eq!(labels.unwrap().len(), 6);
     }
 
     #[test]

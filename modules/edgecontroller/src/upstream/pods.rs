@@ -192,7 +192,7 @@ impl Upstream {
             };
             let mut first_error = None;
             for request in requests {
-                if let Err(e) = self.write_pod_status(&r, request).await {
+                if let Err(e) = self.write_pod_status(msg, &r, request).await {
                     first_error.get_or_insert(e);
                 }
             }
@@ -203,12 +203,15 @@ impl Upstream {
 
     async fn write_pod_status(
         &self,
+        msg: &Message,
         r: &NodeResource,
         request: PodStatusRequest,
     ) -> Result<(), StatusError> {
         if request.name.is_empty() {
             return Err(StatusError::bad_request("pod status without a pod name"));
         }
+        kubeedge_api::validation::object_name("pod name", &request.name)
+            .map_err(|e| StatusError::bad_request(e.to_string()))?;
         let mut attempt = 0;
         let updated = loop {
             attempt += 1;
@@ -220,6 +223,10 @@ impl Upstream {
             };
             if pod.metadata.uid.as_deref() != Some(request.uid.as_str()) {
                 return self.delete_at_edge(r, &request).await;
+            }
+            if let Err(refusal) = self.authz.pod_status(&r.node, &pod) {
+                self.refused(Kind::UpdatePodStatus, msg, &refusal);
+                return Err(refusal.status(&r.node));
             }
             let live = pod.status.take().unwrap_or_default();
             pod.status = Some(merge_pod_status(

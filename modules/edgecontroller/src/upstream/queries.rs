@@ -8,12 +8,10 @@
 use beehive::Message;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, ServiceAccount};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Resource;
-use kube::api::{GetParams, ListParams, PostParams};
+use kube::api::{GetParams, PostParams};
 use kubeedge_api::NodeResource;
 use kubeedge_api::client::Identity;
 use kubeedge_api::status::StatusError;
@@ -23,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Kind, Outcome, Upstream, api, body, content, parts};
-use crate::downstream::{ObjectRef, RefKind, references};
+use crate::authz::{NodeAuthorizer, Refusal};
 use crate::reply;
 
 type Found = Result<(Value, String), StatusError>;
@@ -65,32 +63,41 @@ impl Upstream {
             let ns = Some(r.namespace.as_str());
             let node = Identity::Node(&r.node);
             match kind_for(&r.resource_type) {
-                Kind::QueryConfigMap => {
-                    self.may_read(&r, RefKind::ConfigMap).await?;
-                    self.cached(&self.configmaps, &r, node).await
-                }
-                Kind::QuerySecret => {
-                    self.may_read(&r, RefKind::Secret).await?;
-                    self.cached(&self.secrets, &r, node).await
-                }
+                Kind::QueryConfigMap => self.cached(&self.configmaps, &r, node).await,
+                Kind::QuerySecret => self.cached(&self.secrets, &r, node).await,
                 Kind::QueryNode => match self.nodes.get(&r.name) {
                     // The cache holds edge nodes only: a miss is not a NotFound.
                     Some(n) => encode(&*n),
                     None => self.get::<Node>(None, &r.name, node).await,
                 },
                 Kind::QueryPersistentVolume => {
-                    self.get::<PersistentVolume>(None, &r.name, node).await
+                    let found = self.get::<PersistentVolume>(None, &r.name, node).await?;
+                    self.allowed(Kind::QueryPersistentVolume, msg, &found, |a, n, v| {
+                        a.persistent_volume(n, v)
+                    })
+                    .await?;
+                    Ok(found)
                 }
                 Kind::QueryPersistentVolumeClaim => {
-                    self.may_read(&r, RefKind::PersistentVolumeClaim).await?;
                     self.get::<PersistentVolumeClaim>(ns, &r.name, node).await
                 }
                 Kind::QueryVolumeAttachment => {
-                    self.get::<VolumeAttachment>(None, &r.name, node).await
+                    let found = self.get::<VolumeAttachment>(None, &r.name, node).await?;
+                    self.allowed(Kind::QueryVolumeAttachment, msg, &found, |a, n, v| {
+                        a.volume_attachment(n, v)
+                    })
+                    .await?;
+                    Ok(found)
                 }
                 _ => {
-                    self.get::<CertificateSigningRequest>(None, &r.name, Identity::Cloudcore)
-                        .await
+                    let found = self
+                        .get::<CertificateSigningRequest>(None, &r.name, Identity::Cloudcore)
+                        .await?;
+                    self.allowed(Kind::CertificateSigningRequest, msg, &found, |a, n, v| {
+                        a.certificate_request(n, v)
+                    })
+                    .await?;
+                    Ok(found)
                 }
             }
         })
@@ -168,36 +175,23 @@ impl Upstream {
         }
     }
 
-    /// `403` unless a pod of the requesting node references the object.
-    async fn may_read(&self, r: &NodeResource, kind: RefKind) -> Result<(), StatusError> {
-        if !self.settings.restrict_reads {
-            return Ok(());
+    /// The node authorizer's decision on an object fetched for `msg`; a refusal is logged
+    /// and counted like any other, and the object is not returned.
+    async fn allowed(
+        &self,
+        kind: Kind,
+        msg: &Message,
+        found: &(Value, String),
+        rule: impl Fn(&NodeAuthorizer, &str, &Value) -> Result<(), Refusal>,
+    ) -> Result<(), StatusError> {
+        let node = kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
+        match rule(&self.authz, node, &found.0) {
+            Ok(()) => Ok(()),
+            Err(refusal) => {
+                let status = refusal.status(node);
+                self.refused(kind, msg, &refusal);
+                Err(status)
+            }
         }
-        let wanted = ObjectRef::new(kind, &r.namespace, &r.name);
-        let allowed = if self.pods.wait_ready_for(self.settings.cache_wait).await {
-            self.locations.read().node_uses(&r.node, &wanted)
-        } else {
-            let lp = ListParams::default().fields(&format!("spec.nodeName={}", r.node));
-            let request = api::<Pod>(None).list(&lp);
-            let pods: k8s_openapi::List<Pod> =
-                self.kube.request(Identity::Cloudcore, request).await?;
-            pods.items.iter().any(|p| references(p).contains(&wanted))
-        };
-        if allowed {
-            return Ok(());
-        }
-        let plural = match kind {
-            RefKind::ConfigMap => "configmaps",
-            RefKind::Secret => "secrets",
-            RefKind::PersistentVolumeClaim => "persistentvolumeclaims",
-        };
-        Err(StatusError::forbidden(format!(
-            "{plural} \"{name}\" is forbidden: User \"system:node:{node}\" cannot get resource \"{plural}\" in API group \"\" \
-             in the namespace \"{ns}\": no relationship found between node '{node}' and this object",
-            name = r.name,
-            node = r.node,
-            ns = r.namespace,
-        ))
-        .with_details(plural, &r.name))
     }
 }

@@ -1,0 +1,298 @@
+//! Who may call the stream server, decided as a kubelet decides it: the verified client
+//! certificate gives the user (CN) and groups (O), the request maps to `nodes/<subresource>`
+//! attributes, and a SubjectAccessReview asks the API server, with answers cached.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+use rustls_pki_types::CertificateDer;
+use tokio::time::Instant;
+
+use crate::counters::Counters;
+
+/// Entries kept before expired ones are swept (and, if none expired, all are dropped).
+const CACHE_CAPACITY: usize = 8192;
+
+/// The authenticated caller: a certificate's CN and O values plus `system:authenticated`, or
+/// `system:anonymous` when the connection carried no certificate (client verification off).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Caller {
+    pub(crate) user: String,
+    pub(crate) groups: Vec<String>,
+}
+
+impl Caller {
+    /// The caller a certificate names, as the API server's x509 authenticator maps it.
+    pub(crate) fn from_certificate(cert: Option<&CertificateDer<'_>>) -> Caller {
+        let subject = cert.and_then(|c| {
+            let (_, parsed) = x509_parser::parse_x509_certificate(c.as_ref()).ok()?;
+            let subject = parsed.subject();
+            let cn = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+            let orgs: Vec<String> = subject
+                .iter_organization()
+                .filter_map(|o| o.as_str().ok().map(str::to_owned))
+                .collect();
+            Some((cn, orgs))
+        });
+        match subject {
+            Some((user, mut groups)) => {
+                groups.push("system:authenticated".into());
+                Caller { user, groups }
+            }
+            None => Caller {
+                user: "system:anonymous".into(),
+                groups: vec!["system:unauthenticated".into()],
+            },
+        }
+    }
+}
+
+/// What a request asks to do: `verb` on `nodes/<subresource>` named `node` (empty when the
+/// node is unknown, which RBAC grants only to rules without `resourceNames`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Attributes {
+    pub(crate) verb: &'static str,
+    pub(crate) subresource: &'static str,
+    pub(crate) node: String,
+}
+
+/// The kubelet's `isSubpath`: `path` is `sub` or below it; a trailing slash on `sub` is
+/// ignored.
+fn is_subpath(path: &str, sub: &str) -> bool {
+    let sub = sub.strip_suffix('/').unwrap_or(sub);
+    path == sub || (path.starts_with(sub) && path.as_bytes().get(sub.len()) == Some(&b'/'))
+}
+
+/// The kubelet's request attributes (`pkg/kubelet/server/auth.go`): the verb from the
+/// method (an unknown method gets an empty verb, which no rule grants) and the subresource
+/// from the path: `/stats` → `stats`, `/metrics` → `metrics`, `/logs` → `log`, everything
+/// else, exec, attach and `/containerLogs` included, → `proxy`.
+pub(crate) fn attributes(method: &str, path: &str, node: Option<&str>) -> Attributes {
+    let verb = match method {
+        "GET" => "get",
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "",
+    };
+    let subresource = if is_subpath(path, "/stats/") {
+        "stats"
+    } else if is_subpath(path, "/metrics") {
+        "metrics"
+    } else if is_subpath(path, "/logs/") {
+        "log"
+    } else {
+        "proxy"
+    };
+    Attributes {
+        verb,
+        subresource,
+        node: node.unwrap_or("").to_owned(),
+    }
+}
+
+/// An authorization answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Allow,
+    /// Refused; `reason` is the authorizer's explanation (may be empty).
+    Deny {
+        reason: String,
+    },
+}
+
+/// Errors asking the API server.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AuthzError {
+    /// The SubjectAccessReview could not be created.
+    #[error("subjectaccessreview failed: {0}")]
+    Review(#[source] kube::Error),
+}
+
+/// How the stream server decides.
+#[derive(Debug)]
+pub(crate) enum Authorizer {
+    /// Every caller whose certificate verified may do anything.
+    AlwaysAllow,
+    /// SubjectAccessReviews against the API server.
+    Webhook(Box<Webhook>),
+}
+
+impl Authorizer {
+    /// The decision for `caller` doing `attrs`. Errors are not cached: the next request
+    /// asks again.
+    pub(crate) async fn authorize(
+        &self,
+        caller: &Caller,
+        attrs: &Attributes,
+        counters: &Counters,
+    ) -> Result<Decision, AuthzError> {
+        match self {
+            Authorizer::AlwaysAllow => Ok(Decision::Allow),
+            Authorizer::Webhook(w) => w.authorize(caller, attrs, counters).await,
+        }
+    }
+}
+
+type Key = (Caller, Attributes);
+
+/// SubjectAccessReviews with the kubelet's answer cache: allowed answers are reused for
+/// `allowed_ttl`, denied ones for `denied_ttl`.
+pub(crate) struct Webhook {
+    api: Api<SubjectAccessReview>,
+    allowed_ttl: Duration,
+    denied_ttl: Duration,
+    cache: Mutex<HashMap<Key, (Decision, Instant)>>,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("allowed_ttl", &self.allowed_ttl)
+            .field("denied_ttl", &self.denied_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Webhook {
+    pub(crate) fn new(client: kube::Client, allowed_ttl: Duration, denied_ttl: Duration) -> Self {
+        Webhook {
+            api: Api::all(client),
+            allowed_ttl,
+            denied_ttl,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn cached(&self, key: &Key) -> Option<Decision> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .get(key)
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(d, _)| d.clone())
+    }
+
+    fn remember(&self, key: Key, decision: Decision) {
+        let ttl = match decision {
+            Decision::Allow => self.allowed_ttl,
+            Decision::Deny { .. } => self.denied_ttl,
+        };
+        if ttl.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHE_CAPACITY {
+            cache.retain(|_, (_, until)| now < *until);
+            if cache.len() >= CACHE_CAPACITY {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (decision, now + ttl));
+    }
+
+    async fn authorize(
+        &self,
+        caller: &Caller,
+        attrs: &Attributes,
+        counters: &Counters,
+    ) -> Result<Decision, AuthzError> {
+        let key = (caller.clone(), attrs.clone());
+        if let Some(d) = self.cached(&key) {
+            return Ok(d);
+        }
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(caller.user.clone()),
+                groups: Some(caller.groups.clone()),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(attrs.verb.into()),
+                    group: Some(String::new()),
+                    version: Some("v1".into()),
+                    resource: Some("nodes".into()),
+                    subresource: Some(attrs.subresource.into()),
+                    name: Some(attrs.node.clone()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        counters.authz_review();
+        let answer = self
+            .api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(AuthzError::Review)?;
+        let status = answer.status.unwrap_or_default();
+        let decision = if status.allowed && status.denied != Some(true) {
+            Decision::Allow
+        } else {
+            let mut reason = status.reason.unwrap_or_default();
+            if let Some(e) = status.evaluation_error.filter(|e| !e.is_empty()) {
+                if !reason.is_empty() {
+                    reason.push_str("; ");
+                }
+                reason.push_str(&e);
+            }
+            Decision::Deny { reason }
+        };
+        self.remember(key, decision.clone());
+        Ok(decision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_methods_should_map_as_the_kubelet_maps_them() {
+        let a = |m, p| {
+            let a = attributes(m, p, Some("edge-1"));
+            (a.verb, a.subresource)
+        };
+        assert_eq!(a("GET", "/stats"), ("get", "stats"));
+        assert_eq!(a("GET", "/stats/summary"), ("get", "stats"));
+        assert_eq!(a("GET", "/statsx"), ("get", "proxy"));
+        assert_eq!(a("GET", "/metrics"), ("get", "metrics"));
+        assert_eq!(a("GET", "/metrics/cadvisor"), ("get", "metrics"));
+        assert_eq!(a("GET", "/metricsx"), ("get", "proxy"));
+        assert_eq!(a("GET", "/logs/"), ("get", "log"));
+        assert_eq!(a("GET", "/logs/syslog"), ("get", "log"));
+        assert_eq!(a("GET", "/containerLogs/ns/p/c"), ("get", "proxy"));
+        assert_eq!(a("POST", "/exec/ns/p/c"), ("create", "proxy"));
+        assert_eq!(a("GET", "/exec/ns/p/c"), ("get", "proxy"));
+        assert_eq!(a("POST", "/attach/ns/p/c"), ("create", "proxy"));
+        assert_eq!(a("PUT", "/x"), ("update", "proxy"));
+        assert_eq!(a("PATCH", "/x"), ("patch", "proxy"));
+        assert_eq!(a("DELETE", "/x"), ("delete", "proxy"));
+        assert_eq!(a("OPTIONS", "/x"), ("", "proxy"));
+        assert_eq!(attributes("GET", "/metrics", None).node, "");
+    }
+
+    #[test]
+    fn a_certificate_should_give_its_cn_and_organizations_and_none_is_anonymous() {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "dev");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let caller = Caller::from_certificate(Some(cert.der()));
+        assert_eq!(caller.user, "alice");
+        assert_eq!(caller.groups, ["dev", "system:authenticated"]);
+        let anon = Caller::from_certificate(None);
+        assert_eq!(anon.user, "system:anonymous");
+        assert_eq!(anon.groups, ["system:unauthenticated"]);
+    }
+}

@@ -257,33 +257,15 @@ async fn with_kubernetes_the_ip_should_be_the_peer_or_one_of_the_nodes_addresses
 
 #[actix_rt::test]
 async fn a_revoked_edge_certificate_should_be_refused_at_the_tunnel() {
-    let edge_ca = Pki::new("kubeedge-ca");
-    let stream_ca = Pki::new("kubernetes-ca");
     let revocations = pki::Revocations::new();
-    let bus = Bus::new();
-    let config = CloudStreamConfig {
-        enable: true,
-        tunnel_port: 0,
-        stream_port: 0,
-        ..CloudStreamConfig::default()
-    };
-    let tls = CloudStreamTls {
-        tunnel: ServerTls::Material(edge_ca.server()),
-        stream: Some(ServerTls::Material(stream_ca.server())),
-    };
-    let cs = CloudStream::new(config, bus.endpoint("cloudStream"), None, tls)
-        .unwrap()
-        .with_revocations(revocations.clone())
-        .with_pod_locator(std::sync::Arc::new(StaticPods::new()));
-    let handle = cs.handle();
-    bus.register(cs).unwrap();
-    bus.start().unwrap();
+    let table = revocations.clone();
+    let cloud = Cloud::start_adjusted(Default::default(), |cs| cs.with_revocations(table)).await;
 
     // Certificates of edge-1 made so far are revoked (as a deletion of Node edge-1 does).
-    let old = edge_ca.node("edge-1");
+    let old = cloud.edge_ca.node("edge-1");
     revocations.revoke("edge-1", pki::unix_now() + 5);
     let (head, tunnel, body) = raw_dial(
-        handle.tunnel_addr().port(),
+        cloud.handle.tunnel_addr().port(),
         &old,
         &upgrade_request(Some("edge-1"), Some("127.0.0.1")),
     )
@@ -293,11 +275,11 @@ async fn a_revoked_edge_certificate_should_be_refused_at_the_tunnel() {
     assert_eq!(head.status, 403, "{body}");
     assert!(tunnel.is_none());
     assert!(body.contains("revoked"), "{body}");
-    assert_eq!(handle.counters().tunnel_identity_refused, 1);
+    assert_eq!(cloud.handle.counters().tunnel_identity_refused, 1);
 
     // Another node's certificate is not affected.
-    let (status, tunnel, body) = dial(&handle, &edge_ca, "edge-2", Some("127.0.0.1")).await;
+    let (status, tunnel, body) =
+        dial(&cloud.handle, &cloud.edge_ca, "edge-2", Some("127.0.0.1")).await;
     assert_eq!(status, 101, "{body}");
     assert!(tunnel.is_some());
-    bus.shutdown().await;
 }

@@ -208,6 +208,10 @@ async fn objects_deleted_mid_flight_get_404_and_are_not_recreated() {
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
     let web = pod(&env.client, &ns, "web", &e1).await;
+    // Once the controller has sent the pod, authorization decides from its cache and the
+    // only GET of the pod is the handler's.
+    env.expect("pod", is(format!("node/{e1}/{ns}/pod/web"), "insert"))
+        .await;
     // The GET is answered (pod present) only after the pod has been deleted.
     faults.delay_next(
         Method::GET,

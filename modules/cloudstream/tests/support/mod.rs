@@ -56,6 +56,14 @@ impl Cloud {
     }
 
     pub async fn start_with(tuning: Tuning) -> Cloud {
+        Cloud::start_adjusted(tuning, |cs| cs).await
+    }
+
+    /// A cloud whose module `adjust` configures further before it starts.
+    pub async fn start_adjusted(
+        tuning: Tuning,
+        adjust: impl FnOnce(CloudStream) -> CloudStream,
+    ) -> Cloud {
         init_tracing();
         let edge_ca = Pki::new("kubeedge-ca");
         let stream_ca = Pki::new("kubernetes-ca");
@@ -71,10 +79,12 @@ impl Cloud {
             tunnel: ServerTls::Material(edge_ca.server()),
             stream: Some(ServerTls::Material(stream_ca.server())),
         };
-        let cs = CloudStream::new(config, bus.endpoint("cloudStream"), None, tls)
-            .unwrap()
-            .with_tuning(tuning)
-            .with_pod_locator(Arc::new(pods.clone()));
+        let cs = adjust(
+            CloudStream::new(config, bus.endpoint("cloudStream"), None, tls)
+                .unwrap()
+                .with_tuning(tuning)
+                .with_pod_locator(Arc::new(pods.clone())),
+        );
         let handle = cs.handle();
         bus.register(cs).unwrap();
         bus.start().unwrap();

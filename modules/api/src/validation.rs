@@ -64,8 +64,26 @@ pub fn is_dns1123_label(s: &str) -> bool {
 
 /// True for a DNS-1123 subdomain: dot-separated labels, at most 253 characters.
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    // Kubernetes' subdomain rule allows '-' inside each dot-separated part but no empty part.
-    s.len() <= SUBDOMAIN_MAX && !s.is_empty() && s.split('.').all(|p| label_ok(p.as_bytes()))
+    // Dot-separated parts, each starting and ending with an alphanumeric; one pass over the
+    // bytes (names are checked on every edge request).
+    let b = s.as_bytes();
+    if b.is_empty() || b.len() > SUBDOMAIN_MAX {
+        return false;
+    }
+    let mut prev = b'.';
+    for &c in b {
+        let ok = match c {
+            b'a'..=b'z' | b'0'..=b'9' => true,
+            b'-' => prev != b'.',
+            b'.' => is_alnum(prev),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+        prev = c;
+    }
+    is_alnum(prev)
 }
 
 /// `namespace` as a DNS-1123 label, as Kubernetes validates namespaces.

@@ -534,10 +534,21 @@ impl PodLookup<'_> {
 
     /// The pod `namespace/name` is bound to `node`.
     fn bound(&self, node: &str, namespace: &str, name: &str, verb: &'static str) -> Decision {
+        self.bound_pod(node, namespace, name, verb).map(drop)
+    }
+
+    /// [`PodLookup::bound`], handing out the pod.
+    fn bound_pod(
+        &self,
+        node: &str,
+        namespace: &str,
+        name: &str,
+        verb: &'static str,
+    ) -> Result<Arc<Pod>, Refusal> {
         validation::namespace(namespace)?;
         validation::object_name("pod name", name)?;
         match self.get(namespace, name) {
-            Some(p) if bound_node(&p) == Some(node) => Ok(()),
+            Some(p) if bound_node(&p) == Some(node) => Ok(p),
             Some(_) => Err(not_bound(node, name, verb)),
             None => Err(Refusal::UnknownPod {
                 namespace: namespace.to_owned(),
@@ -783,10 +794,7 @@ fn token_request(
             "node '{node}' may only request tokens bound to its own pods"
         ));
     };
-    pods.bound(node, r.namespace, &bound.name, "create tokens for")?;
-    let Some(pod) = pods.get(r.namespace, &bound.name) else {
-        return deny(format!("pod {} not found", bound.name));
-    };
+    let pod = pods.bound_pod(node, r.namespace, &bound.name, "create tokens for")?;
     if !bound.uid.is_empty() && pod.metadata.uid.as_deref() != Some(&*bound.uid) {
         return deny(format!(
             "the bound pod's uid does not match pod {}",

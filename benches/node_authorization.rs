@@ -41,7 +41,9 @@ fn objects() -> (Vec<Pod>, Vec<Node>) {
                 serde_json::from_value(json!({
                     "metadata": {"namespace": "apps", "name": name, "uid": format!("uid-{name}")},
                     "spec": {"nodeName": node, "serviceAccountName": "app",
-                        "volumes": [{"name": "cfg", "configMap": {"name": format!("cfg-{n}-{p}")}}],
+                        "volumes": [{"name": "cfg", "configMap": {"name": format!("cfg-{n}-{p}")}},
+                            {"name": "token", "projected": {"sources": [
+                                {"serviceAccountToken": {"path": "token"}}]}}],
                         "containers": [{"name": "c", "image": "nginx", "env": [{"name": "K",
                             "valueFrom": {"secretKeyRef": {"name": format!("key-{n}-{p}"), "key": "k"}}}]}]}
                 }))
@@ -151,7 +153,7 @@ fn requests(n: usize) -> Vec<(&'static str, Message)> {
                 &node,
                 "apps/serviceaccounttoken/app",
                 "query",
-                json!({"spec": {"audiences": ["api"], "expirationSeconds": 3600,
+                json!({"spec": {"expirationSeconds": 3600,
                     "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod,
                         "uid": format!("uid-{pod}")}}}),
             ),

@@ -762,6 +762,8 @@ struct TokenRequestView<'a> {
 struct TokenRequestSpecView<'a> {
     #[serde(borrow)]
     bound_object_ref: Option<BoundObjectView<'a>>,
+    #[serde(borrow)]
+    audiences: Vec<Cow<'a, str>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -815,6 +817,28 @@ fn token_request(
         return deny(format!(
             "pod {} runs as service account \"{account}\", not \"{}\"",
             bound.name, r.name
+        ));
+    }
+    // Audiences only as the pod's projected tokens declare them (no audience is the empty
+    // one: the API server's, as in a kubelet's request for the default token volume).
+    let declared = |audience: &str| {
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .flat_map(|v| v.projected.iter().flat_map(|p| p.sources.iter().flatten()))
+            .filter_map(|s| s.service_account_token.as_ref())
+            .any(|t| t.audience.as_deref().unwrap_or_default() == audience)
+    };
+    let default = [Cow::Borrowed("")];
+    let wanted = if tr.spec.audiences.is_empty() {
+        &default[..]
+    } else {
+        &tr.spec.audiences[..]
+    };
+    if let Some(a) = wanted.iter().find(|a| !declared(a)) {
+        return deny(format!(
+            "pod {} does not use tokens for audience {a:?}",
+            bound.name
         ));
     }
     Ok(())
@@ -938,7 +962,9 @@ mod tests {
     fn pod(ns: &str, name: &str, node: &str) -> Pod {
         serde_json::from_value(json!({
             "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{name}")},
-            "spec": {"nodeName": node, "serviceAccountName": "runner", "containers": [{"name": "c",
+            "spec": {"nodeName": node, "serviceAccountName": "runner",
+                "volumes": [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}],
+                "containers": [{"name": "c",
                 "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s1", "key": "k"}}}]}]}
         }))
         .unwrap()
@@ -1180,6 +1206,11 @@ mod tests {
             "uid-theirs"
         ))));
         assert!(forbidden(a.authorize(&token("runner", "mine", "other"))));
+        let mut with_audience = token("runner", "mine", "uid-mine");
+        with_audience.content = beehive::Content::json(&json!({"spec": {"audiences": ["api"],
+            "boundObjectRef": {"kind": "Pod", "name": "mine", "uid": "uid-mine"}}}))
+        .unwrap();
+        assert!(forbidden(a.authorize(&with_audience)));
         let unbound = msg(
             "node/e1/ns/serviceaccounttoken/runner",
             "query",

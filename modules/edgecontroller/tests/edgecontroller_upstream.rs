@@ -214,11 +214,13 @@ async fn service_account_token_query_returns_a_token() {
         &ns,
         "web",
         &e1,
-        json!({"serviceAccountName": "default"}),
+        // The projected token volume the ServiceAccount admission plugin adds.
+        json!({"serviceAccountName": "default", "volumes": [{"name": "kube-api-access",
+            "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]}),
     )
     .await;
     let tr = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {
-        "audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600,
+        "expirationSeconds": 3600,
         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": pod.uid()}}});
     let resp = env
         .ask(request(

@@ -90,6 +90,9 @@ pub struct CloudSpec {
     pub keepalive_interval: u32,
     /// Log filter (`--log-level`).
     pub log_level: String,
+    /// `modules.cloudHub.authorization` `enable: true, debug: false`: edge requests also go
+    /// to the API server impersonating the node.
+    pub impersonate: bool,
 }
 
 impl CloudSpec {
@@ -103,6 +106,7 @@ impl CloudSpec {
             stream_pki: env.pki(),
             keepalive_interval: 30,
             log_level: "info,cloudhub=debug,cloudstream=debug,edgecontroller=debug".into(),
+            impersonate: false,
         })
     }
 
@@ -147,6 +151,7 @@ impl CloudSpec {
                     "websocket": {"address": "127.0.0.1", "port": p.websocket},
                     "https": {"address": "127.0.0.1", "port": p.https},
                     "unixsocket": {"enable": false},
+                    "authorization": {"enable": self.impersonate, "debug": !self.impersonate},
                 },
                 "cloudStream": {
                     "enable": true,
@@ -369,10 +374,13 @@ mod tests {
             stream_pki: "/p".into(),
             keepalive_interval: 9,
             log_level: "info".into(),
+            impersonate: true,
         };
         let v: serde_yaml::Value = serde_yaml::from_str(&spec.render().unwrap()).unwrap();
         let hub = &v["modules"]["cloudHub"];
         assert_eq!(hub["websocket"]["port"], 1);
+        assert_eq!(hub["authorization"]["enable"], true);
+        assert_eq!(hub["authorization"]["debug"], false);
         assert_eq!(hub["keepaliveInterval"], 9);
         assert_eq!(hub["tlsCAFile"], "/c/ca/rootCA.crt");
         assert_eq!(v["modules"]["cloudStream"]["streamPort"], 4);

@@ -27,9 +27,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
 };
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
+use kubeedge_api::devices::{Device, DeviceModel, DeviceStatus};
 use kubeedge_api::rules::Rule;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -284,8 +286,21 @@ impl Edge {
     /// Sends one request as edgecore's edged does (source `edged`, group `meta`, resource
     /// `<ns>/<type>/<name>`: cloudhub adds `node/<id>/`) and returns its pending answer.
     async fn send(&self, resource: &str, operation: &str, content: Content) -> Pending {
+        self.send_as("edged", "meta", resource, operation, content)
+            .await
+    }
+
+    /// [`Edge::send`] from another edge module (`source`, `group`), e.g. devicetwin's `twin`.
+    async fn send_as(
+        &self,
+        source: &str,
+        group: &str,
+        resource: &str,
+        operation: &str,
+        content: Content,
+    ) -> Pending {
         let mut msg = Message::new()
-            .with_route("edged", "meta", resource, operation)
+            .with_route(source, group, resource, operation)
             .with_content(content);
         // edgecore's SendSync; the wire carries it as false either way.
         msg.header.sync = true;
@@ -2554,4 +2569,125 @@ async fn names_and_namespaces_that_are_not_dns_1123_are_refused_with_400() {
     }
     s.unchanged(&s.api::<Pod>(), &pod, "own pod").await;
     s.unchanged(&nodes, &own_node, "own node").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Devices
+// ---------------------------------------------------------------------------------------------
+
+/// The devicecontroller's refusal counter of one request kind.
+async fn device_denied(kind: &str) -> f64 {
+    cloud()
+        .metrics()
+        .await
+        .expect("/metrics")
+        .value(DENIED, &[("module", "devicecontroller"), ("kind", kind)])
+        .unwrap_or(0.0)
+}
+
+/// A device model and a Device of it bound to `node`, in the scenario's namespace; returns
+/// once the devicecontroller has created the Device's DeviceStatus.
+async fn device(s: &Scenario, name: &str, node: &str) -> DeviceStatus {
+    let model: DeviceModel = from(json!({"apiVersion": "devices.kubeedge.io/v1beta1",
+        "kind": "DeviceModel", "metadata": {"name": format!("{name}-model")},
+        "spec": {"protocol": "modbus", "properties": [{"name": "temp", "type": "INT",
+            "accessMode": "ReadWrite"}]}}));
+    s.api::<DeviceModel>()
+        .create(&PostParams::default(), &model)
+        .await
+        .expect("device model");
+    let d: Device = from(
+        json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "deviceModelRef": {"name": format!("{name}-model")},
+            "protocol": {"protocolName": "modbus"},
+            "properties": [{"name": "temp", "desired": {"value": "20"},
+                "visitors": {"protocolName": "modbus"}}]}}),
+    );
+    s.api::<Device>()
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("device");
+    let statuses = s.api::<DeviceStatus>();
+    eventually(WAIT, "the DeviceStatus", || async {
+        statuses.get_opt(name).await.ok().flatten()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// With impersonation, twin reports are written as the node: the cluster must let nodes
+/// write DeviceStatuses (the Node authorizer does not know them).
+async fn let_nodes_write_device_statuses(s: &Scenario) {
+    if !crate::IMPERSONATE {
+        return;
+    }
+    let role: ClusterRole = from(json!({"metadata": {"name": "hostile-edge-devicestatuses"},
+        "rules": [{"apiGroups": ["devices.kubeedge.io"], "resources": ["devicestatuses"],
+            "verbs": ["get", "create", "update", "patch"]}]}));
+    let binding: ClusterRoleBinding =
+        from(json!({"metadata": {"name": "hostile-edge-devicestatuses"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "name": "hostile-edge-devicestatuses"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+            "name": "system:nodes"}]}));
+    let _ = Api::<ClusterRole>::all(s.client.clone())
+        .create(&PostParams::default(), &role)
+        .await;
+    let _ = Api::<ClusterRoleBinding>::all(s.client.clone())
+        .create(&PostParams::default(), &binding)
+        .await;
+}
+
+fn twin_report(value: &str) -> Value {
+    json!({"event_id": "e", "timestamp": 1,
+        "twin": {"temp": {"actual": {"value": value, "metadata": {"timestamp": 1}}}}})
+}
+
+/// Sends a twin report for `name` as devicetwin does and waits for its answer.
+async fn twin(s: &Scenario, name: &str, value: &str) -> Reply {
+    let resource = format!("device/{}/{name}/twin/edge_updated", s.ns);
+    let content = json_content(&twin_report(value));
+    s.edge
+        .send_as("twin", "resource", &resource, "update", content)
+        .await
+        .reply()
+        .await
+}
+
+fn reported(status: &DeviceStatus) -> Vec<String> {
+    status
+        .status
+        .as_ref()
+        .map(|s| s.twins.iter().map(|t| t.reported.value.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn an_edge_reports_twins_only_for_its_own_devices() {
+    let s = Scenario::new("dev").await;
+    let_nodes_write_device_statuses(&s).await;
+    let other = s.other_node().await;
+    device(&s, "mine", &s.node).await;
+    let before = device(&s, "theirs", &other).await;
+    // Its own device: confirmed and written, eventually (RBAC bindings take a moment).
+    let statuses = s.api::<DeviceStatus>();
+    let (sc, st) = (&s, &statuses);
+    eventually(WAIT, "the own twin report written", move || async move {
+        let reply = twin(sc, "mine", "21").await;
+        let statuses = st;
+        let written = statuses.get("mine").await.ok()?;
+        (reply.body == json!("OK") && reported(&written) == ["21"]).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    // Another node's device: refused, unchanged, counted.
+    let was = device_denied("twinUpdate").await;
+    let reply = twin(&s, "theirs", "99").await;
+    let status = &reply.body["ErrStatus"];
+    reply.forbidden(status, &s.node);
+    let after = statuses.get("theirs").await.expect("their status");
+    assert_eq!(after.resource_version(), before.resource_version());
+    assert_eq!(device_denied("twinUpdate").await, was + 1.0);
 }

@@ -573,6 +573,20 @@ impl Scenario {
         (client, ns, unique(&format!("edge-{prefix}")))
     }
 
+    /// The edge's own Node as it is now.
+    async fn own_node(&self) -> Node {
+        self.get(&self.all::<Node>(), &self.node)
+            .await
+            .expect("own node")
+    }
+
+    /// Sends its own Node back with `wanted` labels and annotations, as edgecore's node update.
+    async fn update_own_node(&self, wanted: Value) -> Reply {
+        self.edge
+            .ask_json(&format!("default/node/{}", self.node), "update", wanted)
+            .await
+    }
+
     /// Another edge node (never connected): what this test's edge must not reach.
     async fn other_node(&self) -> String {
         let name = unique("other");
@@ -676,6 +690,11 @@ async fn edge_node(client: &kube::Client, name: &str) -> Node {
     create(Api::all(client.clone()), &node).await
 }
 
+/// The value of label `key` on `node`.
+fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.labels().get(key).map(String::as_str)
+}
+
 fn from<K: DeserializeOwned>(v: Value) -> K {
     serde_json::from_value(v).expect("object from JSON")
 }
@@ -736,7 +755,7 @@ async fn an_edge_patches_its_own_node_status() {
         )
         .await;
     reply.object_resp_ok();
-    let node = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let node = s.own_node().await;
     let ready = node
         .status
         .and_then(|st| st.conditions)
@@ -797,27 +816,15 @@ async fn an_edge_reads_its_own_node_but_not_another() {
 #[tokio::test]
 async fn an_edge_updates_labels_of_its_own_node() {
     let s = Scenario::new("nu").await;
-    let node = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let node = s.own_node().await;
     let mut wanted = to_value(&node);
     wanted["metadata"]["labels"]["example.com/rack"] = json!("r7");
     wanted["metadata"]["labels"]["topology.kubernetes.io/zone"] = json!("z1");
-    let reply = s
-        .edge
-        .ask_json(&format!("default/node/{}", s.node), "update", wanted)
-        .await;
+    let reply = s.update_own_node(wanted).await;
     reply.ok();
-    let after = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
-    let labels = after.labels();
-    assert_eq!(
-        labels.get("example.com/rack").map(String::as_str),
-        Some("r7")
-    );
-    assert_eq!(
-        labels
-            .get("topology.kubernetes.io/zone")
-            .map(String::as_str),
-        Some("z1")
-    );
+    let after = s.own_node().await;
+    assert_eq!(label(&after, "example.com/rack"), Some("r7"));
+    assert_eq!(label(&after, "topology.kubernetes.io/zone"), Some("z1"));
 }
 
 #[tokio::test]
@@ -855,10 +862,7 @@ async fn an_edge_cannot_set_node_restriction_labels_on_its_own_node() {
         let mut wanted = to_value(&node);
         wanted["metadata"]["labels"][key] = json!(value);
         let count = counting("updateNode").await;
-        let reply = s
-            .edge
-            .ask_json(&format!("default/node/{}", s.node), "update", wanted)
-            .await;
+        let reply = s.update_own_node(wanted).await;
         reply.forbidden_raw(&s.node);
         let after = s.get(&nodes, &s.node).await.expect("own node");
         assert!(
@@ -889,7 +893,7 @@ async fn label_as_admin(s: &Scenario, labels: Value) -> Node {
         })
         .await;
     // The latest version: the edge may have been sent a later one than the patch's.
-    s.get(&s.all::<Node>(), &s.node).await.expect("own node")
+    s.own_node().await
 }
 
 #[tokio::test]
@@ -904,21 +908,12 @@ async fn an_edge_updates_its_own_node_keeping_labels_an_administrator_set() {
     // edgecore sends its whole Node back, reserved labels included, unchanged.
     let mut wanted = to_value(&node);
     wanted["metadata"]["labels"]["example.com/rack"] = json!("r9");
-    let reply = s
-        .edge
-        .ask_json(&format!("default/node/{}", s.node), "update", wanted)
-        .await;
+    let reply = s.update_own_node(wanted).await;
     reply.ok();
-    let after = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
-    let labels = after.labels();
+    let after = s.own_node().await;
+    assert_eq!(label(&after, "example.com/rack"), Some("r9"));
     assert_eq!(
-        labels.get("example.com/rack").map(String::as_str),
-        Some("r9")
-    );
-    assert_eq!(
-        labels
-            .get("node-restriction.kubernetes.io/trusted")
-            .map(String::as_str),
+        label(&after, "node-restriction.kubernetes.io/trusted"),
         Some("false")
     );
 }
@@ -934,10 +929,7 @@ async fn an_edge_cannot_change_node_restriction_labels_an_administrator_set() {
     let mut wanted = to_value(&node);
     wanted["metadata"]["labels"]["node-restriction.kubernetes.io/trusted"] = json!("true");
     let count = counting("updateNode").await;
-    let reply = s
-        .edge
-        .ask_json(&format!("default/node/{}", s.node), "update", wanted)
-        .await;
+    let reply = s.update_own_node(wanted).await;
     reply.forbidden_raw(&s.node);
     s.unchanged(&s.all::<Node>(), &node, "an administrator's label")
         .await;
@@ -1028,7 +1020,7 @@ async fn an_edge_writes_the_legacy_status_of_its_own_node() {
         )
         .await;
     reply.ok();
-    let node = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let node = s.own_node().await;
     let info = node.status.and_then(|st| st.node_info).expect("node info");
     assert_eq!(info.kubelet_version, "v1.31.0-kubeedge");
 }
@@ -1332,7 +1324,7 @@ async fn an_edge_cannot_delete_an_unscheduled_pod_by_uid() {
 #[tokio::test]
 async fn an_edge_creates_a_mirror_pod_bound_to_itself() {
     let s = Scenario::new("pc").await;
-    let node = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let node = s.own_node().await;
     let pod = mirror_pod(&s.ns, "static-web", &node, json!({}));
     let reply = s
         .edge
@@ -1394,7 +1386,7 @@ async fn an_edge_cannot_create_a_pod_bound_to_another_node_or_to_none() {
 #[tokio::test]
 async fn an_edge_cannot_create_a_non_mirror_pod() {
     let s = Scenario::new("pcn").await;
-    let own = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let own = s.own_node().await;
     let mut plain = mirror_pod(&s.ns, "plain", &own, json!({}));
     plain["metadata"]
         .as_object_mut()
@@ -1417,7 +1409,7 @@ async fn an_edge_cannot_create_a_non_mirror_pod() {
 #[tokio::test]
 async fn an_edge_cannot_create_a_pod_in_another_namespace_than_it_names() {
     let s = Scenario::new("pcns").await;
-    let own = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let own = s.own_node().await;
     let elsewhere = k8s_testenv::namespace("pcns-victim").await;
     assert_pod_creates_refused(
         &s,
@@ -1432,7 +1424,7 @@ async fn an_edge_cannot_create_a_pod_in_another_namespace_than_it_names() {
 #[tokio::test]
 async fn an_edge_cannot_create_a_mirror_pod_that_mounts_secrets_configmaps_or_claims() {
     let s = Scenario::new("pcv").await;
-    let own = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let own = s.own_node().await;
     let with_volume =
         |name: &str, volume: Value| mirror_pod(&s.ns, name, &own, json!({"volumes": [volume]}));
     assert_pod_creates_refused(
@@ -1480,7 +1472,7 @@ async fn an_edge_cannot_create_a_mirror_pod_that_mounts_secrets_configmaps_or_cl
 #[tokio::test]
 async fn an_edge_cannot_create_a_mirror_pod_that_reads_secrets_or_configmaps_through_env() {
     let s = Scenario::new("pce").await;
-    let own = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let own = s.own_node().await;
     let with_container = |name: &str, extra: Value| {
         let mut container = json!({"name": "c", "image": "nginx"});
         merge(&mut container, extra);
@@ -1523,7 +1515,7 @@ async fn an_edge_cannot_create_a_mirror_pod_that_reads_secrets_or_configmaps_thr
 #[tokio::test]
 async fn an_edge_cannot_create_a_mirror_pod_with_pull_secrets_or_a_service_account() {
     let s = Scenario::new("pcs").await;
-    let own = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let own = s.own_node().await;
     assert_pod_creates_refused(
         &s,
         vec![
@@ -1685,7 +1677,7 @@ async fn an_edge_cannot_read_the_kubeedge_ca_secret() {
 async fn an_edge_cannot_read_a_secret_by_creating_a_pod_that_references_it() {
     let s = Scenario::new("rdp").await;
     secret(&s, "loot").await;
-    let own = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let own = s.own_node().await;
     let mut plain = mirror_pod(
         &s.ns,
         "thief",
@@ -1723,7 +1715,7 @@ async fn an_edge_cannot_read_a_secret_by_creating_a_pod_that_references_it() {
 async fn an_edge_cannot_read_a_secret_only_a_mirror_pod_references() {
     let s = Scenario::new("rdm").await;
     secret(&s, "loot").await;
-    let own = s.get(&s.all::<Node>(), &s.node).await.expect("own node");
+    let own = s.own_node().await;
     // Created by an administrator: the Node authorizer's graph ignores mirror pods.
     let mirror: Pod = from(mirror_pod(
         &s.ns,

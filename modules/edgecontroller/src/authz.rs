@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::downstream::{
-    MIRROR_POD_ANNOTATION, ObjectRef, RefKind, SharedLocations, granted, references,
+    MIRROR_POD_ANNOTATION, ObjectRef, RefKind, SharedLocations, bound_node, granted, references,
 };
 use crate::upstream::{Kind, Route, route};
 
@@ -569,14 +569,6 @@ fn not_bound(node: &str, pod: &str, verb: &'static str) -> Refusal {
 
 fn pod_name(pod: &Pod) -> &str {
     pod.metadata.name.as_deref().unwrap_or_default()
-}
-
-/// The node a pod is bound to.
-pub(crate) fn bound_node(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
 }
 
 /// `bytes` (a request's content) as a view borrowing from them.

@@ -106,11 +106,21 @@ async fn respond<S: AsyncWrite + Unpin>(
     if status >= 400 {
         ctx.shared.counters.request_refused();
     }
-    let ok = conn
-        .write_all(&http1::text_response(status, text, !keep_alive))
-        .await
-        .is_ok()
-        && conn.flush().await.is_ok();
+    write_response(
+        conn,
+        &http1::text_response(status, text, !keep_alive),
+        keep_alive,
+    )
+    .await
+}
+
+/// Writes a whole response; the connection stays open only when asked and the write worked.
+async fn write_response<S: AsyncWrite + Unpin>(
+    conn: &mut S,
+    response: &[u8],
+    keep_alive: bool,
+) -> Outcome {
+    let ok = conn.write_all(response).await.is_ok() && conn.flush().await.is_ok();
     if ok && keep_alive {
         Outcome::KeepAlive
     } else {
@@ -136,20 +146,8 @@ async fn respond_status<S: AsyncWrite + Unpin>(
     if !node.is_empty() {
         status["details"] = serde_json::json!({"name": node, "kind": "nodes"});
     }
-    let ok = conn
-        .write_all(&http1::json_response(
-            code,
-            &status.to_string(),
-            !keep_alive,
-        ))
-        .await
-        .is_ok()
-        && conn.flush().await.is_ok();
-    if ok && keep_alive {
-        Outcome::KeepAlive
-    } else {
-        Outcome::Close
-    }
+    let response = http1::json_response(code, &status.to_string(), !keep_alive);
+    write_response(conn, &response, keep_alive).await
 }
 
 /// Authorizes `caller` for the request against `node` (unknown: `None`). `Err` is the

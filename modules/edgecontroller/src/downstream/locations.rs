@@ -83,6 +83,14 @@ pub(crate) fn granted(pod: &Pod) -> BTreeSet<ObjectRef> {
     }
 }
 
+/// The node a pod is bound to (`spec.nodeName`), if any.
+pub(crate) fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
 /// The annotation that marks a mirror pod.
 pub(crate) const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 

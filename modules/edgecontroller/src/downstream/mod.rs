@@ -44,7 +44,7 @@ use tracing::{info, warn};
 use crate::outbox::Outbox;
 
 pub(crate) use locations::{
-    MIRROR_POD_ANNOTATION, ObjectRef, RefKind, SharedLocations, granted, references,
+    MIRROR_POD_ANNOTATION, ObjectRef, RefKind, SharedLocations, bound_node, granted, references,
 };
 
 /// Read access to what the downstream task maintains, for the upstream handlers.

@@ -11,7 +11,7 @@ use kubeedge_api::watch::{Change, key_of};
 use tracing::{debug, warn};
 
 use super::Downstream;
-use super::locations::granted;
+use super::locations::{bound_node, granted};
 use crate::reply;
 
 /// Whether an update is worth sending: metadata or spec changed, ignoring
@@ -30,10 +30,7 @@ pub(crate) fn meta_or_spec_changed(old: &Pod, new: &Pod) -> bool {
 }
 
 fn node_of(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .unwrap_or_default()
+    bound_node(pod).unwrap_or_default()
 }
 
 impl Downstream {

@@ -26,9 +26,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
-use crate::authz::{Fetched, NodeAuthorizer, Refusal, bound_node, not_used};
+use crate::authz::{Fetched, NodeAuthorizer, Refusal, not_used};
 use crate::config::{EdgeControllerConfig, at_least_one};
-use crate::downstream::{ObjectRef, RefKind, granted};
+use crate::downstream::{ObjectRef, RefKind, bound_node, granted};
 use crate::metrics::EdgeControllerMetrics;
 use crate::outbox::Outbox;
 use crate::reply;

@@ -205,6 +205,7 @@ impl CloudCore {
                     client.clone(),
                 )
                 .with_impersonation(impersonate);
+                metrics::devicecontroller(metrics, dc.metrics());
                 let dc_metrics = dc.metrics();
                 denials.push((
                     names::DEVICECONTROLLER,

@@ -3,6 +3,7 @@
 use beehive::Endpoint;
 use cloudhub::HubHandle;
 use cloudstream::CloudStreamHandle;
+use kubeedge_api::listener::ListenerStats;
 
 use crate::ops::{Exposition, Metrics};
 
@@ -190,32 +191,67 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
     });
 }
 
-/// Request queues of the edgecontroller.
+/// One controller's upstream request queues, as `<module>_queue_depth`,
+/// `<module>_requests_{handled,failed}_total` and `<module>_requests_rejected_total` labelled
+/// by kind and reason (`queue_full`: the queue was full; `node_share`: the request's node
+/// already held its share of the queue).
+fn request_queues(
+    out: &mut Exposition,
+    module: &str,
+    queues: &[kubeedge_api::queue::QueueSnapshot],
+) {
+    let families: [Family<kubeedge_api::queue::QueueSnapshot>; 3] = [
+        (
+            "_queue_depth",
+            "gauge",
+            "Upstream requests waiting, by kind.",
+            |q| q.depth as f64,
+        ),
+        (
+            "_requests_handled_total",
+            "counter",
+            "Upstream requests handled, by kind.",
+            |q| q.handled as f64,
+        ),
+        (
+            "_requests_failed_total",
+            "counter",
+            "Upstream requests that failed, by kind.",
+            |q| q.failed as f64,
+        ),
+    ];
+    for (suffix, kind, help, value) in families {
+        let name = format!("{module}{suffix}");
+        out.family(&name, kind, help);
+        for q in queues {
+            out.sample(&name, &[("kind", q.kind)], value(q));
+        }
+    }
+    let name = format!("{module}_requests_rejected_total");
+    out.family(
+        &name,
+        "counter",
+        "Upstream requests refused at enqueueing, by kind and reason (queue_full, node_share).",
+    );
+    for q in queues {
+        out.sample(
+            &name,
+            &[("kind", q.kind), ("reason", "queue_full")],
+            q.rejected as f64,
+        );
+        out.sample(
+            &name,
+            &[("kind", q.kind), ("reason", "node_share")],
+            q.rejected_over_share as f64,
+        );
+    }
+}
+
+/// Request queues of the edgecontroller, and what it refused before queueing.
 pub fn edgecontroller(metrics: &Metrics, ec: edgecontroller::EdgeControllerMetrics) {
     metrics.register(move |out: &mut Exposition| {
         let snap = ec.snapshot();
-        let families: [Family<edgecontroller::QueueSnapshot>; 3] = [
-            (
-                "edgecontroller_queue_depth",
-                "gauge",
-                "Upstream requests waiting, by kind.",
-                |q| q.depth as f64,
-            ),
-            (
-                "edgecontroller_requests_handled_total",
-                "counter",
-                "Upstream requests handled, by kind.",
-                |q| q.handled as f64,
-            ),
-            (
-                "edgecontroller_requests_failed_total",
-                "counter",
-                "Upstream requests that failed, by kind.",
-                |q| q.failed as f64,
-            ),
-        ];
-        let queues = snap.queues.iter().map(|q| (q.kind, q));
-        per_item(out, &families, "kind", queues);
+        request_queues(out, "edgecontroller", &snap.queues);
         single(
             out,
             "edgecontroller_downstream_sent_total",
@@ -223,6 +259,20 @@ pub fn edgecontroller(metrics: &Metrics, ec: edgecontroller::EdgeControllerMetri
             "Messages sent toward edges.",
             snap.downstream_sent as f64,
         );
+        single(
+            out,
+            "edgecontroller_pod_status_lists_refused_total",
+            "counter",
+            "Legacy podstatus lists refused whole (413) for holding more statuses than the node can run pods.",
+            snap.pod_status_lists_refused as f64,
+        );
+    });
+}
+
+/// Request queues of the devicecontroller.
+pub fn devicecontroller(metrics: &Metrics, dc: devicecontroller::DeviceControllerMetrics) {
+    metrics.register(move |out: &mut Exposition| {
+        request_queues(out, "devicecontroller", &dc.snapshot().queues);
     });
 }
 
@@ -278,6 +328,11 @@ pub fn synccontroller(metrics: &Metrics, sc: synccontroller::SyncControllerMetri
                 "synccontroller_passes_total",
                 "Full reconcile passes.",
                 s.passes,
+            ),
+            (
+                "synccontroller_superseded_dropped_total",
+                "Records of a previous incarnation of their object (deleted and recreated under the same name) dropped without sending the edge anything.",
+                s.superseded_dropped,
             ),
         ] {
             single(out, name, "counter", help, v as f64);
@@ -352,6 +407,68 @@ pub fn cloudstream(metrics: &Metrics, stream: CloudStreamHandle) {
             ),
         ] {
             single(out, name, kind, help, v as f64);
+        }
+    });
+}
+
+/// Reads the admission gauges and counters of some listeners (one module's servers).
+pub type ListenerSource = Box<dyn Fn() -> Vec<ListenerStats> + Send + Sync>;
+
+/// Admission on the edge-facing listeners (`websocket`, `https`, `stream`, `tunnel`): open and
+/// unauthenticated connections now, and connections accepted, refused by limit and closed for
+/// not authenticating in time.
+pub fn listeners(metrics: &Metrics, sources: Vec<ListenerSource>) {
+    if sources.is_empty() {
+        return;
+    }
+    metrics.register(move |out: &mut Exposition| {
+        let stats: Vec<ListenerStats> = sources.iter().flat_map(|read| read()).collect();
+        let families: [Family<ListenerStats>; 4] = [
+            (
+                "cloudcore_listener_connections",
+                "gauge",
+                "Connections open now, authenticated or not.",
+                |s| s.open as f64,
+            ),
+            (
+                "cloudcore_listener_handshakes_in_progress",
+                "gauge",
+                "Connections not yet authenticated (TLS handshake or request head in progress).",
+                |s| s.handshaking as f64,
+            ),
+            (
+                "cloudcore_listener_accepted_total",
+                "counter",
+                "Connections admitted.",
+                |s| s.accepted as f64,
+            ),
+            (
+                "cloudcore_listener_preauth_timeouts_total",
+                "counter",
+                "Connections closed for not authenticating within preAuthTimeoutSeconds.",
+                |s| s.timed_out as f64,
+            ),
+        ];
+        per_item(
+            out,
+            &families,
+            "listener",
+            stats.iter().map(|s| (s.listener, s)),
+        );
+        let name = "cloudcore_listener_refused_total";
+        out.family(
+            name,
+            "counter",
+            "Connections refused on accept, by listener and limit (connections: maxConnections, handshakes: maxHandshakes, per_ip: maxUnauthenticatedPerIP).",
+        );
+        for s in &stats {
+            for (reason, n) in [
+                ("connections", s.refused_connections),
+                ("handshakes", s.refused_handshakes),
+                ("per_ip", s.refused_per_ip),
+            ] {
+                out.sample(name, &[("listener", s.listener), ("reason", reason)], n as f64);
+            }
         }
     });
 }

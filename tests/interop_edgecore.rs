@@ -856,3 +856,128 @@ async fn kubectl_logs_and_exec_reach_the_edge_kubelet_through_our_tunnel() -> Re
     it.finish();
     Ok(())
 }
+
+/// The ClusterObjectSync of `node`'s own Node with `uid`, if any.
+async fn node_record(
+    client: &kube::Client,
+    node: &str,
+    uid: &str,
+) -> Result<Option<kubeedge_api::reliablesyncs::ClusterObjectSync>> {
+    Ok(
+        Api::<kubeedge_api::reliablesyncs::ClusterObjectSync>::all(client.clone())
+            .get_opt(&object_sync_name(node, uid))
+            .await?,
+    )
+}
+
+/// A Node deleted and created again under the same name (new UID) while cloudcore and the edge
+/// were down: the edge's record of the old Node must not turn into a delete of the node's own
+/// Node, which cloudhub would answer by closing the session, again every sync pass. The edge
+/// comes back, stays connected, and gets what is scheduled to it afterwards.
+#[tokio::test]
+async fn a_node_recreated_while_away_keeps_its_edge_connected_and_served() -> Result<()> {
+    let node = "interop-recreated";
+    let mut it = Interop::builder(node).heartbeat(5).start().await?;
+    let client = it.client();
+    let nodes = Api::<Node>::all(client.clone());
+
+    // The edge acknowledges its own Node (a label change sends it), so a record of the first
+    // incarnation exists.
+    let first = nodes.get(node).await?;
+    let old_uid = first.metadata.uid.clone().context("node uid")?;
+    k(&["label", "node", node, "interop/round=1", "--overwrite"]).await?;
+    edgecore_interop::eventually(
+        Duration::from_secs(30),
+        "record of the first Node",
+        || async {
+            node_record(&client, node, &old_uid)
+                .await
+                .ok()
+                .flatten()
+                .map(|_| ())
+        },
+    )
+    .await?;
+
+    // Both away; the Node is deleted and created again under the same name.
+    it.kill_edge();
+    ensure!(it.stop_cloud().await, "cloudcore stops gracefully");
+    let mut again = first.clone();
+    again.metadata = kube::api::ObjectMeta {
+        name: Some(node.to_owned()),
+        labels: first.metadata.labels.clone(),
+        ..Default::default()
+    };
+    nodes.delete(node, &Default::default()).await?;
+    edgecore_interop::eventually(Duration::from_secs(30), "Node deleted", || async {
+        matches!(nodes.get_opt(node).await, Ok(None)).then_some(())
+    })
+    .await?;
+    let second = nodes.create(&Default::default(), &again).await?;
+    let new_uid = second.metadata.uid.clone().context("node uid")?;
+    ensure!(new_uid != old_uid, "a new incarnation");
+    ensure!(
+        node_record(&client, node, &old_uid).await?.is_some(),
+        "the old record is still there when cloudcore starts"
+    );
+
+    it.start_cloud().await?;
+    it.start_edge()?;
+    it.wait_connected(Duration::from_secs(60)).await?;
+    let connected = count(&it.cloud().log(), "edge connected");
+
+    // The old record goes without a word to the edge; the session holds.
+    edgecore_interop::eventually(
+        Duration::from_secs(30),
+        "old Node record dropped",
+        || async { matches!(node_record(&client, node, &old_uid).await, Ok(None)).then_some(()) },
+    )
+    .await?;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        it.check_edge_alive()?;
+        ensure!(
+            it.metrics().await?.connected_nodes() == 1.0,
+            "session lost {:?} after reconnecting",
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let log = it.cloud().log();
+    ensure!(
+        count(&log, "edge connected") == connected,
+        "no reconnect loop: {} sessions",
+        count(&log, "edge connected")
+    );
+    ensure!(
+        count(&log, "node deleted, closing session") == 0,
+        "no session closed for a node delete"
+    );
+
+    // The new incarnation reaches the edge the ordinary way.
+    stored(
+        &mut it,
+        &store_key("null", "node", node),
+        Duration::from_secs(30),
+        |s| s.uid() == Some(new_uid.as_str()),
+    )
+    .await?;
+
+    // Served as before: a pod scheduled to the node afterwards reaches its store.
+    let ns = k8s_testenv::namespace("interop-recreated").await;
+    let ns = ns.as_str();
+    apply(&pod_yaml(ns, "after", node, &[], &[])).await?;
+    let pod = Api::<Pod>::namespaced(client.clone(), ns)
+        .get("after")
+        .await?;
+    let (pod_uid, _) = uid_rv(&pod.metadata);
+    stored(
+        &mut it,
+        &store_key(ns, "pod", "after"),
+        Duration::from_secs(30),
+        |s| s.uid() == Some(pod_uid.as_str()),
+    )
+    .await?;
+    it.finish();
+    Ok(())
+}

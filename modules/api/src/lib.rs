@@ -9,7 +9,8 @@
 //! Start with [`NodeResource`] for `node/<id>/<ns>/<type>/<name>` paths and [`names`] for the
 //! module and group names messages are routed by. Controllers share [`watch`] (watch caches
 //! that survive relists), [`client`] (calls made as an edge node), [`queue`] (bounded request
-//! queues) and [`lifecycle`] (background tasks and graceful stop); [`devices`] and [`rules`]
+//! queues) and [`lifecycle`] (background tasks and graceful stop); servers share [`listener`] (admission
+//! limits for edge-facing listeners); [`devices`] and [`rules`]
 //! hold the KubeEdge CRDs; [`validation`] checks names from the wire before they reach a URL; `testing` (feature) has a fake edge and a fault-injecting client.
 //!
 //! ```
@@ -22,6 +23,7 @@ pub mod client;
 pub mod crds;
 pub mod devices;
 pub mod lifecycle;
+pub mod listener;
 pub mod names;
 pub mod queue;
 pub mod reliablesyncs;

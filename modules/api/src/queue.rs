@@ -8,6 +8,12 @@
 //! what is still queued through the `refuse` callback and gives running handlers the drain
 //! timeout to finish.
 //!
+//! A queue is shared by every edge node, so one node sending flat out could fill it and have
+//! every other node refused. With a node share ([`QueueStats::with_node_share`]), requests
+//! queued with [`Queue::try_enqueue_from`] are counted per node from the moment they are
+//! queued until their handler ends, and a node already holding its share is refused (counted
+//! apart from a full queue) while other nodes still get in.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use std::sync::Arc;
@@ -24,9 +30,10 @@
 //! # }
 //! ```
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use beehive::Message;
@@ -35,32 +42,63 @@ use tracing::{debug, warn};
 
 use crate::lifecycle::{Lifecycle, StopSignal};
 
+/// Default divisor of [`node_share`]: one node may hold an eighth of a queue.
+pub const DEFAULT_NODE_SHARE_DIVISOR: usize = 8;
+/// Default floor of [`node_share`], so that small queues still take a node's ordinary burst.
+pub const DEFAULT_NODE_SHARE_MIN: usize = 16;
+
+/// The share of a queue of `capacity` one node may hold: `capacity / divisor`, never below
+/// `min` (nor below 1); `None` (no per-node cap) when `divisor` is 0.
+///
+/// ```
+/// use kubeedge_api::queue::node_share;
+/// assert_eq!(node_share(1024, 8, 16), Some(128));
+/// assert_eq!(node_share(64, 8, 16), Some(16));
+/// assert_eq!(node_share(1024, 0, 16), None);
+/// ```
+pub fn node_share(capacity: usize, divisor: usize, min: usize) -> Option<usize> {
+    (divisor > 0).then(|| (capacity / divisor).max(min).max(1))
+}
+
 /// Live counters of one queue.
 #[derive(Debug)]
 pub struct QueueStats {
     name: &'static str,
     capacity: usize,
     workers: usize,
+    node_share: Option<usize>,
     depth: AtomicUsize,
     in_flight: AtomicUsize,
     handled: AtomicU64,
     failed: AtomicU64,
     rejected: AtomicU64,
+    rejected_over_share: AtomicU64,
 }
 
 impl QueueStats {
-    /// Counters for a queue of `capacity` served by at most `workers` handlers (both at least 1).
+    /// Counters for a queue of `capacity` served by at most `workers` handlers (both at least
+    /// 1), with no per-node share.
     pub fn new(name: &'static str, capacity: usize, workers: usize) -> Self {
         QueueStats {
             name,
             capacity: capacity.max(1),
             workers: workers.max(1),
+            node_share: None,
             depth: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             handled: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            rejected_over_share: AtomicU64::new(0),
         }
+    }
+
+    /// Caps what one node may hold in the queue (requests queued with
+    /// [`Queue::try_enqueue_from`], from enqueueing until their handler ends) at `share`
+    /// entries (at least 1); `None` leaves nodes uncapped. See [`node_share`].
+    pub fn with_node_share(mut self, share: Option<usize>) -> Self {
+        self.node_share = share.map(|s| s.max(1));
+        self
     }
 
     /// A point-in-time copy.
@@ -69,11 +107,13 @@ impl QueueStats {
             kind: self.name,
             capacity: self.capacity,
             workers: self.workers,
+            node_share: self.node_share,
             depth: self.depth.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             handled: self.handled.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
+            rejected_over_share: self.rejected_over_share.load(Ordering::Relaxed),
         }
     }
 }
@@ -87,6 +127,8 @@ pub struct QueueSnapshot {
     pub capacity: usize,
     /// Maximum concurrent handlers (of the limit serving this queue).
     pub workers: usize,
+    /// Most entries (queued + being handled) one node may hold; `None` = no per-node cap.
+    pub node_share: Option<usize>,
     /// Requests waiting now.
     pub depth: usize,
     /// Handlers of this queue running now.
@@ -97,6 +139,9 @@ pub struct QueueSnapshot {
     pub failed: u64,
     /// Requests refused because the queue was full.
     pub rejected: u64,
+    /// Requests refused because their node already held its share of the queue (not counted
+    /// in `rejected`).
+    pub rejected_over_share: u64,
 }
 
 /// A concurrency limit: at most `n` handlers at once, across the queues sharing it.
@@ -120,9 +165,18 @@ impl Limit {
 /// A request the queue did not take, handed back.
 #[derive(Debug, thiserror::Error)]
 pub enum EnqueueError {
-    /// The queue is at capacity (counted as rejected): answer `429`.
+    /// The queue is at capacity (counted in `rejected`): answer `429`.
     #[error("queue is full")]
     Full(Box<Message>),
+    /// The request's node already holds its share of the queue (counted in
+    /// `rejected_over_share`): answer `429`; other nodes are still taken.
+    #[error("node holds its share of the queue ({share} requests)")]
+    OverShare {
+        /// The request.
+        msg: Box<Message>,
+        /// The node's share, for the answer.
+        share: usize,
+    },
     /// The queue's server has stopped: answer `503`.
     #[error("queue has stopped")]
     Stopped(Box<Message>),
@@ -133,15 +187,62 @@ impl EnqueueError {
     pub fn into_message(self) -> Message {
         match self {
             EnqueueError::Full(m) | EnqueueError::Stopped(m) => *m,
+            EnqueueError::OverShare { msg, .. } => *msg,
         }
     }
+}
+
+/// What each node holds now (only nodes holding something are listed, so the table is never
+/// larger than the queue plus its running handlers).
+#[derive(Debug, Default)]
+struct Holdings {
+    by_node: Mutex<HashMap<Box<str>, Holding>>,
+}
+
+#[derive(Debug)]
+struct Holding {
+    held: usize,
+    /// This episode over the share was logged: one warning per episode, not per request.
+    warned: bool,
+}
+
+/// One entry a node holds; released when dropped (the handler ended, or the entry was
+/// refused or never queued), so a panicking handler cannot leak its node's share.
+#[derive(Debug)]
+struct Claim {
+    holdings: Arc<Holdings>,
+    node: Box<str>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut map = self
+            .holdings
+            .by_node
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = map.get_mut(&self.node) {
+            h.held = h.held.saturating_sub(1);
+            if h.held == 0 {
+                map.remove(&self.node);
+            }
+        }
+    }
+}
+
+/// A queued request and the share it takes.
+#[derive(Debug)]
+struct Entry {
+    msg: Message,
+    claim: Option<Claim>,
 }
 
 /// The sending side of a queue. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Queue {
-    tx: mpsc::Sender<Message>,
+    tx: mpsc::Sender<Entry>,
     stats: Arc<QueueStats>,
+    holdings: Arc<Holdings>,
 }
 
 impl Queue {
@@ -170,24 +271,90 @@ impl Queue {
             drain,
         };
         life.spawn(server.serve(life.stop_signal(), handler, refuse));
-        Queue { tx, stats }
+        Queue {
+            tx,
+            stats,
+            holdings: Arc::default(),
+        }
     }
 
-    /// Queues `msg` without waiting; hands it back when the queue is full (counted as
-    /// rejected) or stopped.
+    /// Queues `msg` without waiting, outside any node's share; hands it back when the queue
+    /// is full (counted as rejected) or stopped.
     pub fn try_enqueue(&self, msg: Message) -> Result<(), EnqueueError> {
+        self.send(Entry { msg, claim: None })
+    }
+
+    /// Queues `msg` of `node` without waiting; hands it back when the node already holds its
+    /// share ([`QueueStats::with_node_share`]), when the queue is full, or stopped. The first
+    /// refusal of a node over its share is logged at `warn` (then not again until the node
+    /// holds nothing), so a flooding node cannot flood the log as well.
+    pub fn try_enqueue_from(&self, node: &str, msg: Message) -> Result<(), EnqueueError> {
+        let Some(share) = self.stats.node_share else {
+            return self.try_enqueue(msg);
+        };
+        {
+            let mut map = self
+                .holdings
+                .by_node
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let h = map.entry(node.into()).or_insert(Holding {
+                held: 0,
+                warned: false,
+            });
+            if h.held >= share {
+                self.stats
+                    .rejected_over_share
+                    .fetch_add(1, Ordering::Relaxed);
+                if !std::mem::replace(&mut h.warned, true) {
+                    warn!(
+                        queue = self.stats.name,
+                        node,
+                        share,
+                        "node holds its whole share of the queue: its further requests are refused until some finish"
+                    );
+                }
+                return Err(EnqueueError::OverShare {
+                    msg: Box::new(msg),
+                    share,
+                });
+            }
+            h.held += 1;
+        }
+        let claim = Claim {
+            holdings: self.holdings.clone(),
+            node: node.into(),
+        };
+        self.send(Entry {
+            msg,
+            claim: Some(claim),
+        })
+    }
+
+    fn send(&self, entry: Entry) -> Result<(), EnqueueError> {
         // Count first: the server may take the message before try_send returns.
         self.stats.depth.fetch_add(1, Ordering::Relaxed);
-        self.tx.try_send(msg).map_err(|e| {
+        // On failure the entry's claim is dropped here, giving the node's place back.
+        self.tx.try_send(entry).map_err(|e| {
             self.stats.depth.fetch_sub(1, Ordering::Relaxed);
             match e {
-                mpsc::error::TrySendError::Full(m) => {
+                mpsc::error::TrySendError::Full(e) => {
                     self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                    EnqueueError::Full(Box::new(m))
+                    EnqueueError::Full(Box::new(e.msg))
                 }
-                mpsc::error::TrySendError::Closed(m) => EnqueueError::Stopped(Box::new(m)),
+                mpsc::error::TrySendError::Closed(e) => EnqueueError::Stopped(Box::new(e.msg)),
             }
         })
+    }
+
+    /// How many entries (queued + being handled) `node` holds now.
+    pub fn held_by(&self, node: &str) -> usize {
+        self.holdings
+            .by_node
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(node)
+            .map_or(0, |h| h.held)
     }
 
     /// The queue's counters.
@@ -197,7 +364,7 @@ impl Queue {
 }
 
 struct Server {
-    rx: mpsc::Receiver<Message>,
+    rx: mpsc::Receiver<Entry>,
     stats: Arc<QueueStats>,
     limit: Limit,
     drain: Duration,
@@ -213,7 +380,7 @@ impl Server {
     {
         let stats = self.stats.clone();
         loop {
-            let msg = tokio::select! {
+            let Entry { msg, claim } = tokio::select! {
                 biased;
                 _ = stop.wait() => break,
                 m = self.rx.recv() => match m {
@@ -226,6 +393,7 @@ impl Server {
                 p = self.limit.permits.clone().acquire_owned() => p,
                 _ = stop.wait() => {
                     refuse(msg).await;
+                    drop(claim);
                     break;
                 }
             };
@@ -239,13 +407,15 @@ impl Server {
                 stats.in_flight.fetch_sub(1, Ordering::Relaxed);
                 let counter = if ok { &stats.handled } else { &stats.failed };
                 counter.fetch_add(1, Ordering::Relaxed);
+                drop(claim);
                 drop(permit);
             });
         }
         self.rx.close();
-        while let Ok(msg) = self.rx.try_recv() {
+        while let Ok(Entry { msg, claim }) = self.rx.try_recv() {
             stats.depth.fetch_sub(1, Ordering::Relaxed);
             refuse(msg).await;
+            drop(claim);
         }
         let drained = async {
             while stats.in_flight.load(Ordering::Relaxed) > 0 {
@@ -272,6 +442,115 @@ impl Server {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A queue of `capacity` with `workers` handlers that wait for `gate` before succeeding.
+    fn gated(
+        life: &Lifecycle,
+        capacity: usize,
+        workers: usize,
+        share: Option<usize>,
+    ) -> (Queue, Arc<QueueStats>, Arc<Semaphore>) {
+        let stats = Arc::new(QueueStats::new("q", capacity, workers).with_node_share(share));
+        let gate = Arc::new(Semaphore::new(0));
+        let g = gate.clone();
+        let q = Queue::start(
+            stats.clone(),
+            Limit::new(workers),
+            life,
+            Duration::from_secs(5),
+            move |_m| {
+                let g = g.clone();
+                async move {
+                    g.acquire().await.unwrap().forget();
+                    true
+                }
+            },
+            |_m| async {},
+        );
+        (q, stats, gate)
+    }
+
+    #[test]
+    fn a_share_is_a_fraction_of_the_capacity_with_a_floor() {
+        assert_eq!(node_share(1024, 8, 16), Some(128));
+        assert_eq!(node_share(1274, 8, 16), Some(159));
+        assert_eq!(node_share(10, 8, 16), Some(16), "the floor");
+        assert_eq!(node_share(10, 8, 0), Some(1), "never below 1");
+        assert_eq!(node_share(1024, 0, 16), None, "divisor 0: no cap");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_over_its_share_is_refused_while_another_node_still_gets_in() {
+        let life = Lifecycle::new();
+        let (q, stats, gate) = gated(&life, 8, 1, Some(3));
+        for _ in 0..3 {
+            q.try_enqueue_from("hostile", Message::new()).unwrap();
+        }
+        for _ in 0..5 {
+            let refused = q.try_enqueue_from("hostile", Message::new()).unwrap_err();
+            assert!(
+                matches!(refused, EnqueueError::OverShare { share: 3, .. }),
+                "{refused}"
+            );
+        }
+        assert_eq!(q.held_by("hostile"), 3);
+        for _ in 0..3 {
+            q.try_enqueue_from("calm", Message::new())
+                .expect("another node is still taken");
+        }
+        let s = stats.snapshot();
+        assert_eq!((s.rejected_over_share, s.rejected), (5, 0));
+        assert_eq!(s.node_share, Some(3));
+        // Handled entries give the node's place back.
+        gate.add_permits(6);
+        while stats.snapshot().handled < 6 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!((q.held_by("hostile"), q.held_by("calm")), (0, 0));
+        q.try_enqueue_from("hostile", Message::new())
+            .expect("taken again once its requests finished");
+        life.stop();
+        gate.add_permits(1);
+        assert!(life.join(Duration::from_secs(10)).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_is_counted_apart_from_a_node_over_its_share() {
+        let life = Lifecycle::new();
+        let (q, stats, gate) = gated(&life, 2, 1, Some(100));
+        // One runs, one waits for the permit in the server, two are queued.
+        q.try_enqueue_from("a", Message::new()).unwrap();
+        tokio::task::yield_now().await;
+        q.try_enqueue_from("b", Message::new()).unwrap();
+        tokio::task::yield_now().await;
+        q.try_enqueue_from("c", Message::new()).unwrap();
+        q.try_enqueue_from("d", Message::new()).unwrap();
+        let refused = q.try_enqueue_from("e", Message::new()).unwrap_err();
+        assert!(matches!(refused, EnqueueError::Full(_)), "{refused}");
+        assert_eq!(q.held_by("e"), 0, "a refused request holds nothing");
+        let s = stats.snapshot();
+        assert_eq!((s.rejected, s.rejected_over_share), (1, 0));
+        life.stop();
+        gate.add_permits(10);
+        assert!(life.join(Duration::from_secs(10)).await);
+        for node in ["a", "b", "c", "d"] {
+            assert_eq!(q.held_by(node), 0, "{node}: released on stop");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_share_one_node_may_fill_the_queue() {
+        let life = Lifecycle::new();
+        let (q, stats, gate) = gated(&life, 4, 1, None);
+        let taken = (0..10)
+            .filter(|_| q.try_enqueue_from("n", Message::new()).is_ok())
+            .count();
+        assert_eq!(taken, 4);
+        assert_eq!(stats.snapshot().rejected, 6);
+        life.stop();
+        gate.add_permits(10);
+        assert!(life.join(Duration::from_secs(10)).await);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_refuses_at_once_and_stop_answers_the_rest() {

@@ -9,9 +9,12 @@ use beehive::{Endpoint, Message, Module};
 use kubeedge_api::client::NodeClient;
 use kubeedge_api::lifecycle::Lifecycle;
 use kubeedge_api::names::DEVICECONTROLLER;
-use kubeedge_api::queue::{Limit, Queue, QueueSnapshot, QueueStats};
+use kubeedge_api::queue::{
+    DEFAULT_NODE_SHARE_DIVISOR, DEFAULT_NODE_SHARE_MIN, EnqueueError, Limit, Queue, QueueSnapshot,
+    QueueStats, node_share,
+};
 use kubeedge_api::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::authz::{Denials, Refusal, classify};
 use crate::config::{DeviceControllerConfig, at_least_one};
@@ -91,9 +94,13 @@ impl DeviceController {
                     Kind::Twin => config.buffer.update_device_twins,
                     Kind::State | Kind::MembershipDetail => config.buffer.update_device_states,
                 };
+                let capacity = at_least_one(capacity);
+                // One node's reports cannot fill a queue every node shares.
+                let share =
+                    node_share(capacity, DEFAULT_NODE_SHARE_DIVISOR, DEFAULT_NODE_SHARE_MIN);
                 (
                     k,
-                    Arc::new(QueueStats::new(k.name(), at_least_one(capacity), workers)),
+                    Arc::new(QueueStats::new(k.name(), capacity, workers).with_node_share(share)),
                 )
             })
             .collect();
@@ -191,6 +198,8 @@ impl DeviceControllerMetrics {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceControllerSnapshot {
     /// One entry per queue (`updateDeviceTwins`, `updateDeviceStatus`, `membershipDetail`).
+    /// Each node may hold an eighth of a queue (at least 16 entries); what is refused is
+    /// counted in `rejected` (queue full) or `rejected_over_share` (node over its share).
     pub queues: Vec<QueueSnapshot>,
     /// Edge requests refused by node authorization, as `(kind, count)` for every kind
     /// (`twinUpdate`, `deviceStateUpdate`, `membershipDetail`, and `unknown` for resources that
@@ -260,9 +269,20 @@ impl Handler<Message> for DeviceController {
         let Some(queue) = self.queues.get(kind.name()) else {
             return;
         };
-        if let Err(refused) = queue.try_enqueue(msg) {
-            // No answer: devicetwin takes any answer as a confirmation and would stop retrying.
-            warn!(kind = kind.name(), %refused, "device request dropped; the edge retries");
+        let node = kubeedge_api::node_of(&msg.route.resource)
+            .unwrap_or_default()
+            .to_owned();
+        // No answer to a refusal: devicetwin takes any answer as a confirmation and would stop
+        // retrying.
+        match queue.try_enqueue_from(&node, msg) {
+            Ok(()) => {}
+            // Counted; the queue warns once per episode of a node over its share.
+            Err(refused @ EnqueueError::OverShare { .. }) => {
+                debug!(kind = kind.name(), node, %refused, "device request dropped; the edge retries");
+            }
+            Err(refused) => {
+                warn!(kind = kind.name(), node, %refused, "device request dropped; the edge retries");
+            }
         }
     }
 }

@@ -23,6 +23,16 @@ pub struct EdgeControllerConfig {
     pub buffer: EdgeControllerBuffer,
     /// Concurrency per request kind.
     pub load: EdgeControllerLoad,
+    /// Rust extension: one node may hold at most 1/`nodeQueueShareDivisor` of any upstream
+    /// queue (requests queued and being handled), never less than `nodeQueueShareMin`
+    /// entries; past that, that node's requests of the kind are answered `429` while other
+    /// nodes' still get in (default 8: 128 of a 1024 queue; 0 turns the per-node cap off).
+    #[serde(alias = "NodeQueueShareDivisor")]
+    pub node_queue_share_divisor: i32,
+    /// Rust extension: the floor of a node's share of an upstream queue, so that small
+    /// queues still take one node's ordinary burst (default 16).
+    #[serde(alias = "NodeQueueShareMin")]
+    pub node_queue_share_min: i32,
 }
 
 impl Default for EdgeControllerConfig {
@@ -32,6 +42,8 @@ impl Default for EdgeControllerConfig {
             node_update_frequency: 10,
             buffer: EdgeControllerBuffer::default(),
             load: EdgeControllerLoad::default(),
+            node_queue_share_divisor: kubeedge_api::queue::DEFAULT_NODE_SHARE_DIVISOR as i32,
+            node_queue_share_min: kubeedge_api::queue::DEFAULT_NODE_SHARE_MIN as i32,
         }
     }
 }
@@ -52,6 +64,16 @@ impl EdgeControllerConfig {
         raise(&mut self.buffer.query_node, 1024 + node_limit);
         raise(&mut self.buffer.create_lease, 1024 + node_limit);
         *self != before
+    }
+
+    /// The most entries one node may hold in a queue of `capacity` (`None`: no per-node cap),
+    /// from `nodeQueueShareDivisor` and `nodeQueueShareMin`.
+    pub fn node_share(&self, capacity: usize) -> Option<usize> {
+        kubeedge_api::queue::node_share(
+            capacity,
+            self.node_queue_share_divisor.max(0) as usize,
+            self.node_queue_share_min.max(0) as usize,
+        )
     }
 }
 
@@ -204,6 +226,23 @@ mod tests {
         assert_eq!(c.load.query_node_workers, 500);
         assert_eq!(c.load.update_pod_status_workers, 1);
         assert_eq!(c.load.create_pod_works, 4);
+        assert_eq!(
+            (c.node_queue_share_divisor, c.node_queue_share_min),
+            (8, 16)
+        );
+        assert_eq!(c.node_share(1024), Some(128));
+        assert_eq!(c.node_share(40), Some(16));
+    }
+
+    #[test]
+    fn the_node_share_keys_can_turn_the_cap_off() {
+        let c: EdgeControllerConfig =
+            serde_yaml::from_str("nodeQueueShareDivisor: 0\nnodeQueueShareMin: 4\n").unwrap();
+        assert_eq!(c.node_share(1024), None);
+        let c: EdgeControllerConfig =
+            serde_yaml::from_str("nodeQueueShareDivisor: 4\nnodeQueueShareMin: 4\n").unwrap();
+        assert_eq!(c.node_share(1024), Some(256));
+        assert_eq!(c.node_share(8), Some(4));
     }
 
     #[test]

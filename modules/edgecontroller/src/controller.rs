@@ -51,8 +51,9 @@ impl Default for Options {
 ///   router) and sends each change to exactly the edge nodes that need it, through module
 ///   `cloudhub` (`router` for rules).
 /// * **Upstream**: requests from edge nodes arrive in the module's mailbox; each is put on the
-///   bounded queue of its kind without waiting (a full queue answers `429`), served by at most
-///   `load.*` concurrent handlers, and answered through `cloudhub`.
+///   bounded queue of its kind without waiting (a full queue answers `429`, and so does a
+///   queue in which the request's node already holds its share, `nodeQueueShareDivisor`),
+///   served by at most `load.*` concurrent handlers, and answered through `cloudhub`.
 ///
 /// Background tasks start when the bus starts the module and stop on bus shutdown; await
 /// [`EdgeController::lifecycle`]`.join(..)` after `bus.shutdown()` to let in-flight handlers
@@ -97,7 +98,10 @@ fn metrics_for(config: &EdgeControllerConfig) -> EdgeControllerMetrics {
         .iter()
         .map(|k| {
             let (capacity, workers) = k.sizes(config);
-            Arc::new(QueueStats::new(k.name(), capacity, workers))
+            Arc::new(
+                QueueStats::new(k.name(), capacity, workers)
+                    .with_node_share(config.node_share(capacity)),
+            )
         })
         .collect();
     EdgeControllerMetrics(Arc::new(Inner {
@@ -318,6 +322,16 @@ impl Handler<Message> for EdgeController {
                         debug!(kind = kind.name(), msg_id = %msg.header.id, resource = %msg.route.resource, "queue full, request refused");
                         let err = StatusError::too_many_requests(format!(
                             "edgecontroller: the {} queue is full",
+                            kind.name()
+                        ));
+                        (msg, err)
+                    }
+                    EnqueueError::OverShare { msg, share } => {
+                        // Counted; the queue warns once per episode of a node over its share.
+                        let node = kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
+                        debug!(kind = kind.name(), node, share, msg_id = %msg.header.id, "node over its share of the queue, request refused");
+                        let err = StatusError::too_many_requests(format!(
+                            "edgecontroller: node {node:?} already has {share} {} requests queued or running",
                             kind.name()
                         ));
                         (msg, err)

@@ -13,6 +13,7 @@ pub(crate) struct Inner {
     pub(crate) downstream_sent: AtomicU64,
     pub(crate) downstream_failed: AtomicU64,
     pub(crate) ignored: AtomicU64,
+    pub(crate) pod_status_lists_refused: AtomicU64,
     /// Requests refused by node authorization, one counter per entry of [`Kind::ALL`].
     pub(crate) denied: [AtomicU64; Kind::ALL.len()],
 }
@@ -29,6 +30,7 @@ impl EdgeControllerMetrics {
             downstream_sent: self.0.downstream_sent.load(Ordering::Relaxed),
             downstream_failed: self.0.downstream_failed.load(Ordering::Relaxed),
             ignored: self.0.ignored.load(Ordering::Relaxed),
+            pod_status_lists_refused: self.0.pod_status_lists_refused.load(Ordering::Relaxed),
             denied: Kind::ALL
                 .iter()
                 .zip(&self.0.denied)
@@ -41,6 +43,12 @@ impl EdgeControllerMetrics {
         if let Some(i) = Kind::ALL.iter().position(|k| *k == kind) {
             self.0.denied[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    pub(crate) fn pod_status_list_refused(&self) {
+        self.0
+            .pod_status_lists_refused
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn sent(&self, ok: bool) {
@@ -56,7 +64,9 @@ impl EdgeControllerMetrics {
 /// Counters of the edgecontroller.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetricsSnapshot {
-    /// One entry per upstream request kind.
+    /// One entry per upstream request kind. Refusals at enqueueing are split by reason:
+    /// `rejected` (the queue was full) and `rejected_over_share` (the request's node already
+    /// held its share of the queue).
     pub queues: Vec<QueueSnapshot>,
     /// Messages delivered to cloudhub/router (downstream pushes and responses).
     pub downstream_sent: u64,
@@ -64,6 +74,9 @@ pub struct MetricsSnapshot {
     pub downstream_failed: u64,
     /// Upstream messages dropped because their type or operation is not handled.
     pub ignored: u64,
+    /// Legacy `podstatus` lists refused whole, before any API call, for holding more statuses
+    /// than the node can run pods (answered `413`).
+    pub pod_status_lists_refused: u64,
     /// Requests refused by node authorization, per request kind (the `buffer.*` key name,
     /// e.g. `patchPod`), every kind listed.
     pub denied: Vec<(&'static str, u64)>,

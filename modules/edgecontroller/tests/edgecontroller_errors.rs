@@ -595,3 +595,162 @@ async fn stopping_lets_in_flight_handlers_finish_and_refuses_queued_requests() {
     }
     env.bus.shutdown().await;
 }
+
+/// One edge sending flat out cannot take a whole queue: past its share (an eighth of the
+/// queue here) its requests are answered `429` at once, while another node's requests of the
+/// same kind are still taken and written.
+#[actix_rt::test]
+async fn a_flooding_node_is_held_to_its_share_while_another_node_keeps_being_answered() {
+    let (client, faults) = faulty().await;
+    let mut config = EdgeControllerConfig::default();
+    config.buffer.patch_node = 64;
+    config.load.patch_node_workers = 12;
+    config.node_queue_share_min = 4;
+    let env = start_with(client, config, |ec| ec).await;
+    let (hostile, calm) = (unique("hostile"), unique("calm"));
+    edge_node(&env.client, &hostile).await;
+    edge_node(&env.client, &calm).await;
+    // The hostile node's writes are slow, so what it sends piles up in the queue.
+    faults.delay_next(
+        Method::PATCH,
+        &format!("/nodes/{hostile}/status"),
+        200,
+        Duration::from_secs(3),
+    );
+    let patch = || Content::string(r#"{"status":{}}"#);
+    let flood: Vec<Message> = (0..200)
+        .map(|_| {
+            request(
+                &format!("node/{hostile}/null/nodepatch/{hostile}"),
+                "patch",
+                patch(),
+            )
+        })
+        .collect();
+    for r in &flood {
+        env.inject(r.clone()).await;
+    }
+    let calm_requests: Vec<Message> = (0..6)
+        .map(|_| {
+            request(
+                &format!("node/{calm}/null/nodepatch/{calm}"),
+                "patch",
+                patch(),
+            )
+        })
+        .collect();
+    for r in &calm_requests {
+        env.inject(r.clone()).await;
+    }
+    for r in &calm_requests {
+        let resp = env
+            .expect("calm node answered", |m| m.header.parent_id == r.header.id)
+            .await;
+        let c = body(&resp);
+        assert!(c["Err"].is_null(), "the calm node is served: {c}");
+        assert_eq!(c["Object"]["metadata"]["name"], calm.as_str());
+    }
+    let (mut taken, mut refused) = (0, 0);
+    for r in &flood {
+        let resp = env
+            .expect("hostile node answered", |m| {
+                m.header.parent_id == r.header.id
+            })
+            .await;
+        let c = body(&resp);
+        if code(&resp) == Some(429) {
+            assert_eq!(c["Err"]["ErrStatus"]["reason"], "TooManyRequests");
+            let message = c["Err"]["ErrStatus"]["message"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                message.contains("already has 8 patchNode requests"),
+                "{message}"
+            );
+            refused += 1;
+        } else {
+            assert!(c["Err"].is_null(), "{c}");
+            taken += 1;
+        }
+    }
+    // The share is 8 (64 / 8); a slow machine may see some of them finish during the flood.
+    assert!(
+        (8..=16).contains(&taken),
+        "hostile node got {taken} requests in"
+    );
+    let q = env.metrics.snapshot().queue("patchNode").cloned().unwrap();
+    assert_eq!(q.node_share, Some(8));
+    assert_eq!(q.rejected_over_share, refused);
+    assert_eq!(q.rejected, 0, "the queue itself never filled");
+    env.stop().await;
+}
+
+/// One legacy status message cannot fan out into thousands of API calls: a list longer than
+/// the node can run pods is refused whole with `413` before anything is read or written.
+#[actix_rt::test]
+async fn a_legacy_pod_status_list_longer_than_the_node_can_run_is_refused_whole() {
+    let admin = k8s_testenv::client().await;
+    let (ns, e1, big) = (
+        k8s_testenv::namespace("ec").await,
+        unique("e1"),
+        unique("big"),
+    );
+    edge_node(&admin, &e1).await;
+    edge_node(&admin, &big).await;
+    Api::<Node>::all(admin.clone())
+        .patch_status(
+            &big,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"pods": "200"}}})),
+        )
+        .await
+        .unwrap();
+    let web = pod(&admin, &ns, "web", &e1).await;
+    let env = start().await;
+    let entry = json!({"UID": web.uid(), "Name": "web", "Status": {"phase": "Failed"}});
+    let list = |n: usize| content(json!(vec![entry.clone(); n]));
+    let resource = format!("node/{e1}/{ns}/podstatus");
+    // The node's pod capacity is unknown: the kubelet's default, 110.
+    let resp = env.ask(request(&resource, "update", list(111))).await;
+    let reply = body(&resp);
+    assert_eq!(
+        err_status(&reply),
+        (Some(413), Some("RequestEntityTooLarge")),
+        "{reply}"
+    );
+    let message = reply["ErrStatus"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("at most 110"), "{message}");
+    let live = Api::<Pod>::namespaced(env.client.clone(), &ns)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(
+        live.resource_version(),
+        web.resource_version(),
+        "nothing written"
+    );
+    assert_eq!(env.metrics.snapshot().pod_status_lists_refused, 1);
+    // A node that can run more pods may send a longer list.
+    let resp = env
+        .ask(request(
+            &format!("node/{big}/{ns}/podstatus"),
+            "update",
+            list(201),
+        ))
+        .await;
+    let message = body(&resp)["ErrStatus"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.contains("at most 200"), "{message}");
+    // A list within the bound is written as before.
+    let resp = env.ask(request(&resource, "update", list(2))).await;
+    assert_eq!(resp.content.as_json(), r#""OK""#);
+    let live = Api::<Pod>::namespaced(env.client.clone(), &ns)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(live.status.unwrap().phase.as_deref(), Some("Failed"));
+    assert_eq!(env.metrics.snapshot().pod_status_lists_refused, 2);
+    env.stop().await;
+}

@@ -17,8 +17,9 @@ use crate::reconciler::{Counters, Reconciler, Settings};
 ///
 /// Keeps every edge converging on the latest objects: for each ObjectSync and
 /// ClusterObjectSync (what an edge acknowledged) it sends the live object when it is newer,
-/// and a delete when the object is gone or was recreated; it removes records of deleted
-/// nodes. Messages go to module `cloudhub` as `edgecontroller` (`devicecontroller` for
+/// and a delete when the object is gone or was recreated (never one that could remove the new
+/// incarnation at the edge: a recreated Node's record is dropped silently); it removes records
+/// of deleted nodes. Messages go to module `cloudhub` as `edgecontroller` (`devicecontroller` for
 /// `devices.kubeedge.io` kinds). It receives nothing.
 ///
 /// ```no_run
@@ -89,8 +90,12 @@ pub struct SyncMetricsSnapshot {
     pub updates_sent: u64,
     /// Deletes sent for gone or recreated objects.
     pub deletes_sent: u64,
-    /// Records deleted (of deleted nodes, or unusable).
+    /// Records deleted (of deleted nodes, of previous incarnations, or unusable).
     pub records_deleted: u64,
+    /// Records of a previous incarnation of their object (deleted and recreated under the
+    /// same name) dropped without sending the edge anything: the node's own Node, and other
+    /// kinds the edge deletes by name once the new incarnation is recorded for the node.
+    pub superseded_dropped: u64,
     /// Full reconcile passes.
     pub passes: u64,
 }
@@ -103,6 +108,7 @@ impl SyncControllerMetrics {
             updates_sent: c.updates.load(Ordering::Relaxed),
             deletes_sent: c.deletes.load(Ordering::Relaxed),
             records_deleted: c.records_deleted.load(Ordering::Relaxed),
+            superseded_dropped: c.superseded_dropped.load(Ordering::Relaxed),
             passes: c.passes.load(Ordering::Relaxed),
         }
     }

@@ -5,6 +5,14 @@
 //! object it tracks changes or disappears (event-driven, W22), and every record once per
 //! interval (the safety net, and the resend for edges that missed a message). Object caches
 //! exist per kind, are filled by one watch per kind and keep only objects some record tracks.
+//!
+//! A record whose object exists under another UID belongs to a previous incarnation (deleted
+//! and recreated under the same name, typically while the edge was away). Its delete is sent
+//! only where it cannot hit the new incarnation: the edge deletes a pod only when the UIDs
+//! match, but every other kind by name. So for pods the delete goes out; a Node's record is
+//! dropped without a word (a Node delete reaching its own edge would cut the edge off); for
+//! other kinds the record is dropped once a record of the new incarnation shows that one is on
+//! its way, and the delete is sent only when none has appeared after a grace period.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -23,7 +31,9 @@ use kube::runtime::watcher::{self, Event};
 use kubeedge_api::NodeResource;
 use kubeedge_api::lifecycle::{Lifecycle, StopSignal};
 use kubeedge_api::names::{CLOUDHUB, GROUP_RESOURCE};
-use kubeedge_api::reliablesyncs::{ClusterObjectSync, ObjectSync, parse_object_sync_name};
+use kubeedge_api::reliablesyncs::{
+    ClusterObjectSync, ObjectSync, object_sync_name, parse_object_sync_name,
+};
 use kubeedge_api::watch::{self, CacheWriter, Change};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -35,6 +45,14 @@ use crate::record::{Decision, Record, RecordKey, decide};
 const DISCOVERY_RETRY: Duration = Duration::from_secs(30);
 /// Record deletions are tried this many times, 1 s apart (spec §4.6).
 const DELETE_ATTEMPTS: u32 = 5;
+/// How long the record of a previous incarnation of a kind the edge deletes by name waits for
+/// a record of the new incarnation before the old copy's delete is sent. cloudhub records a
+/// copy as soon as it is given one (also for an edge that is away), so after this no new copy
+/// is on its way to that edge and a delete by name can only remove the old one.
+const SUPERSEDED_GRACE: Duration = Duration::from_secs(10);
+/// A record being dropped is not dropped again sooner (its deletion shows in the record watch
+/// long before).
+const DROP_RETRY: Duration = Duration::from_secs(30);
 
 /// Counters of the synccontroller.
 #[derive(Debug, Default)]
@@ -42,6 +60,7 @@ pub(crate) struct Counters {
     pub(crate) updates: AtomicU64,
     pub(crate) deletes: AtomicU64,
     pub(crate) records_deleted: AtomicU64,
+    pub(crate) superseded_dropped: AtomicU64,
     pub(crate) passes: AtomicU64,
 }
 
@@ -91,6 +110,10 @@ pub(crate) struct Reconciler {
     targets: HashMap<RecordKey, ObjKey>,
     watches: SelectAll<BoxStream<'static, (usize, Event<DynamicObject>)>>,
     running: bool,
+    /// Records of a previous incarnation waiting for the new one's record, since when.
+    superseded_since: HashMap<RecordKey, Instant>,
+    /// Records of a previous incarnation being dropped, since when.
+    dropping: HashMap<RecordKey, Instant>,
 }
 
 impl Reconciler {
@@ -116,6 +139,8 @@ impl Reconciler {
             targets: HashMap::new(),
             watches: SelectAll::new(),
             running: false,
+            superseded_since: HashMap::new(),
+            dropping: HashMap::new(),
         }
     }
 
@@ -222,7 +247,11 @@ impl Reconciler {
                         self.reconcile(&r).await;
                     }
                 }
-                Change::Deleted(r) => self.untrack(&r.key),
+                Change::Deleted(r) => {
+                    self.superseded_since.remove(&r.key);
+                    self.dropping.remove(&r.key);
+                    self.untrack(&r.key);
+                }
             }
         }
     }
@@ -282,15 +311,18 @@ impl Reconciler {
         }
     }
 
-    /// One pass over every record. Deletes go out before updates: when an object was deleted
-    /// and recreated under the same name, the edge (which deletes ConfigMaps and Secrets by key)
-    /// must see the old copy's delete before the new copy.
+    /// One pass over every record. Deletes go out before updates: should a delete by name of
+    /// an old copy and the new copy go out in the same pass, the edge must see the delete
+    /// first.
     async fn full_pass(&mut self) {
         self.counters.passes.fetch_add(1, Ordering::Relaxed);
         let mut updates = Vec::new();
         for r in self.all_records() {
             match self.assess(&r).await {
-                Some((slot, Decision::Orphan, _)) => self.send_orphan_delete(slot, &r).await,
+                Some((slot, Decision::Orphan, _)) => self.orphan(slot, &r).await,
+                Some((slot, Decision::Superseded, Some(obj))) => {
+                    self.superseded(slot, &r, &obj).await;
+                }
                 Some((slot, Decision::Update, Some(obj))) => updates.push((slot, r, obj)),
                 _ => {}
             }
@@ -360,9 +392,106 @@ impl Reconciler {
     async fn reconcile(&mut self, record: &Record) {
         match self.assess(record).await {
             Some((slot, Decision::Update, Some(obj))) => self.send_update(slot, record, &obj).await,
-            Some((slot, Decision::Orphan, _)) => self.send_orphan_delete(slot, record).await,
+            Some((slot, Decision::Orphan, _)) => self.orphan(slot, record).await,
+            Some((slot, Decision::Superseded, Some(obj))) => {
+                self.superseded(slot, record, &obj).await;
+            }
             _ => {}
         }
+    }
+
+    /// Whether the slot holds the core kind `kind`.
+    fn is_core(&self, slot: usize, kind: &str) -> bool {
+        let r = &self.slots[slot].resource;
+        r.group.is_empty() && r.kind == kind
+    }
+
+    /// The object is gone: the edge deletes its copy. Never for a Node: the only Node an edge
+    /// holds is its own, and that one's records go with the node.
+    async fn orphan(&mut self, slot: usize, record: &Record) {
+        if self.is_core(slot, "Node") {
+            self.drop_superseded(record, "node object gone");
+            return;
+        }
+        self.send_orphan_delete(slot, record).await;
+    }
+
+    /// The object was deleted and recreated under the record's name (see the module doc).
+    async fn superseded(&mut self, slot: usize, record: &Record, live: &DynamicObject) {
+        if self.is_core(slot, "Pod") {
+            // The edge removes a pod only when its stored copy has the delete's UID (and then
+            // relists the pods it holds), so the new incarnation is untouched.
+            self.send_orphan_delete(slot, record).await;
+            return;
+        }
+        if self.is_core(slot, "Node") {
+            // A Node delete would take the node's own object from its edge (and make cloudhub
+            // end the session); the new Node reaches the edge as any update does.
+            self.drop_superseded(record, "node recreated");
+            return;
+        }
+        let live_uid = live.metadata.uid.as_deref().unwrap_or_default();
+        if self.has_record_of(record, live_uid) {
+            // The new copy is on its way and replaces the old one at the edge by name; a
+            // delete by name could arrive after it and remove it.
+            self.drop_superseded(record, "new incarnation recorded for the node");
+            return;
+        }
+        let since = *self
+            .superseded_since
+            .entry(record.key.clone())
+            .or_insert_with(Instant::now);
+        if since.elapsed() >= SUPERSEDED_GRACE {
+            self.send_orphan_delete(slot, record).await;
+        } else {
+            debug!(
+                record = record.key.name(),
+                "object recreated: waiting for a record of the new incarnation before deleting the old copy"
+            );
+        }
+    }
+
+    /// Whether the record's node also has a record of the object with `uid` (the same kind of
+    /// record: ObjectSync in the same namespace, or ClusterObjectSync).
+    fn has_record_of(&self, record: &Record, uid: &str) -> bool {
+        let Some((node, _)) = &record.target else {
+            return false;
+        };
+        if uid.is_empty() {
+            return false;
+        }
+        let name = object_sync_name(node, uid);
+        match &record.key {
+            RecordKey::Namespaced { namespace, .. } => {
+                self.syncs.reader().get_by(Some(namespace), &name).is_some()
+            }
+            RecordKey::Cluster { .. } => self.cluster_syncs.reader().get(&name).is_some(),
+        }
+    }
+
+    /// Deletes a record of a previous incarnation without sending anything to its node.
+    fn drop_superseded(&mut self, record: &Record, why: &'static str) {
+        if self
+            .dropping
+            .get(&record.key)
+            .is_some_and(|at| at.elapsed() < DROP_RETRY)
+        {
+            return;
+        }
+        self.dropping.insert(record.key.clone(), Instant::now());
+        let node = record.target.as_ref().map(|(n, _)| n.as_str());
+        info!(
+            record = record.key.name(),
+            node,
+            kind = %record.kind,
+            object = %record.object_name,
+            why,
+            "stale record dropped; nothing sent to the edge"
+        );
+        self.counters
+            .superseded_dropped
+            .fetch_add(1, Ordering::Relaxed);
+        self.delete_records(vec![record.key.clone()]);
     }
 
     /// What `record` needs (with its kind's slot and the live object), without sending
@@ -501,7 +630,7 @@ impl Reconciler {
             .with_content(content);
         debug!(
             record = record.key.name(),
-            "object gone or recreated: deleting it at the edge"
+            "object gone or recreated: deleting the old copy at the edge"
         );
         if self.send(msg).await {
             self.counters.deletes.fetch_add(1, Ordering::Relaxed);

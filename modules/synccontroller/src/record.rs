@@ -91,8 +91,12 @@ pub(crate) enum Decision {
     Skip(&'static str),
     /// The live object is newer than what the edge acknowledged: send it.
     Update,
-    /// The object is gone or was recreated: tell the edge to delete its copy.
+    /// The object is gone: tell the edge to delete its copy.
     Orphan,
+    /// An object of that name exists with another UID: the record belongs to a previous
+    /// incarnation (deleted and recreated under the same name). What to do depends on how the
+    /// edge matches a delete (by UID for pods, by name for everything else).
+    Superseded,
 }
 
 /// Decides for `record` given the live object (`None` = it does not exist). Never panics on
@@ -105,7 +109,7 @@ pub(crate) fn decide(record: &Record, object: Option<&DynamicObject>) -> Decisio
         return Decision::Orphan;
     };
     if object.metadata.uid.as_deref() != Some(uid.as_str()) {
-        return Decision::Orphan;
+        return Decision::Superseded;
     }
     if record.acked.is_empty() {
         return Decision::Skip("nothing acknowledged yet");
@@ -166,7 +170,7 @@ mod tests {
         assert_eq!(decide(&record("5"), None), Decision::Orphan);
         assert_eq!(
             decide(&record("5"), Some(&object("other", "9"))),
-            Decision::Orphan
+            Decision::Superseded
         );
         assert_eq!(
             decide(&record("5"), Some(&object("u1", "9"))),

@@ -265,6 +265,11 @@ impl Upstream {
     /// Runs the handler of `kind` for `msg`; the handler sends its own answers.
     pub(crate) async fn handle(&self, kind: Kind, msg: Message) -> Outcome {
         debug!(kind = kind.name(), msg_id = %msg.header.id, resource = %msg.route.resource, operation = %msg.route.operation, "handling");
+        if kind == Kind::UpdatePodStatus
+            && let Err(too_long) = self.check_pod_status_list(&msg)
+        {
+            return self.fail(kind, &msg, too_long).await;
+        }
         match self.check(kind, &msg).await {
             Ok(()) => {}
             // The pod to delete is gone: nothing left to authorize or do.

@@ -10,6 +10,7 @@ use kubeedge_api::NodeResource;
 use kubeedge_api::client::Identity;
 use kubeedge_api::status::StatusError;
 use serde::Deserialize;
+use serde::de::{Deserializer as _, Error as _, IgnoredAny, SeqAccess, Visitor};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -20,6 +21,11 @@ use crate::reply;
 const RECREATED: &str = "The object might have been deleted and then recreated";
 /// Retries of conflicting status writes (409) before giving up.
 const CONFLICT_RETRIES: usize = 3;
+/// The fewest statuses a legacy list may always hold: the kubelet's default `maxPods`.
+pub(crate) const MIN_POD_STATUS_LIST: usize = 110;
+/// The most statuses a legacy list may hold whatever the node's pod capacity says: each
+/// costs a GET and a PUT, and a 32 MiB message could otherwise carry ~10^5 of them.
+pub(crate) const MAX_POD_STATUS_LIST: usize = 1000;
 
 /// The legacy pod status request (`edgeapi.PodStatusRequest`, keys without JSON tags).
 #[derive(Debug, Clone, Deserialize)]
@@ -113,6 +119,43 @@ pub(crate) fn merge_pod_status(
     status
 }
 
+/// Whether `bytes` is a JSON array of more than `limit` elements. Stops reading at element
+/// `limit + 1`, so a huge list costs no more than a legal one; anything that is not an array
+/// is `false` (the handler answers it `400`).
+fn list_longer_than(bytes: &[u8], limit: usize) -> bool {
+    struct Longer<'a> {
+        limit: usize,
+        over: &'a std::cell::Cell<bool>,
+    }
+    impl<'de> Visitor<'de> for Longer<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut n = 0;
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                n += 1;
+                if n > self.limit {
+                    self.over.set(true);
+                    return Err(A::Error::custom("list too long"));
+                }
+            }
+            Ok(())
+        }
+    }
+    let over = std::cell::Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let _ = de.deserialize_seq(Longer { limit, over: &over });
+    over.get()
+}
+
+/// The node's pod capacity (`status.capacity.pods`) if the Node cache knows it.
+fn pod_capacity(node: &k8s_openapi::api::core::v1::Node) -> Option<usize> {
+    let q = node.status.as_ref()?.capacity.as_ref()?.get("pods")?;
+    q.0.parse().ok()
+}
+
 /// True when no container is running (each is terminated or waiting).
 fn none_running(status: &PodStatus) -> bool {
     status.container_statuses.iter().flatten().all(|c| {
@@ -179,8 +222,53 @@ impl Upstream {
         .await
     }
 
-    /// `podstatus`/`update` (deprecated): one status or, without a name, a list. Exactly one
-    /// answer per request (W13): `"OK"`, or the first error.
+    /// The most statuses one legacy list of `node` may hold: its pod capacity as the Node
+    /// cache knows it, kept within [`MIN_POD_STATUS_LIST`]..=[`MAX_POD_STATUS_LIST`] (the
+    /// floor when the capacity is unknown). A node cannot run more pods than that, so a longer
+    /// list is not a status report.
+    pub(crate) fn pod_status_list_limit(&self, node: &str) -> usize {
+        self.nodes
+            .get_by(None, node)
+            .and_then(|n| pod_capacity(&n))
+            .unwrap_or(MIN_POD_STATUS_LIST)
+            .clamp(MIN_POD_STATUS_LIST, MAX_POD_STATUS_LIST)
+    }
+
+    /// Refuses a legacy status list longer than [`Upstream::pod_status_list_limit`] before
+    /// anything else reads it (authorization included): `413`, a warning and a count. One
+    /// message would otherwise fan out into two API calls per entry.
+    pub(crate) fn check_pod_status_list(&self, msg: &Message) -> Result<(), StatusError> {
+        let Ok(r) = kubeedge_api::NodeResourceRef::parse(&msg.route.resource) else {
+            return Ok(());
+        };
+        if !r.name.is_empty() {
+            return Ok(());
+        }
+        let limit = self.pod_status_list_limit(r.node);
+        if !list_longer_than(&msg.content.bytes(), limit) {
+            return Ok(());
+        }
+        warn!(
+            node = r.node,
+            namespace = r.namespace,
+            limit,
+            msg_id = %msg.header.id,
+            "legacy pod status list refused: more statuses than the node can run pods"
+        );
+        self.metrics.pod_status_list_refused();
+        Err(StatusError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!(
+                "edgecontroller: a pod status list of node {:?} may hold at most {limit} statuses",
+                r.node
+            ),
+        ))
+    }
+
+    /// `podstatus`/`update` (deprecated): one status or, without a name, a list (refused
+    /// whole past [`Upstream::pod_status_list_limit`]). Exactly one answer per request (W13):
+    /// `"OK"`, or the first error.
     pub(crate) async fn legacy_pod_status(&self, msg: &Message) -> Outcome {
         self.answer(Kind::UpdatePodStatus, msg, async {
             let r = parts(msg, true, false)?;
@@ -363,6 +451,27 @@ mod tests {
             v["initContainerStatuses"][0]["name"], "z",
             "init statuses follow the spec order"
         );
+    }
+
+    #[test]
+    fn list_length_is_read_only_as_far_as_the_limit() {
+        assert!(!list_longer_than(b"[1,2,3]", 3));
+        assert!(list_longer_than(b"[1,2,3,4]", 3));
+        assert!(!list_longer_than(b"[]", 0));
+        assert!(!list_longer_than(b"{\"a\":1}", 0), "not a list");
+        // Past the limit the rest is never parsed: trailing garbage does not matter.
+        assert!(list_longer_than(b"[{},{},{}, this is not JSON", 2));
+        let huge = format!("[{}{{}}]", "{},".repeat(100_000));
+        assert!(list_longer_than(huge.as_bytes(), MAX_POD_STATUS_LIST));
+    }
+
+    #[test]
+    fn pod_capacity_comes_from_the_node_status() {
+        let n: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(json!({"status": {"capacity": {"pods": "250"}}})).unwrap();
+        assert_eq!(pod_capacity(&n), Some(250));
+        let n: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(pod_capacity(&n), None);
     }
 
     #[test]

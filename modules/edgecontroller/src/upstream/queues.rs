@@ -1,6 +1,8 @@
 //! One bounded queue per request kind with its own concurrency limit (W1), built on
 //! [`kubeedge_api::queue`]: a full queue refuses at once (answered `429` by the dispatcher),
-//! so a saturated kind never holds up another; on stop, queued requests are answered `503`.
+//! so a saturated kind never holds up another; each request counts against its node's share
+//! of the queue, so one node cannot fill it for all; on stop, queued requests are answered
+//! `503`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,11 +54,19 @@ impl Queues {
         Queues { queues }
     }
 
-    /// Queues `msg` for `kind` without waiting; hands it back when full or stopped.
+    /// Queues `msg` for `kind` without waiting, within the share of the node it came from
+    /// (the `node/<id>/` prefix cloudhub sets from the connection); hands it back when the
+    /// node holds its share, or the queue is full or stopped.
     pub(crate) fn try_enqueue(&self, kind: Kind, msg: Message) -> Result<(), EnqueueError> {
-        match self.queues.iter().find(|(k, _)| *k == kind) {
-            Some((_, q)) => q.try_enqueue(msg),
-            None => Err(EnqueueError::Stopped(Box::new(msg))),
+        let Some((_, q)) = self.queues.iter().find(|(k, _)| *k == kind) else {
+            return Err(EnqueueError::Stopped(Box::new(msg)));
+        };
+        match kubeedge_api::node_of(&msg.route.resource) {
+            Some(node) => {
+                let node = node.to_owned();
+                q.try_enqueue_from(&node, msg)
+            }
+            None => q.try_enqueue(msg),
         }
     }
 }

@@ -1,0 +1,422 @@
+//! Admission limits for the listeners that face the edge: how many connections may be open,
+//! how many may be still unauthenticated (TLS handshake and request head in progress), how
+//! many of those one source address may hold, and how long a connection may stay
+//! unauthenticated.
+//!
+//! A server asks its [`Gate`] to [`admit`](Gate::admit) every accepted socket before it spends
+//! anything on it, keeps the [`Admission`] as long as the connection lives, and calls
+//! [`Admission::authenticated`] once the peer has proven who it is. Dropping the admission
+//! releases its slots. [`Gate::stats`] is what `/metrics` shows.
+//!
+//! ```
+//! use std::net::{IpAddr, Ipv4Addr};
+//! use kubeedge_api::listener::{Gate, ListenerLimits, Refused};
+//! let limits = ListenerLimits { max_unauthenticated_per_ip: 1, ..ListenerLimits::default() };
+//! let gate = Gate::new("demo", limits);
+//! let peer = IpAddr::V4(Ipv4Addr::LOCALHOST);
+//! let first = gate.admit(peer).unwrap();
+//! assert!(matches!(gate.admit(peer), Err(Refused::PerIp { .. })));
+//! first.authenticated();
+//! let _second = gate.admit(peer).unwrap();
+//! assert_eq!(gate.stats().open, 2);
+//! ```
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+/// The limits of one listener (YAML: `maxConnections`, `maxHandshakes`,
+/// `maxUnauthenticatedPerIP`, `preAuthTimeoutSeconds`). Zero in a count means "no limit".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ListenerLimits {
+    /// Open connections, authenticated or not (default 10,000).
+    pub max_connections: u32,
+    /// Connections not yet authenticated: TLS handshake or request head in progress
+    /// (default 1,024).
+    pub max_handshakes: u32,
+    /// Unauthenticated connections from one source IP (default 64). Edges behind one NAT
+    /// share an address; a refused edge retries, and authenticated connections do not count.
+    #[serde(rename = "maxUnauthenticatedPerIP")]
+    pub max_unauthenticated_per_ip: u32,
+    /// Seconds a connection may take to finish TLS and send its request head (default 10).
+    pub pre_auth_timeout_seconds: u32,
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            max_connections: 10_000,
+            max_handshakes: 1_024,
+            max_unauthenticated_per_ip: 64,
+            pre_auth_timeout_seconds: 10,
+        }
+    }
+}
+
+impl ListenerLimits {
+    /// `preAuthTimeoutSeconds` as a duration (at least 1 s).
+    pub fn pre_auth_timeout(&self) -> Duration {
+        Duration::from_secs(u64::from(self.pre_auth_timeout_seconds.max(1)))
+    }
+}
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// `maxConnections` connections are open.
+    #[error("{limit} connections are open (maxConnections)")]
+    Connections {
+        /// The limit reached.
+        limit: u32,
+    },
+    /// `maxHandshakes` connections are unauthenticated.
+    #[error("{limit} connections are authenticating (maxHandshakes)")]
+    Handshakes {
+        /// The limit reached.
+        limit: u32,
+    },
+    /// The source address holds `maxUnauthenticatedPerIP` unauthenticated connections.
+    #[error("{ip} holds {limit} unauthenticated connections (maxUnauthenticatedPerIP)")]
+    PerIp {
+        /// The source address.
+        ip: IpAddr,
+        /// The limit reached.
+        limit: u32,
+    },
+}
+
+impl Refused {
+    /// The metrics label: `connections`, `handshakes` or `per_ip`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refused::Connections { .. } => "connections",
+            Refused::Handshakes { .. } => "handshakes",
+            Refused::PerIp { .. } => "per_ip",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    open: u64,
+    handshaking: u64,
+    per_ip: HashMap<IpAddr, u32>,
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    accepted: AtomicU64,
+    refused_connections: AtomicU64,
+    refused_handshakes: AtomicU64,
+    refused_per_ip: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+/// The admission state of one listener. Shared (`Arc`) by its accept loop and connections;
+/// every decision is made under one short lock, so the limits hold exactly.
+#[derive(Debug)]
+pub struct Gate {
+    listener: &'static str,
+    limits: ListenerLimits,
+    counts: Mutex<Counts>,
+    totals: Totals,
+}
+
+/// A point-in-time copy of a [`Gate`]'s gauges and counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListenerStats {
+    /// The listener's name (a metrics label).
+    pub listener: &'static str,
+    /// Connections open now.
+    pub open: u64,
+    /// Connections not yet authenticated now.
+    pub handshaking: u64,
+    /// Connections admitted since start.
+    pub accepted: u64,
+    /// Refused because `maxConnections` were open.
+    pub refused_connections: u64,
+    /// Refused because `maxHandshakes` were authenticating.
+    pub refused_handshakes: u64,
+    /// Refused because their address held `maxUnauthenticatedPerIP`.
+    pub refused_per_ip: u64,
+    /// Closed because they did not authenticate within `preAuthTimeoutSeconds`.
+    pub timed_out: u64,
+}
+
+impl Gate {
+    /// A gate for the listener named `listener` (used in logs and metrics).
+    pub fn new(listener: &'static str, limits: ListenerLimits) -> Arc<Gate> {
+        Arc::new(Gate {
+            listener,
+            limits,
+            counts: Mutex::new(Counts::default()),
+            totals: Totals::default(),
+        })
+    }
+
+    /// The limits this gate enforces.
+    pub fn limits(&self) -> &ListenerLimits {
+        &self.limits
+    }
+
+    /// The listener's name.
+    pub fn listener(&self) -> &'static str {
+        self.listener
+    }
+
+    /// Admits a new unauthenticated connection from `peer`, or says why not (counted and
+    /// logged). The caller closes a refused socket at once, without reading from it.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Admission, Refused> {
+        let peer = canonical(peer);
+        let refused = {
+            let mut c = self.lock();
+            let l = &self.limits;
+            let on_ip = c.per_ip.get(&peer).copied().unwrap_or(0);
+            if l.max_connections > 0 && c.open >= u64::from(l.max_connections) {
+                Some(Refused::Connections {
+                    limit: l.max_connections,
+                })
+            } else if l.max_handshakes > 0 && c.handshaking >= u64::from(l.max_handshakes) {
+                Some(Refused::Handshakes {
+                    limit: l.max_handshakes,
+                })
+            } else if l.max_unauthenticated_per_ip > 0 && on_ip >= l.max_unauthenticated_per_ip {
+                Some(Refused::PerIp {
+                    ip: peer,
+                    limit: l.max_unauthenticated_per_ip,
+                })
+            } else {
+                c.open += 1;
+                c.handshaking += 1;
+                *c.per_ip.entry(peer).or_insert(0) += 1;
+                None
+            }
+        };
+        if let Some(why) = refused {
+            let counter = match why {
+                Refused::Connections { .. } => &self.totals.refused_connections,
+                Refused::Handshakes { .. } => &self.totals.refused_handshakes,
+                Refused::PerIp { .. } => &self.totals.refused_per_ip,
+            };
+            // Refusals come in floods; the counter carries the volume, the log the first few.
+            if counter.fetch_add(1, Ordering::Relaxed) % 1000 == 0 {
+                warn!(listener = self.listener, peer = %peer, reason = why.reason(), error = %why, "connection refused");
+            }
+            return Err(why);
+        }
+        self.totals.accepted.fetch_add(1, Ordering::Relaxed);
+        Ok(Admission {
+            gate: self.clone(),
+            peer,
+            authenticated: AtomicBool::new(false),
+        })
+    }
+
+    /// The gauges and counters now.
+    pub fn stats(&self) -> ListenerStats {
+        let (open, handshaking) = {
+            let c = self.lock();
+            (c.open, c.handshaking)
+        };
+        let t = &self.totals;
+        ListenerStats {
+            listener: self.listener,
+            open,
+            handshaking,
+            accepted: t.accepted.load(Ordering::Relaxed),
+            refused_connections: t.refused_connections.load(Ordering::Relaxed),
+            refused_handshakes: t.refused_handshakes.load(Ordering::Relaxed),
+            refused_per_ip: t.refused_per_ip.load(Ordering::Relaxed),
+            timed_out: t.timed_out.load(Ordering::Relaxed),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn leave_handshake(&self, peer: IpAddr) {
+        let mut c = self.lock();
+        c.handshaking = c.handshaking.saturating_sub(1);
+        if let Some(n) = c.per_ip.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                c.per_ip.remove(&peer);
+            }
+        }
+    }
+}
+
+/// An IPv4 peer seen through an IPv6 socket counts as the IPv4 address.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// One admitted connection's slots. Keep it as long as the connection lives; dropping it
+/// releases them.
+#[derive(Debug)]
+pub struct Admission {
+    gate: Arc<Gate>,
+    peer: IpAddr,
+    authenticated: AtomicBool,
+}
+
+impl Admission {
+    /// The peer has authenticated: the connection leaves the handshake and per-address
+    /// counts and stays in the open count. Idempotent.
+    pub fn authenticated(&self) {
+        if !self.authenticated.swap(true, Ordering::AcqRel) {
+            self.gate.leave_handshake(self.peer);
+        }
+    }
+
+    /// Whether [`authenticated`](Self::authenticated) was called.
+    pub fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::Acquire)
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> IpAddr {
+        self.peer
+    }
+
+    /// Runs the pre-authentication step `fut` (TLS, request head) under the listener's
+    /// `preAuthTimeoutSeconds`; `None` (counted and logged) when it did not finish in time.
+    pub async fn pre_auth<F: Future>(&self, fut: F) -> Option<F::Output> {
+        match tokio::time::timeout(self.gate.limits.pre_auth_timeout(), fut).await {
+            Ok(out) => Some(out),
+            Err(_) => {
+                self.timed_out();
+                None
+            }
+        }
+    }
+
+    /// Counts (and logs) one connection closed for not authenticating in time, for servers
+    /// that enforce the deadline themselves.
+    pub fn timed_out(&self) {
+        self.gate.totals.timed_out.fetch_add(1, Ordering::Relaxed);
+        info!(listener = self.gate.listener, peer = %self.peer, timeout_s = self.gate.limits.pre_auth_timeout_seconds, "connection closed: not authenticated in time");
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if !self.authenticated.load(Ordering::Acquire) {
+            self.gate.leave_handshake(self.peer);
+        }
+        let mut c = self.gate.lock();
+        c.open = c.open.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+    }
+
+    fn limits(conns: u32, handshakes: u32, per_ip: u32) -> ListenerLimits {
+        ListenerLimits {
+            max_connections: conns,
+            max_handshakes: handshakes,
+            max_unauthenticated_per_ip: per_ip,
+            pre_auth_timeout_seconds: 1,
+        }
+    }
+
+    #[test]
+    fn per_ip_limit_counts_only_unauthenticated_connections_of_that_address() {
+        let gate = Gate::new("t", limits(0, 0, 2));
+        let a = gate.admit(ip(1)).unwrap();
+        let _b = gate.admit(ip(1)).unwrap();
+        assert_eq!(
+            gate.admit(ip(1)).unwrap_err(),
+            Refused::PerIp {
+                ip: ip(1),
+                limit: 2
+            }
+        );
+        let _other = gate.admit(ip(2)).expect("another address is not affected");
+        a.authenticated();
+        a.authenticated();
+        let _c = gate
+            .admit(ip(1))
+            .expect("an authenticated connection frees its slot");
+        let s = gate.stats();
+        assert_eq!(
+            (s.open, s.handshaking, s.accepted, s.refused_per_ip),
+            (4, 3, 4, 1)
+        );
+    }
+
+    #[test]
+    fn handshake_and_connection_caps_hold_and_dropping_releases_them() {
+        let gate = Gate::new("t", limits(3, 2, 0));
+        let a = gate.admit(ip(1)).unwrap();
+        let b = gate.admit(ip(2)).unwrap();
+        assert!(matches!(
+            gate.admit(ip(3)),
+            Err(Refused::Handshakes { limit: 2 })
+        ));
+        a.authenticated();
+        b.authenticated();
+        let c = gate.admit(ip(3)).unwrap();
+        assert!(matches!(
+            gate.admit(ip(4)),
+            Err(Refused::Connections { limit: 3 })
+        ));
+        drop(c);
+        drop(a);
+        let _d = gate.admit(ip(4)).unwrap();
+        let s = gate.stats();
+        assert_eq!((s.open, s.handshaking), (2, 1));
+        assert_eq!((s.refused_connections, s.refused_handshakes), (1, 1));
+        drop(b);
+        drop(_d);
+        let s = gate.stats();
+        assert_eq!((s.open, s.handshaking), (0, 0));
+        assert!(
+            gate.lock().per_ip.is_empty(),
+            "no address entry outlives its connections"
+        );
+    }
+
+    #[test]
+    fn mapped_ipv6_peers_count_as_their_ipv4_address() {
+        let gate = Gate::new("t", limits(0, 0, 1));
+        let _a = gate.admit(ip(9)).unwrap();
+        let mapped = IpAddr::V6(Ipv4Addr::new(127, 0, 0, 9).to_ipv6_mapped());
+        assert!(matches!(gate.admit(mapped), Err(Refused::PerIp { .. })));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pre_auth_deadline_is_counted() {
+        let gate = Gate::new("t", limits(0, 0, 0));
+        let a = gate.admit(ip(1)).unwrap();
+        assert_eq!(a.pre_auth(async { 7 }).await, Some(7));
+        assert_eq!(a.pre_auth(std::future::pending::<()>()).await, None);
+        assert_eq!(gate.stats().timed_out, 1);
+    }
+
+    #[test]
+    fn yaml_keys_and_defaults() {
+        let l: ListenerLimits =
+            serde_yaml::from_str("maxConnections: 5\nmaxUnauthenticatedPerIP: 3").unwrap();
+        assert_eq!((l.max_connections, l.max_unauthenticated_per_ip), (5, 3));
+        assert_eq!((l.max_handshakes, l.pre_auth_timeout_seconds), (1024, 10));
+    }
+}

@@ -283,11 +283,15 @@ impl CloudCore {
             addresses.https = addrs.https;
             metrics::cloudhub(metrics, hub.clone());
         }
+        let mut listeners: Vec<metrics::ListenerSource> = Vec::new();
         if let Some(s) = &stream {
             addresses.tunnel = Some(s.tunnel_addr());
             addresses.stream = Some(s.stream_addr());
             metrics::cloudstream(metrics, s.clone());
+            let s = s.clone();
+            listeners.push(Box::new(move || s.listener_stats()));
         }
+        metrics::listeners(metrics, listeners);
         info!(?addresses, "cloudcore started");
         Ok(CloudCore {
             bus,

@@ -405,6 +405,36 @@ pub fn cloudstream(metrics: &Metrics, stream: CloudStreamHandle) {
                 "Stream server requests refused by authorization (403).",
                 c.authz_denied,
             ),
+            (
+                "cloudstream_streams_overflowed_total",
+                "counter",
+                "Streams ended because their client fell a whole stream budget behind an edge that cannot pace one stream (edgecore), or the edge overran its window.",
+                c.streams_overflowed,
+            ),
+            (
+                "cloudstream_streams_refused_per_node_total",
+                "counter",
+                "Stream requests refused (503) because the node had its maximum of open streams.",
+                c.streams_refused_per_node,
+            ),
+            (
+                "cloudstream_edge_response_timeouts_total",
+                "counter",
+                "Streams answered 504 because the edge never answered.",
+                c.edge_response_timeouts,
+            ),
+            (
+                "cloudstream_api_write_timeouts_total",
+                "counter",
+                "Streams dropped because the API server side stopped reading (write timeout).",
+                c.api_write_timeouts,
+            ),
+            (
+                "cloudstream_removes_for_unknown_total",
+                "counter",
+                "REMOVE answers sent for DATA on stream ids the cloud no longer had.",
+                c.removes_for_unknown,
+            ),
         ] {
             single(out, name, kind, help, v as f64);
         }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use kubeedge_api::listener::ListenerLimits;
 use serde::{Deserialize, Serialize};
 
 /// `modules.cloudStream` (KubeEdge `CloudStream`, defaults from `default.go`).
@@ -35,6 +36,14 @@ pub struct CloudStreamConfig {
     /// Rust: how the stream server authorizes a caller after its certificate, as a kubelet
     /// does (`authorization` of the kubelet configuration; upstream has no such step).
     pub stream_authorization: StreamAuthorizationConfig,
+    /// Rust: admission limits of the stream server (`streamPort`; the API server and
+    /// metrics scrapers dial it): open connections, TLS handshakes plus request heads in
+    /// progress, those per source address, and the deadline for them.
+    pub stream_limits: ListenerLimits,
+    /// Rust: admission limits of the tunnel server (`tunnelPort`; edges dial it), as
+    /// `streamLimits`. An edge counts as authenticated once its certificate, node name and
+    /// IP are accepted.
+    pub tunnel_limits: ListenerLimits,
 }
 
 /// `modules.cloudStream.streamAuthorization`: the kubelet's `authorization` block, with the
@@ -89,6 +98,8 @@ impl Default for CloudStreamConfig {
             stream_port: 10003,
             verify_stream_client_cert: true,
             stream_authorization: StreamAuthorizationConfig::default(),
+            stream_limits: ListenerLimits::default(),
+            tunnel_limits: ListenerLimits::default(),
         }
     }
 }
@@ -145,12 +156,21 @@ pub struct Tuning {
     pub node_update_interval: Duration,
     /// Give up setting the kubelet port after this (upstream 2 min), then close the tunnel.
     pub node_update_deadline: Duration,
-    /// Bytes one stream may have queued toward a slow API client. Past it the node's tunnel
-    /// waits for that client (upstream always does, W14), as long as it makes progress.
+    /// Bytes one stream may have queued toward its API client. The tunnel reader never waits
+    /// for one stream: an edge that takes part in per-stream flow control (the Rust edge)
+    /// gets this as its send window, so it never exceeds it and a slow client slows only its
+    /// own stream; for any other edge (edgecore), a stream whose client falls this far behind
+    /// is ended. Memory per node is bounded by this times `max_streams_per_node`.
     pub stream_queue_bytes: usize,
-    /// A stream over its queue budget whose client takes nothing for this long is ended, so
-    /// a stuck client stalls its node's tunnel at most this long.
-    pub stream_stall_timeout: Duration,
+    /// Streams one node's tunnel may carry at once; more are answered 503.
+    pub max_streams_per_node: usize,
+    /// Exec/attach: how long the edge may take to answer a CONNECT (its kubelet's `101`)
+    /// before the API server gets `504 Gateway Timeout` and the stream is removed (edgecore
+    /// never answers when its kubelet is down).
+    pub edge_response_timeout: Duration,
+    /// Interval of TCP keepalive probes on accepted sockets (first probe after this much
+    /// idleness, then every this long); zero leaves keepalive off.
+    pub tcp_keepalive: Duration,
     /// Read buffer of API-side relays (upstream reads 256 bytes at a time, W24).
     pub relay_buffer: usize,
     /// Messages queued toward one tunnel's socket.
@@ -166,8 +186,10 @@ impl Default for Tuning {
             handshake_timeout: Duration::from_secs(10),
             node_update_interval: Duration::from_secs(20),
             node_update_deadline: Duration::from_secs(120),
-            stream_queue_bytes: 8 << 20,
-            stream_stall_timeout: Duration::from_secs(15),
+            stream_queue_bytes: 4 << 20,
+            max_streams_per_node: 64,
+            edge_response_timeout: Duration::from_secs(30),
+            tcp_keepalive: Duration::from_secs(15),
             relay_buffer: 32 * 1024,
             tunnel_queue: 1024,
         }
@@ -214,6 +236,8 @@ someFutureKey: 1
         assert!(c.verify_stream_client_cert);
         assert_eq!(c.stream_authorization, StreamAuthorizationConfig::default());
         assert_eq!(c.stream_authorization.mode, None);
+        assert_eq!(c.tunnel_limits, ListenerLimits::default());
+        assert_eq!(c.stream_limits, ListenerLimits::default());
         let back: CloudStreamConfig =
             serde_yaml::from_str(&serde_yaml::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
@@ -244,6 +268,21 @@ someFutureKey: 1
             serde_yaml::from_str::<CloudStreamConfig>("streamAuthorization: {mode: webhook}")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn listener_limits_should_parse_under_their_own_keys() {
+        let c: CloudStreamConfig = serde_yaml::from_str(
+            "streamLimits: {maxConnections: 5, preAuthTimeoutSeconds: 2}\ntunnelLimits: {maxHandshakes: 3, maxUnauthenticatedPerIP: 1}",
+        )
+        .unwrap();
+        assert_eq!(c.stream_limits.max_connections, 5);
+        assert_eq!(c.stream_limits.pre_auth_timeout_seconds, 2);
+        // Keys left out keep the listener's defaults.
+        assert_eq!(c.stream_limits.max_handshakes, 1_024);
+        assert_eq!(c.tunnel_limits.max_handshakes, 3);
+        assert_eq!(c.tunnel_limits.max_unauthenticated_per_ip, 1);
+        assert_eq!(c.tunnel_limits.max_connections, 10_000);
     }
 
     #[test]

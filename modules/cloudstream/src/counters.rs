@@ -16,6 +16,11 @@ pub struct Counters {
     authz_denied: AtomicU64,
     bytes_to_edge: AtomicU64,
     bytes_from_edge: AtomicU64,
+    streams_overflowed: AtomicU64,
+    streams_refused_per_node: AtomicU64,
+    edge_response_timeouts: AtomicU64,
+    api_write_timeouts: AtomicU64,
+    removes_for_unknown: AtomicU64,
 }
 
 /// A point-in-time copy of [`Counters`].
@@ -44,6 +49,18 @@ pub struct CountersSnapshot {
     pub bytes_to_edge: u64,
     /// Stream bytes received from tunnels.
     pub bytes_from_edge: u64,
+    /// Streams ended because their API client fell more than the stream queue budget behind
+    /// (edges without per-stream flow control) or the edge overran its window.
+    pub streams_overflowed: u64,
+    /// Stream requests refused (503) because the node carried `max_streams_per_node`.
+    pub streams_refused_per_node: u64,
+    /// Exec/attach requests answered 504 because the edge did not answer in time.
+    pub edge_response_timeouts: u64,
+    /// API connections dropped because a write toward them did not finish in time.
+    pub api_write_timeouts: u64,
+    /// REMOVE_CONNECT answers sent for DATA on a stream id the cloud no longer (or never)
+    /// had, at most one per id.
+    pub removes_for_unknown: u64,
 }
 
 impl Counters {
@@ -62,6 +79,11 @@ impl Counters {
             authz_denied: g(&self.authz_denied),
             bytes_to_edge: g(&self.bytes_to_edge),
             bytes_from_edge: g(&self.bytes_from_edge),
+            streams_overflowed: g(&self.streams_overflowed),
+            streams_refused_per_node: g(&self.streams_refused_per_node),
+            edge_response_timeouts: g(&self.edge_response_timeouts),
+            api_write_timeouts: g(&self.api_write_timeouts),
+            removes_for_unknown: g(&self.removes_for_unknown),
         }
     }
 
@@ -109,5 +131,26 @@ impl Counters {
 
     pub(crate) fn received_from_edge(&self, n: usize) {
         self.bytes_from_edge.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_overflowed(&self) {
+        self.streams_overflowed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_refused_per_node(&self) {
+        self.streams_refused_per_node
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn edge_response_timeout(&self) {
+        self.edge_response_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn api_write_timeout(&self) {
+        self.api_write_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn remove_for_unknown(&self) {
+        self.removes_for_unknown.fetch_add(1, Ordering::Relaxed);
     }
 }

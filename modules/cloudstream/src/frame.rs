@@ -36,6 +36,17 @@ pub enum FrameError {
     },
 }
 
+/// Upgrade header in which an edge offers per-stream flow control (any value; the Rust edge
+/// sends `1`) and in which the cloud's `101` answers with the window in bytes. Only then
+/// does the edge keep each stream's unacknowledged DATA within the window and the cloud send
+/// [`MessageType::Window`]; edges that do not send it (edgecore) never see one. Go spells
+/// header names this way on the wire.
+pub const WINDOW_HEADER: &str = "Sessionstreamwindow";
+
+/// Wire value of [`MessageType::Window`]: far from KubeEdge's `iota` values, so a type
+/// upstream adds later does not collide with it.
+const WINDOW_CODE: u64 = 64;
+
 /// The type of a tunnel message (`pkg/stream/constants.go`, an `iota` from 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MessageType {
@@ -53,6 +64,11 @@ pub enum MessageType {
     CloseConnect,
     /// 6: cloud→edge, JSON of an attach connection.
     AttachConnect,
+    /// 64 (Rust only): cloud→edge, the cloud's client took this many more bytes of the
+    /// stream (data: one uvarint), so the edge may send that many more. Only sent to an edge
+    /// that asked for per-stream flow control in its upgrade request; KubeEdge never uses
+    /// the value.
+    Window,
     /// Any other value (printed `UNKNOWN`, as upstream).
     Unknown(u64),
 }
@@ -68,6 +84,7 @@ impl MessageType {
             MessageType::RemoveConnect => 4,
             MessageType::CloseConnect => 5,
             MessageType::AttachConnect => 6,
+            MessageType::Window => WINDOW_CODE,
             MessageType::Unknown(v) => v,
         }
     }
@@ -82,6 +99,7 @@ impl MessageType {
             4 => MessageType::RemoveConnect,
             5 => MessageType::CloseConnect,
             6 => MessageType::AttachConnect,
+            WINDOW_CODE => MessageType::Window,
             v => MessageType::Unknown(v),
         }
     }
@@ -108,6 +126,7 @@ impl fmt::Display for MessageType {
             MessageType::RemoveConnect => "REMOVE_CONNECT",
             MessageType::CloseConnect => "CLOSE_CONNECT",
             MessageType::AttachConnect => "ATTACH_CONNECT",
+            MessageType::Window => "WINDOW",
             MessageType::Unknown(_) => "UNKNOWN",
         })
     }
@@ -151,6 +170,29 @@ impl TunnelMessage {
             MessageType::CloseConnect,
             Bytes::copy_from_slice(reason.as_bytes()),
         )
+    }
+
+    /// A `WINDOW` message granting `bytes` more to stream `connect_id`.
+    pub fn window(connect_id: u64, bytes: u64) -> Self {
+        let mut out = [0u8; MAX_VARINT_LEN];
+        let n = put_uvarint(&mut out, bytes);
+        TunnelMessage::new(
+            connect_id,
+            MessageType::Window,
+            Bytes::copy_from_slice(&out[..n]),
+        )
+    }
+
+    /// The grant of a `WINDOW` message; `None` for another type or when the data is not
+    /// one uvarint.
+    pub fn window_grant(&self) -> Option<u64> {
+        if self.kind != MessageType::Window {
+            return None;
+        }
+        match read_uvarint(&self.data) {
+            Ok((v, n)) if n == self.data.len() => Some(v),
+            _ => None,
+        }
     }
 
     /// Bytes of the id and type varints (the header before the data).
@@ -406,5 +448,19 @@ mod tests {
         }
         assert_eq!(MessageType::from_code(7).to_string(), "UNKNOWN");
         assert_eq!(MessageType::from_code(7).code(), 7);
+    }
+
+    #[test]
+    fn window_messages_should_carry_one_uvarint() {
+        let w = TunnelMessage::window(300, 1 << 20);
+        let back = TunnelMessage::decode(w.encode()).unwrap();
+        assert_eq!(back.kind, MessageType::Window);
+        assert_eq!(back.kind.code(), 64);
+        assert_eq!(back.window_grant(), Some(1 << 20));
+        assert_eq!(TunnelMessage::data(1, &b"x"[..]).window_grant(), None);
+        assert_eq!(
+            TunnelMessage::new(1, MessageType::Window, &b"\x01\x02"[..]).window_grant(),
+            None
+        );
     }
 }

@@ -175,6 +175,7 @@ pub async fn read_request_head<R: AsyncRead + Unpin>(
                         version: req.version.unwrap_or(1),
                         headers: owned(req.headers),
                     };
+                    check_framing(&head.headers)?;
                     buf.advance(n);
                     return Ok(head);
                 }
@@ -221,6 +222,30 @@ pub async fn read_request_head_within<R: AsyncRead + Unpin>(
     tokio::time::timeout(limit, read_request_head(io, buf))
         .await
         .map_err(|_| HttpError::Timeout)?
+}
+
+/// Refuses a request whose body length is ambiguous: two `Content-Length` headers (even
+/// equal ones), a `Content-Length` that is not a plain number, or `Content-Length` together
+/// with `Transfer-Encoding`. Proxies in front may pick a different one than we would, and
+/// the bytes after the body would then be read as another request (smuggling).
+fn check_framing(headers: &Headers) -> Result<(), HttpError> {
+    let mut lengths = headers.all("Content-Length");
+    let first = lengths.next();
+    if lengths.next().is_some() {
+        return Err(HttpError::Malformed("duplicate Content-Length".into()));
+    }
+    if let Some(v) = first {
+        let v = v.trim_ascii();
+        if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+            return Err(HttpError::Malformed("invalid Content-Length".into()));
+        }
+        if headers.get("Transfer-Encoding").is_some() {
+            return Err(HttpError::Malformed(
+                "Content-Length with Transfer-Encoding".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn owned(headers: &[httparse::Header<'_>]) -> Headers {
@@ -506,6 +531,26 @@ mod tests {
         assert!(body_of(raw, 64).await.is_err());
         let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
         assert!(body_of(raw, 64).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn ambiguous_body_lengths_should_be_malformed() {
+        for raw in [
+            &b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx"[..],
+            b"POST / HTTP/1.1\r\nContent-Length: 1\r\ncontent-length: 2\r\n\r\nx",
+            b"POST / HTTP/1.1\r\nContent-Length: 1, 1\r\n\r\nx",
+            b"POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\nx",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\nx",
+        ] {
+            let mut io = raw;
+            let mut buf = BytesMut::new();
+            let r = read_request_head(&mut io, &mut buf).await;
+            assert!(matches!(r, Err(HttpError::Malformed(_))), "{r:?}");
+        }
+        let mut io = &b"POST / HTTP/1.1\r\nContent-Length: 1\r\n\r\nx"[..];
+        let mut buf = BytesMut::new();
+        let head = read_request_head(&mut io, &mut buf).await.unwrap();
+        assert_eq!(head.content_length(), Some(1));
     }
 
     #[tokio::test]

@@ -1,26 +1,32 @@
 //! The accept loop and TLS handshake the tunnel and stream servers share.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use kubeedge_api::listener::{Admission, Gate};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Pause after a failed accept (e.g. out of file descriptors), so the loop does not spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// Accepts connections on `listener` until `stop` fires and spawns `serve` for each (with
-/// Nagle off). `server` names the listener in the logs.
+/// Accepts connections on `listener` until `stop` fires. Each socket is first admitted by
+/// `gate` (a refused one is closed at once, unread); admitted ones get Nagle off and TCP
+/// keepalive every `keepalive` (zero: off), and `serve` runs with the admission, which it
+/// keeps for the connection's life. `server` names the listener in the logs.
 pub(crate) async fn accept_until<F, Fut>(
     listener: TcpListener,
     stop: &CancellationToken,
     server: &'static str,
+    gate: Arc<Gate>,
+    keepalive: Duration,
     mut serve: F,
 ) where
-    F: FnMut(TcpStream, SocketAddr) -> Fut,
+    F: FnMut(TcpStream, SocketAddr, Admission) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     loop {
@@ -35,10 +41,30 @@ pub(crate) async fn accept_until<F, Fut>(
                 }
             },
         };
+        // The gate counts and logs refusals itself.
+        let Ok(admission) = gate.admit(peer.ip()) else {
+            drop(tcp);
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
-        tokio::spawn(serve(tcp, peer));
+        set_keepalive(&tcp, keepalive);
+        tokio::spawn(serve(tcp, peer, admission));
     }
     info!("{server} server stopped accepting");
+}
+
+/// Turns on TCP keepalive, so a peer that vanished without a FIN or RST (power loss, NAT
+/// state dropped) is noticed by the kernel even while we only wait to write or read.
+fn set_keepalive(tcp: &TcpStream, every: Duration) {
+    if every.is_zero() {
+        return;
+    }
+    let params = socket2::TcpKeepalive::new()
+        .with_time(every)
+        .with_interval(every);
+    if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&params) {
+        debug!(error = %e, "TCP keepalive not set");
+    }
 }
 
 /// The server side of the TLS handshake on `tcp`, given at most `limit`; `None` when it

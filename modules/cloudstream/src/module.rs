@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix::{Actor, Context, Handler};
 use actix_rt::Arbiter;
 use beehive::{Endpoint, Message, Module};
+use kubeedge_api::listener::{Gate, ListenerStats};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -110,6 +111,8 @@ impl std::fmt::Debug for CloudStream {
 pub struct CloudStreamHandle {
     tunnel_addr: SocketAddr,
     stream_addr: SocketAddr,
+    tunnel_gate: Arc<Gate>,
+    stream_gate: Arc<Gate>,
     shared: Arc<Shared>,
     stop: CancellationToken,
     stopped_tx: Arc<watch::Sender<bool>>,
@@ -130,6 +133,12 @@ impl CloudStreamHandle {
     /// Current counters.
     pub fn counters(&self) -> CountersSnapshot {
         self.shared.counters.snapshot()
+    }
+
+    /// Admission gauges and counters of both listeners, for `/metrics`: the tunnel server
+    /// (listener `cloudstream_tunnel`) then the stream server (`cloudstream_stream`).
+    pub fn listener_stats(&self) -> Vec<ListenerStats> {
+        vec![self.tunnel_gate.stats(), self.stream_gate.stats()]
     }
 
     /// Names of the nodes with a tunnel now, sorted.
@@ -310,6 +319,8 @@ impl CloudStream {
             Tuning::default(),
         ));
         let handle = CloudStreamHandle {
+            tunnel_gate: Gate::new("cloudstream_tunnel", config.tunnel_limits.clone()),
+            stream_gate: Gate::new("cloudstream_stream", config.stream_limits.clone()),
             tunnel_addr: addr(
                 listeners.as_ref().map(|l| &l.0),
                 "tunnel",
@@ -440,8 +451,8 @@ impl CloudStream {
                 pods,
                 authz,
             };
-            let tunnel = tokio::spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, stop.clone()));
-            let streams = tokio::spawn(stream::run(stream_l, stream_tls, ctx, stop.clone()));
+            let tunnel = tokio::spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, handle.tunnel_gate.clone(), stop.clone()));
+            let streams = tokio::spawn(stream::run(stream_l, stream_tls, ctx, handle.stream_gate.clone(), stop.clone()));
             let iptables = iptables.map(|(client, runner)| {
                 let records = negotiate::watch_record(client.clone(), stop.clone());
                 tokio::spawn(negotiate::release_deleted_cloudcores(client, negotiate::cloudcore_namespace(), stop.clone()));

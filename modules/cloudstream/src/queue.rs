@@ -1,14 +1,12 @@
-//! The per-stream inbound queue both ends use. A byte budget bounds its memory. Over budget,
-//! [`QueueSender::push`] ends the stream at once (one slow stream never stalls its tunnel,
-//! W14/W15), while [`QueueSender::push_paced`] waits for the consumer to catch up and ends the
-//! stream only when it makes no progress for a while.
+//! The per-stream inbound queue both ends use. A byte budget bounds its memory; over budget,
+//! [`QueueSender::push`] ends that stream at once and never waits, so one slow consumer
+//! never stalls the tunnel reader that feeds every stream of its node.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 /// Why a stream ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +44,6 @@ pub enum PushError {
 pub struct QueueSender {
     tx: mpsc::UnboundedSender<Inbound>,
     queued: Arc<AtomicUsize>,
-    drained: Arc<Notify>,
     budget: usize,
 }
 
@@ -55,35 +52,30 @@ pub struct QueueSender {
 pub struct QueueReceiver {
     rx: mpsc::UnboundedReceiver<Inbound>,
     queued: Arc<AtomicUsize>,
-    drained: Arc<Notify>,
 }
 
 /// A queue that holds at most `budget` bytes of undelivered data.
 pub fn stream_queue(budget: usize) -> (QueueSender, QueueReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let drained = Arc::new(Notify::new());
     (
         QueueSender {
             tx,
             queued: queued.clone(),
-            drained: drained.clone(),
             budget,
         },
-        QueueReceiver {
-            rx,
-            queued,
-            drained,
-        },
+        QueueReceiver { rx, queued },
     )
 }
 
 impl QueueSender {
-    /// Queues `data` without waiting. Over budget, the stream is ended with
-    /// [`StreamEnd::Overflow`] and the data dropped.
+    /// Queues `data` without waiting. Over budget the stream is ended with
+    /// [`StreamEnd::Overflow`] and the data dropped; a message larger than the whole budget
+    /// is still taken when the queue is empty.
     pub fn push(&self, data: Bytes) -> Result<(), PushError> {
         let len = data.len();
-        if self.queued.fetch_add(len, Ordering::AcqRel) + len > self.budget {
+        let before = self.queued.fetch_add(len, Ordering::AcqRel);
+        if before > 0 && before + len > self.budget {
             self.end(StreamEnd::Overflow);
             return Err(PushError::Overflow);
         }
@@ -92,31 +84,9 @@ impl QueueSender {
             .map_err(|_| PushError::Gone)
     }
 
-    /// Queues `data`, first waiting while the budget is spent (back-pressure toward whoever
-    /// feeds the tunnel). If the consumer takes nothing for `stall`, the stream is ended with
-    /// [`StreamEnd::Overflow`] instead. A message larger than the whole budget waits for an
-    /// empty queue.
-    pub async fn push_paced(&self, data: Bytes, stall: Duration) -> Result<(), PushError> {
-        let len = data.len();
-        loop {
-            // Registered before the check, so a drain in between is not missed.
-            let drained = self.drained.notified();
-            let queued = self.queued.load(Ordering::Acquire);
-            if queued == 0 || queued + len <= self.budget {
-                break;
-            }
-            if self.tx.is_closed() {
-                return Err(PushError::Gone);
-            }
-            if tokio::time::timeout(stall, drained).await.is_err() {
-                self.end(StreamEnd::Overflow);
-                return Err(PushError::Overflow);
-            }
-        }
-        self.queued.fetch_add(len, Ordering::AcqRel);
-        self.tx
-            .send(Inbound::Data(data))
-            .map_err(|_| PushError::Gone)
+    /// Bytes queued and not yet taken by the consumer.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
     }
 
     /// Ends the stream; the consumer sees `End(reason)` after the data queued before it.
@@ -142,7 +112,6 @@ impl QueueReceiver {
     fn account(&self, ev: Inbound) -> Inbound {
         if let Inbound::Data(d) = &ev {
             self.queued.fetch_sub(d.len(), Ordering::AcqRel);
-            self.drained.notify_waiters();
         }
         ev
     }
@@ -168,46 +137,6 @@ mod tests {
         assert_eq!(
             rx.recv().await,
             Inbound::Data(Bytes::from_static(b"123456"))
-        );
-        assert_eq!(rx.recv().await, Inbound::End(StreamEnd::Overflow));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn paced_push_should_wait_for_a_slow_consumer_and_end_a_stuck_one() {
-        let (tx, mut rx) = stream_queue(10);
-        tx.push_paced(Bytes::from_static(b"12345678"), Duration::from_secs(5))
-            .await
-            .unwrap();
-        // Over budget: waits until the consumer takes something.
-        let waiting = {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                tx.push_paced(Bytes::from_static(b"abcdefgh"), Duration::from_secs(5))
-                    .await
-            })
-        };
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        assert!(!waiting.is_finished());
-        assert_eq!(
-            rx.recv().await,
-            Inbound::Data(Bytes::from_static(b"12345678"))
-        );
-        waiting.await.unwrap().unwrap();
-        assert_eq!(
-            rx.recv().await,
-            Inbound::Data(Bytes::from_static(b"abcdefgh"))
-        );
-        // A consumer that takes nothing for the stall time loses the stream.
-        tx.push_paced(Bytes::from_static(b"12345678"), Duration::from_secs(5))
-            .await
-            .unwrap();
-        let r = tx
-            .push_paced(Bytes::from_static(b"abcdefgh"), Duration::from_secs(5))
-            .await;
-        assert_eq!(r, Err(PushError::Overflow));
-        assert_eq!(
-            rx.recv().await,
-            Inbound::Data(Bytes::from_static(b"12345678"))
         );
         assert_eq!(rx.recv().await, Inbound::End(StreamEnd::Overflow));
     }

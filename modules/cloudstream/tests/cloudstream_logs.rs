@@ -177,7 +177,7 @@ async fn fifty_concurrent_streams_on_one_node_should_all_complete_unchanged() {
 
 #[actix_rt::test]
 async fn slow_api_client_should_throttle_its_stream_not_lose_it() {
-    // A tiny budget: the tunnel must wait for this client instead of ending its stream.
+    // A tiny budget: the Rust edge's window throttles this stream instead of it being ended.
     let tuning = cloudstream::Tuning {
         stream_queue_bytes: 64 * 1024,
         ..cloudstream::Tuning::default()

@@ -1,14 +1,20 @@
 //! Exec and attach: after the request head, the API server's connection is a byte pipe to
 //! the kubelet through the tunnel. The kubelet's own `101` head comes back as the first DATA;
-//! nothing is synthesised here.
+//! nothing is synthesised here, except a `504` when the edge never answers.
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
-use tracing::debug;
+use tracing::{debug, warn};
 
+use super::server::write_within;
+use crate::http1;
 use crate::queue::{Inbound, StreamEnd};
-use crate::tunnel::ApiStream;
+use crate::tunnel::{ApiStream, Shared};
+
+/// Bytes of API-side input held while the edge has not answered yet; past it the API side
+/// is not read until the edge answers (the edge deadline still runs).
+const EARLY_INPUT_LIMIT: usize = 64 * 1024;
 
 /// Pipes `conn` and `stream` until either side ends. `leftover` holds bytes that arrived
 /// with the request head (upstream drops them, W11). The API side's EOF sends
@@ -17,22 +23,48 @@ use crate::tunnel::ApiStream;
 ///
 /// Nothing goes toward the edge before the edge's first DATA (the kubelet's `101` head): a
 /// Go edge registers the connection in a goroutine after the CONNECT, so DATA sent right
-/// behind the CONNECT can reach it before the connection exists and be dropped. Clients do
-/// not send protocol bytes before the `101` anyway, except pipelined ones, which wait.
+/// behind the CONNECT can reach it before the connection exists and be dropped. The API side
+/// is read from the start all the same (into a bounded buffer), so a client that goes away
+/// is noticed at once. An edge that has not answered within `edge_response_timeout` gets
+/// the API server a `504` and the stream removed. Every write toward the API server must
+/// finish within `write_timeout`.
 pub(crate) async fn pipe<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut S,
     leftover: BytesMut,
     mut stream: ApiStream,
-    buffer: usize,
+    shared: &Shared,
 ) {
     let id = stream.id();
+    let buffer = shared.tuning.relay_buffer;
     let sender = stream.sender();
     let edge_ready = Notify::new();
     let (mut rd, mut wr) = tokio::io::split(conn);
     // Both directions run at once, so a peer that is not reading cannot stall the other way.
     let upward = async {
-        edge_ready.notified().await;
-        if !leftover.is_empty() && sender.send(leftover.freeze()).await.is_err() {
+        let mut early = leftover;
+        // Until the edge answers: hold what the client sends, watching for its end.
+        loop {
+            if early.len() >= EARLY_INPUT_LIMIT {
+                edge_ready.notified().await;
+                break;
+            }
+            early.reserve(buffer);
+            tokio::select! {
+                () = edge_ready.notified() => break,
+                r = rd.read_buf(&mut early) => match r {
+                    Ok(0) => {
+                        debug!(id, "API side closed before the edge answered; removing the stream");
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        debug!(id, error = %e, "API side failed before the edge answered");
+                        return;
+                    }
+                },
+            }
+        }
+        if !early.is_empty() && sender.send(early.freeze()).await.is_err() {
             return;
         }
         let mut inbound = BytesMut::with_capacity(buffer);
@@ -52,37 +84,59 @@ pub(crate) async fn pipe<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     let downward = async {
+        let limit = shared.tuning.edge_response_timeout;
+        let first = match tokio::time::timeout(limit, stream.recv()).await {
+            Ok(ev) => ev,
+            Err(_) => {
+                shared.counters.edge_response_timeout();
+                shared.counters.request_refused();
+                warn!(
+                    id,
+                    timeout_s = limit.as_secs_f64(),
+                    "edge did not answer the exec/attach request; answering 504"
+                );
+                let text = "the edge did not answer in time (its kubelet may be down)";
+                let _ = write_within(&mut wr, &http1::text_response(504, text, true), shared).await;
+                return;
+            }
+        };
+        let mut ev = Some(first);
         loop {
-            let mut ev = Some(stream.recv().await);
+            let mut out = BytesMut::new();
+            let mut end = None;
             while let Some(e) = ev.take() {
                 match e {
                     Inbound::Data(d) => {
-                        if wr.write_all(&d).await.is_err() {
-                            return;
-                        }
+                        out.extend_from_slice(&d);
                         // Stores a permit: only the first one matters.
                         edge_ready.notify_one();
-                        ev = stream.try_recv();
+                        if out.len() < buffer {
+                            ev = stream.try_recv();
+                        }
                     }
-                    Inbound::End(StreamEnd::Removed) => {
-                        let _ = wr.flush().await;
-                        return;
-                    }
-                    Inbound::End(e) => {
-                        debug!(id, reason = ?e, "exec stream failed; dropping the API connection");
-                        return;
-                    }
+                    Inbound::End(e) => end = Some(e),
                 }
             }
-            if wr.flush().await.is_err() {
+            if !out.is_empty() && !write_within(&mut wr, &out, shared).await {
                 return;
             }
+            match end {
+                None => {}
+                Some(StreamEnd::Removed) => return,
+                Some(e) => {
+                    debug!(id, reason = ?e, "exec stream failed; dropping the API connection");
+                    return;
+                }
+            }
+            ev = Some(stream.recv().await);
         }
     };
     tokio::select! {
         () = upward => {}
         () = downward => {}
     }
-    let _ = wr.shutdown().await;
+    let _ = tokio::time::timeout(shared.tuning.write_timeout, wr.shutdown()).await;
+    // Dropping the stream unregisters it and sends REMOVE_CONNECT once, unless the edge
+    // ended it.
     drop(stream);
 }

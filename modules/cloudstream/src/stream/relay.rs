@@ -3,24 +3,27 @@
 //! and a client that goes away ends the stream (its drop sends `REMOVE_CONNECT`).
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tracing::debug;
 
 use super::Outcome;
+use super::server::write_within;
 use crate::http1::{self, LAST_CHUNK};
 use crate::queue::{Inbound, StreamEnd};
-use crate::tunnel::ApiStream;
+use crate::tunnel::{ApiStream, Shared};
 
 /// Flush when this much is batched even if more is queued.
 const BATCH: usize = 256 * 1024;
 
 /// Writes the response for `stream` on `conn`. Bytes the client sends meanwhile (a pipelined
-/// request) are kept in `pending`.
+/// request) are kept in `pending`. A client that takes nothing for `write_timeout` is
+/// dropped; one that reads slowly only slows its own stream.
 pub(crate) async fn relay_body<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut S,
     pending: &mut BytesMut,
     mut stream: ApiStream,
     keep_alive: bool,
+    shared: &Shared,
 ) -> Outcome {
     // Upstream commits 200 before the edge answers; kubelet statuses are not relayed.
     let head: &[u8] = if keep_alive {
@@ -28,7 +31,7 @@ pub(crate) async fn relay_body<S: AsyncRead + AsyncWrite + Unpin>(
     } else {
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     };
-    if conn.write_all(head).await.is_err() || conn.flush().await.is_err() {
+    if !write_within(conn, head, shared).await {
         return Outcome::Close;
     }
     let mut out = BytesMut::with_capacity(16 * 1024);
@@ -61,7 +64,7 @@ pub(crate) async fn relay_body<S: AsyncRead + AsyncWrite + Unpin>(
             out.extend_from_slice(LAST_CHUNK);
         }
         if !out.is_empty() {
-            if conn.write_all(&out).await.is_err() || conn.flush().await.is_err() {
+            if !write_within(conn, &out, shared).await {
                 return Outcome::Close;
             }
             out.clear();

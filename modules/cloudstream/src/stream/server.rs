@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use kubeedge_api::listener::{Admission, Gate};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -37,40 +38,63 @@ pub(crate) struct StreamContext {
     pub(crate) authz: Arc<Authorizer>,
 }
 
-/// Accepts API server connections until `stop` fires.
+/// Accepts API server connections until `stop` fires, admitting each through `gate`.
 pub(crate) async fn run(
     listener: TcpListener,
     tls: TlsAcceptor,
     ctx: StreamContext,
+    gate: Arc<Gate>,
     stop: CancellationToken,
 ) {
-    accept_until(listener, &stop.clone(), "stream", |tcp, peer| {
-        connection(tcp, peer, tls.clone(), ctx.clone(), stop.clone())
-    })
+    let keepalive = ctx.shared.tuning.tcp_keepalive;
+    accept_until(
+        listener,
+        &stop.clone(),
+        "stream",
+        gate,
+        keepalive,
+        |tcp, peer, admission| {
+            connection(tcp, peer, admission, tls.clone(), ctx.clone(), stop.clone())
+        },
+    )
     .await;
 }
 
 async fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
+    admission: Admission,
     tls: TlsAcceptor,
     ctx: StreamContext,
     stop: CancellationToken,
 ) {
     let limit = ctx.shared.tuning.handshake_timeout;
-    let Some(mut conn) = handshake(&tls, tcp, peer, limit, "stream").await else {
+    let mut buf = BytesMut::new();
+    // TLS and the first request head must arrive within the listener's deadline.
+    let first = admission
+        .pre_auth(async {
+            let mut conn = handshake(&tls, tcp, peer, limit, "stream").await?;
+            let head = tokio::select! {
+                _ = stop.cancelled() => return None,
+                r = http1::read_request_head_within(&mut conn, &mut buf, limit) => r,
+            };
+            Some((conn, head))
+        })
+        .await;
+    let Some(Some((mut conn, mut head))) = first else {
         return;
     };
     let caller =
         Caller::from_certificate(conn.get_ref().1.peer_certificates().and_then(|c| c.first()));
-    let mut buf = BytesMut::new();
-    let mut wait = limit;
+    let mut first = true;
     loop {
-        let head = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = http1::read_request_head_within(&mut conn, &mut buf, wait) => r,
-        };
-        let head = match head {
+        if !first {
+            head = tokio::select! {
+                _ = stop.cancelled() => break,
+                r = http1::read_request_head_within(&mut conn, &mut buf, IDLE_TIMEOUT) => r,
+            };
+        }
+        let head = match std::mem::replace(&mut head, Err(HttpError::Timeout)) {
             Ok(h) => h,
             Err(HttpError::Eof { partial: false }) | Err(HttpError::Timeout) => break,
             Err(e @ (HttpError::TooLarge | HttpError::Malformed(_))) => {
@@ -88,7 +112,11 @@ async fn connection(
                 break;
             }
         };
-        wait = IDLE_TIMEOUT;
+        if first {
+            // The certificate verified during TLS and a well-formed head arrived.
+            admission.authenticated();
+            first = false;
+        }
         if handle(&mut conn, &mut buf, head, &ctx, &caller).await == Outcome::Close {
             break;
         }
@@ -108,19 +136,22 @@ async fn respond<S: AsyncWrite + Unpin>(
     }
     write_response(
         conn,
+        ctx,
         &http1::text_response(status, text, !keep_alive),
         keep_alive,
     )
     .await
 }
 
-/// Writes a whole response; the connection stays open only when asked and the write worked.
+/// Writes a whole response within the write timeout; the connection stays open only when
+/// asked and the write worked.
 async fn write_response<S: AsyncWrite + Unpin>(
     conn: &mut S,
+    ctx: &StreamContext,
     response: &[u8],
     keep_alive: bool,
 ) -> Outcome {
-    let ok = conn.write_all(response).await.is_ok() && conn.flush().await.is_ok();
+    let ok = write_within(conn, response, &ctx.shared).await;
     if ok && keep_alive {
         Outcome::KeepAlive
     } else {
@@ -147,7 +178,28 @@ async fn respond_status<S: AsyncWrite + Unpin>(
         status["details"] = serde_json::json!({"name": node, "kind": "nodes"});
     }
     let response = http1::json_response(code, &status.to_string(), !keep_alive);
-    write_response(conn, &response, keep_alive).await
+    write_response(conn, ctx, &response, keep_alive).await
+}
+
+/// Writes and flushes `bytes`; false when that failed or took longer than `write_timeout`
+/// (a client that does not read is dropped, counted).
+pub(crate) async fn write_within<S: AsyncWrite + Unpin>(
+    conn: &mut S,
+    bytes: &[u8],
+    shared: &Shared,
+) -> bool {
+    let write = async {
+        conn.write_all(bytes).await?;
+        conn.flush().await
+    };
+    match tokio::time::timeout(shared.tuning.write_timeout, write).await {
+        Ok(r) => r.is_ok(),
+        Err(_) => {
+            shared.counters.api_write_timeout();
+            debug!("write toward the API client timed out; dropping it");
+            false
+        }
+    }
 }
 
 /// Authorizes `caller` for the request against `node` (unknown: `None`). `Err` is the
@@ -363,9 +415,9 @@ async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
     match kind {
         MessageType::ExecConnect | MessageType::AttachConnect => {
             let leftover = buf.split();
-            exec::pipe(conn, leftover, stream, ctx.shared.tuning.relay_buffer).await;
+            exec::pipe(conn, leftover, stream, &ctx.shared).await;
             Outcome::Close
         }
-        _ => relay::relay_body(conn, buf, stream, keep_alive).await,
+        _ => relay::relay_body(conn, buf, stream, keep_alive, &ctx.shared).await,
     }
 }

@@ -28,6 +28,14 @@ pub enum SessionError {
         /// Why the tunnel closed.
         reason: Arc<str>,
     },
+    /// The node already carries its maximum of streams; retryable once some end.
+    #[error("node {node} has {limit} streams open, its maximum")]
+    TooManyStreams {
+        /// The node.
+        node: String,
+        /// The limit reached (`Tuning::max_streams_per_node`).
+        limit: usize,
+    },
 }
 
 /// State the tunnel server and the stream server share.

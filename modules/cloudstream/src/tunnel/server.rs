@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use kubeedge_api::listener::{Admission, Gate};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -15,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::registry::RegisterError;
 use super::{NodeUpdater, Session, Shared};
-use crate::frame::TunnelMessage;
+use crate::frame::{TunnelMessage, WINDOW_HEADER};
 use crate::http1::{self, RequestHead};
 use crate::listen::{accept_until, handshake};
 use crate::tls::common_name;
@@ -30,17 +31,33 @@ const IP_HEADER: &str = "SessionInternalIP";
 /// What the edge sees when the Node update fails (upstream text).
 const NODE_UPDATE_FAILED: &str = "failed to Update KubeletEndpoint Port";
 
-/// Accepts tunnels until `stop` fires.
+/// Accepts tunnels until `stop` fires, admitting each connection through `gate`.
 pub(crate) async fn run(
     listener: TcpListener,
     tls: TlsAcceptor,
     shared: Arc<Shared>,
     nodes: Option<NodeUpdater>,
+    gate: Arc<Gate>,
     stop: CancellationToken,
 ) {
-    accept_until(listener, &stop, "tunnel", |tcp, peer| {
-        connection(tcp, peer, tls.clone(), shared.clone(), nodes.clone())
-    })
+    let keepalive = shared.tuning.tcp_keepalive;
+    accept_until(
+        listener,
+        &stop,
+        "tunnel",
+        gate,
+        keepalive,
+        |tcp, peer, admission| {
+            connection(
+                tcp,
+                peer,
+                admission,
+                tls.clone(),
+                shared.clone(),
+                nodes.clone(),
+            )
+        },
+    )
     .await;
 }
 
@@ -172,66 +189,49 @@ async fn check_ip(
     }
 }
 
+/// An edge that passed every check before the upgrade.
+struct Admitted {
+    tls: TlsStream<TcpStream>,
+    buf: BytesMut,
+    id: Identity,
+    flow_control: bool,
+}
+
 async fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
+    admission: Admission,
     tls: TlsAcceptor,
     shared: Arc<Shared>,
     nodes: Option<NodeUpdater>,
 ) {
-    let limit = shared.tuning.handshake_timeout;
-    let Some(mut tls) = handshake(&tls, tcp, peer, limit, "tunnel").await else {
+    // TLS, the upgrade request and the identity checks all count against the deadline.
+    let Some(admitted) = admission
+        .pre_auth(authenticate(tcp, peer, &tls, &shared, nodes.as_ref()))
+        .await
+    else {
         shared.counters.tunnel_refused();
         return;
     };
-    let leaf = tls
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .cloned();
-    let cn = leaf.as_ref().and_then(common_name);
-    let mut buf = BytesMut::new();
-    let head = match http1::read_request_head_within(&mut tls, &mut buf, limit).await {
-        Ok(h) => h,
-        Err(e) => {
-            debug!(%peer, error = %e, "no upgrade request on the tunnel port");
-            refuse(&mut tls, &shared, 400, "bad request").await;
-            return;
-        }
+    let Some(Admitted {
+        mut tls,
+        buf,
+        id,
+        flow_control,
+    }) = admitted
+    else {
+        return;
     };
-    let claimed_ip = head
-        .headers
-        .get_str(IP_HEADER)
-        .unwrap_or("")
-        .trim()
-        .to_owned();
-    let checked = async {
-        if let (Some(revocations), Some(leaf)) = (&shared.revocations, &leaf) {
-            revocations.check(leaf).map_err(|e| Refusal {
-                status: 403,
-                reason: e.to_string(),
-                identity: true,
-            })?;
-        }
-        let id = admit(&head, cn.as_deref(), peer)?;
-        check_ip(nodes.as_ref(), &id, peer).await?;
-        Ok::<_, Refusal>(id)
-    };
-    let id = match checked.await {
-        Ok(id) => id,
-        Err(r) => {
-            if r.identity {
-                shared.counters.tunnel_identity_refused();
-            }
-            warn!(%peer, cn = cn.as_deref().unwrap_or(""), ip = %claimed_ip, status = r.status, reason = %r.reason, "tunnel refused");
-            refuse(&mut tls, &shared, r.status, &r.reason).await;
-            return;
-        }
-    };
+    admission.authenticated();
 
     let (tx, rx) = mpsc::channel(shared.tuning.tunnel_queue);
-    let session = Session::new(id.node.clone(), id.ip.to_string(), tx, shared.clone());
+    let session = Session::new(
+        id.node.clone(),
+        id.ip.to_string(),
+        tx,
+        shared.clone(),
+        flow_control,
+    );
     // Registered before the 101, so that a refusal is still an HTTP status.
     match shared.registry.try_insert(session.clone()) {
         Ok(Some(old)) => old.close("replaced by a new tunnel from the same node"),
@@ -248,13 +248,18 @@ async fn connection(
         }
     }
     shared.counters.session_opened();
-    let switching = ws::switching_protocols(&id.accept);
+    let mut switching = ws::switching_protocols(&id.accept);
+    if let Some(window) = session.window() {
+        // The head ends with an empty line; the window header goes before it.
+        switching.truncate(switching.len() - 2);
+        switching.push_str(&format!("{WINDOW_HEADER}: {window}\r\n\r\n"));
+    }
     if tls.write_all(switching.as_bytes()).await.is_err() || tls.flush().await.is_err() {
         session.close("the upgrade response could not be written");
         shared.registry.remove(&session);
         return;
     }
-    info!(node = %id.node, ip = %id.ip, %peer, "tunnel connected");
+    info!(node = %id.node, ip = %id.ip, %peer, flow_control, "tunnel connected");
 
     let (read_half, write_half) = tokio::io::split(tls);
     let write_timeout = shared.tuning.write_timeout;
@@ -279,6 +284,72 @@ async fn connection(
     let abort = writer.abort_handle();
     if tokio::time::timeout(write_timeout, writer).await.is_err() {
         abort.abort();
+    }
+}
+
+/// TLS, the upgrade request and the identity checks; `None` when the edge was refused
+/// (answered and counted here).
+async fn authenticate(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    tls: &TlsAcceptor,
+    shared: &Shared,
+    nodes: Option<&NodeUpdater>,
+) -> Option<Admitted> {
+    let limit = shared.tuning.handshake_timeout;
+    let Some(mut tls) = handshake(tls, tcp, peer, limit, "tunnel").await else {
+        shared.counters.tunnel_refused();
+        return None;
+    };
+    let leaf = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .cloned();
+    let cn = leaf.as_ref().and_then(common_name);
+    let mut buf = BytesMut::new();
+    let head = match http1::read_request_head_within(&mut tls, &mut buf, limit).await {
+        Ok(h) => h,
+        Err(e) => {
+            debug!(%peer, error = %e, "no upgrade request on the tunnel port");
+            refuse(&mut tls, shared, 400, "bad request").await;
+            return None;
+        }
+    };
+    let claimed_ip = head
+        .headers
+        .get_str(IP_HEADER)
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    let checked = async {
+        if let (Some(revocations), Some(leaf)) = (&shared.revocations, &leaf) {
+            revocations.check(leaf).map_err(|e| Refusal {
+                status: 403,
+                reason: e.to_string(),
+                identity: true,
+            })?;
+        }
+        let id = admit(&head, cn.as_deref(), peer)?;
+        check_ip(nodes, &id, peer).await?;
+        Ok::<_, Refusal>(id)
+    };
+    match checked.await {
+        Ok(id) => Some(Admitted {
+            tls,
+            buf,
+            id,
+            flow_control: head.headers.get(WINDOW_HEADER).is_some(),
+        }),
+        Err(r) => {
+            if r.identity {
+                shared.counters.tunnel_identity_refused();
+            }
+            warn!(%peer, cn = cn.as_deref().unwrap_or(""), ip = %claimed_ip, status = r.status, reason = %r.reason, "tunnel refused");
+            refuse(&mut tls, shared, r.status, &r.reason).await;
+            None
+        }
     }
 }
 

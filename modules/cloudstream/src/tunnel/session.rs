@@ -1,7 +1,7 @@
 //! One edge node's tunnel: the streams open on it, the reader that dispatches what the edge
 //! sends, and the queue toward the writer task.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use super::{SessionError, Shared};
 use crate::frame::{FrameError, MessageType, TunnelMessage};
-use crate::queue::{Inbound, QueueReceiver, QueueSender, StreamEnd, stream_queue};
+use crate::queue::{Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue};
 use crate::ws::{Outgoing, WsMessage, WsReader};
 
 /// A node's tunnel session.
@@ -23,25 +23,64 @@ pub(crate) struct Session {
     pub(crate) ip: String,
     out: mpsc::Sender<Outgoing>,
     streams: Mutex<HashMap<u64, QueueSender>>,
+    /// Ids this session ended or answered with REMOVE_CONNECT, so late DATA for one of them
+    /// gets at most one REMOVE_CONNECT.
+    removed: Mutex<RecentIds>,
+    /// The edge's send window per stream when it takes part in flow control (`WINDOW`
+    /// messages); `None` for edges that do not (edgecore).
+    window: Option<usize>,
     closed: CancellationToken,
     reason: OnceLock<Arc<str>>,
     shared: Arc<Shared>,
 }
 
+/// How many removed ids a session remembers: enough for the DATA still in flight when a
+/// burst of streams ends, small enough not to matter per node.
+const RECENT_IDS: usize = 1024;
+
+/// A bounded set of recently removed stream ids; the oldest is forgotten first.
+#[derive(Debug, Default)]
+struct RecentIds {
+    order: VecDeque<u64>,
+    set: HashSet<u64>,
+}
+
+impl RecentIds {
+    /// Remembers `id`; false when it was already known.
+    fn insert(&mut self, id: u64) -> bool {
+        if !self.set.insert(id) {
+            return false;
+        }
+        self.order.push_back(id);
+        if self.order.len() > RECENT_IDS
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+        true
+    }
+}
+
 impl Session {
     /// A session not yet registered; the caller counts it open once registered, and
-    /// [`Session::close`] counts it closed.
+    /// [`Session::close`] counts it closed. With `flow_control`, each stream's edge sends
+    /// within a window of `stream_queue_bytes`, reopened by `WINDOW` messages as the API
+    /// client takes the bytes.
     pub(crate) fn new(
         node: String,
         ip: String,
         out: mpsc::Sender<Outgoing>,
         shared: Arc<Shared>,
+        flow_control: bool,
     ) -> Arc<Self> {
+        let window = flow_control.then_some(shared.tuning.stream_queue_bytes.max(1));
         Arc::new(Session {
             node,
             ip,
             out,
             streams: Mutex::new(HashMap::new()),
+            removed: Mutex::new(RecentIds::default()),
+            window,
             closed: CancellationToken::new(),
             reason: OnceLock::new(),
             shared,
@@ -50,6 +89,19 @@ impl Session {
 
     fn streams(&self) -> MutexGuard<'_, HashMap<u64, QueueSender>> {
         self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers that stream `id` is over; false when it already was.
+    fn forget(&self, id: u64) -> bool {
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id)
+    }
+
+    /// The per-stream send window granted to the edge, if it takes part in flow control.
+    pub(crate) fn window(&self) -> Option<usize> {
+        self.window
     }
 
     fn closed_error(&self) -> SessionError {
@@ -98,6 +150,16 @@ impl Session {
             if self.is_closed() {
                 return Err(self.closed_error());
             }
+            let limit = self.shared.tuning.max_streams_per_node;
+            if limit > 0 && streams.len() >= limit {
+                drop(streams);
+                self.shared.counters.stream_refused_per_node();
+                warn!(node = %self.node, limit, "node has its maximum of streams open; refusing another");
+                return Err(SessionError::TooManyStreams {
+                    node: self.node.clone(),
+                    limit,
+                });
+            }
             streams.insert(id, tx);
         }
         self.shared.counters.stream_opened();
@@ -105,6 +167,7 @@ impl Session {
             id,
             session: self.clone(),
             rx,
+            unacked: 0,
         };
         let json = connect_json(id);
         debug!(node = %self.node, id, %kind, "open stream");
@@ -113,8 +176,13 @@ impl Session {
     }
 
     /// Closes the session once: every open stream ends with `TunnelClosed(reason)`, a Close
-    /// frame is queued, and later sends fail.
+    /// frame (1001, going away) is queued, and later sends fail.
     pub(crate) fn close(&self, reason: &str) {
+        self.close_with(reason, 1001);
+    }
+
+    /// [`Session::close`] with the Close frame's status `code`.
+    fn close_with(&self, reason: &str, code: u16) {
         if self.reason.set(Arc::from(reason)).is_err() {
             return;
         }
@@ -134,55 +202,80 @@ impl Session {
         }
         let _ = self
             .out
-            .try_send(Outgoing::Close(1001, "tunnel session closed"));
+            .try_send(Outgoing::Close(code, "tunnel session closed"));
         self.shared.counters.session_closed();
     }
 
-    /// Handles one message from the edge. DATA for a stream whose client is behind waits
-    /// (paced) until it catches up or stalls.
-    async fn dispatch(&self, msg: TunnelMessage) {
+    /// Ends stream `id` from this side: unregisters it and tells the edge, once.
+    fn remove_stream(&self, id: u64, end: StreamEnd) {
+        if let Some(s) = self.streams().remove(&id) {
+            s.end(end);
+        }
+        if self.forget(id) {
+            let _ = self
+                .out
+                .try_send(Outgoing::Tunnel(TunnelMessage::remove(id)));
+        }
+    }
+
+    /// Handles one message from the edge. Never waits on a stream: DATA goes into that
+    /// stream's bounded queue or ends that stream, so one slow API client cannot hold up the
+    /// other streams of the node.
+    fn dispatch(&self, msg: TunnelMessage) {
+        let id = msg.connect_id;
         match msg.kind {
             MessageType::Data => {
                 self.shared.counters.received_from_edge(msg.data.len());
-                let Some(stream) = self.streams().get(&msg.connect_id).cloned() else {
-                    debug!(node = %self.node, id = msg.connect_id, "DATA for an unknown connection");
+                let Some(stream) = self.streams().get(&id).cloned() else {
+                    // The edge still holds a connection for an id we no longer have (we ended
+                    // it, or never had it): one REMOVE_CONNECT lets it close its side.
+                    if self.forget(id) {
+                        debug!(node = %self.node, id, "DATA for an unknown connection; removing it on the edge");
+                        self.shared.counters.remove_for_unknown();
+                        let _ = self
+                            .out
+                            .try_send(Outgoing::Tunnel(TunnelMessage::remove(id)));
+                    }
                     return;
                 };
-                let stall = self.shared.tuning.stream_stall_timeout;
-                let pushed = tokio::select! {
-                    r = stream.push_paced(msg.data, stall) => r,
-                    _ = self.closed.cancelled() => return,
-                };
-                if pushed.is_err() {
-                    warn!(node = %self.node, id = msg.connect_id, "stream client stalled past its queue budget; ending it");
-                    self.streams().remove(&msg.connect_id);
-                    let _ = self
-                        .out
-                        .try_send(Outgoing::Tunnel(TunnelMessage::remove(msg.connect_id)));
+                match stream.push(msg.data) {
+                    Ok(()) => {}
+                    Err(PushError::Overflow) => {
+                        self.shared.counters.stream_overflowed();
+                        warn!(
+                            node = %self.node,
+                            id,
+                            budget = self.shared.tuning.stream_queue_bytes,
+                            flow_control = self.window.is_some(),
+                            "stream's API client fell too far behind; ending the stream"
+                        );
+                        self.remove_stream(id, StreamEnd::Overflow);
+                    }
+                    // The relay is gone; its drop unregisters the stream and tells the edge.
+                    Err(PushError::Gone) => {}
                 }
             }
-            MessageType::RemoveConnect => match self.streams().remove(&msg.connect_id) {
-                Some(s) => s.end(StreamEnd::Removed),
-                None => {
-                    debug!(node = %self.node, id = msg.connect_id, "REMOVE_CONNECT for an unknown connection")
+            MessageType::RemoveConnect => {
+                self.forget(id);
+                match self.streams().remove(&id) {
+                    Some(s) => s.end(StreamEnd::Removed),
+                    None => {
+                        debug!(node = %self.node, id, "REMOVE_CONNECT for an unknown connection")
+                    }
                 }
-            },
+            }
             other => {
-                warn!(node = %self.node, id = msg.connect_id, kind = %other, "unexpected message from the edge; ignored")
+                warn!(node = %self.node, id, kind = %other, "unexpected message from the edge; ignored")
             }
         }
     }
 
     /// Ends one stream whose message could not be taken (too large), telling the edge.
     fn refuse(&self, id: u64) {
-        if let Some(s) = self.streams().remove(&id) {
-            s.end(StreamEnd::TunnelClosed(Arc::from(
-                "message over 1 MiB from the edge",
-            )));
-        }
-        let _ = self
-            .out
-            .try_send(Outgoing::Tunnel(TunnelMessage::remove(id)));
+        self.remove_stream(
+            id,
+            StreamEnd::TunnelClosed(Arc::from("message over 1 MiB from the edge")),
+        );
     }
 
     /// Reads the edge's messages until the tunnel ends, then closes the session. Silence for
@@ -196,7 +289,7 @@ impl Session {
             };
             match next {
                 Ok(Some(WsMessage::Text(payload))) => match TunnelMessage::decode(payload) {
-                    Ok(m) => self.dispatch(m).await,
+                    Ok(m) => self.dispatch(m),
                     Err(FrameError::TooLarge {
                         connect_id, len, ..
                     }) => {
@@ -212,7 +305,11 @@ impl Session {
                 }
                 Ok(Some(WsMessage::Pong(_))) => {}
                 Ok(Some(WsMessage::Close(code, _))) => {
-                    break format!("edge sent close ({})", code.unwrap_or(1005));
+                    // Answer with the edge's own code, as RFC 6455 asks of the endpoint
+                    // that did not start the close.
+                    let reason = format!("edge sent close ({})", code.unwrap_or(1005));
+                    self.close_with(&reason, echo_code(code));
+                    return;
                 }
                 Ok(None) => break "edge closed the connection".into(),
                 Err(e) => break e.to_string(),
@@ -238,13 +335,24 @@ impl Session {
     }
 }
 
+/// The status to answer a Close frame with: the peer's code when it may be sent, else 1000
+/// (no code, or one reserved for local use such as 1005/1006/1015).
+fn echo_code(code: Option<u16>) -> u16 {
+    code.filter(|c| matches!(c, 1000..=1003 | 1007..=1014 | 3000..=4999))
+        .unwrap_or(1000)
+}
+
 /// One API connection's stream on a session. Dropping it unregisters the id and, unless the
 /// edge ended it or the tunnel is gone, sends `REMOVE_CONNECT` exactly once.
+/// With flow control, bytes taken count as granted back to the edge (`WINDOW`) once they
+/// reach a quarter of the window, or before the stream waits with nothing queued.
 #[derive(Debug)]
 pub(crate) struct ApiStream {
     id: u64,
     session: Arc<Session>,
     rx: QueueReceiver,
+    /// Bytes taken from the queue and not yet granted back to the edge.
+    unacked: usize,
 }
 
 impl ApiStream {
@@ -253,14 +361,41 @@ impl ApiStream {
         self.id
     }
 
-    /// The next event from the edge.
+    /// The next event from the edge. Cancel-safe: nothing is lost when the future is
+    /// dropped before it resolves.
     pub(crate) async fn recv(&mut self) -> Inbound {
-        self.rx.recv().await
+        if let Some(ev) = self.try_recv() {
+            return ev;
+        }
+        // Nothing queued: the edge may be waiting for its window, so grant what was taken.
+        if self.unacked > 0 {
+            let grant = TunnelMessage::window(self.id, self.unacked as u64);
+            if self.session.send(grant).await.is_ok() {
+                self.unacked = 0;
+            }
+        }
+        let ev = self.rx.recv().await;
+        self.took(ev)
     }
 
     /// An event if one is queued now.
     pub(crate) fn try_recv(&mut self) -> Option<Inbound> {
-        self.rx.try_recv()
+        let ev = self.rx.try_recv()?;
+        Some(self.took(ev))
+    }
+
+    fn took(&mut self, ev: Inbound) -> Inbound {
+        if let (Some(window), Inbound::Data(d)) = (self.session.window, &ev) {
+            self.unacked += d.len();
+            if self.unacked >= window / 4 {
+                let grant = TunnelMessage::window(self.id, self.unacked as u64);
+                // A full tunnel queue keeps the grant for the next wait.
+                if self.session.out.try_send(Outgoing::Tunnel(grant)).is_ok() {
+                    self.unacked = 0;
+                }
+            }
+        }
+        ev
     }
 
     /// A handle that sends on this stream while another task receives.
@@ -296,8 +431,9 @@ impl Drop for ApiStream {
         // The entry is gone when the edge removed the stream, the session closed, or the
         // stream was refused or overflowed (those sent REMOVE_CONNECT already).
         let registered = self.session.streams().remove(&self.id).is_some();
+        let first = self.session.forget(self.id);
         self.session.shared.counters.stream_closed();
-        if !registered || self.session.is_closed() {
+        if !registered || !first || self.session.is_closed() {
             return;
         }
         let msg = Outgoing::Tunnel(TunnelMessage::remove(self.id));

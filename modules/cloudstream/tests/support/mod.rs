@@ -64,17 +64,28 @@ impl Cloud {
         tuning: Tuning,
         adjust: impl FnOnce(CloudStream) -> CloudStream,
     ) -> Cloud {
+        Cloud::start_configured(tuning, |_| {}, adjust).await
+    }
+
+    /// A cloud whose configuration `configure` changes (ports stay 0) and whose module
+    /// `adjust` configures further before it starts.
+    pub async fn start_configured(
+        tuning: Tuning,
+        configure: impl FnOnce(&mut CloudStreamConfig),
+        adjust: impl FnOnce(CloudStream) -> CloudStream,
+    ) -> Cloud {
         init_tracing();
         let edge_ca = Pki::new("kubeedge-ca");
         let stream_ca = Pki::new("kubernetes-ca");
         let pods = StaticPods::new();
         let bus = Bus::new();
-        let config = CloudStreamConfig {
+        let mut config = CloudStreamConfig {
             enable: true,
             tunnel_port: 0,
             stream_port: 0,
             ..CloudStreamConfig::default()
         };
+        configure(&mut config);
         let tls = CloudStreamTls {
             tunnel: ServerTls::Material(edge_ca.server()),
             stream: Some(ServerTls::Material(stream_ca.server())),

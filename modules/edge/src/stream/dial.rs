@@ -44,6 +44,9 @@ pub(crate) struct Dialed {
     pub(crate) stream: TlsStream<TcpStream>,
     pub(crate) leftover: BytesMut,
     pub(crate) node_ip: String,
+    /// The per-stream send window the cloud granted, when it takes part in flow control
+    /// (a KubeEdge cloud does not answer the offer: no window, no limit).
+    pub(crate) window: Option<usize>,
 }
 
 fn host_of(server: &str) -> Option<&str> {
@@ -102,6 +105,8 @@ async fn dial_inner(
         &[
             ("Sessionhostnameoverride", node_name),
             ("Sessioninternalip", &node_ip),
+            // Offers per-stream flow control; a KubeEdge cloud ignores unknown headers.
+            (cloudstream::WINDOW_HEADER, "1"),
         ],
     );
     stream
@@ -123,9 +128,15 @@ async fn dial_inner(
         )));
     }
     ws::check_upgrade_response(&head, &key).map_err(|e| DialError::Upgrade(e.to_string()))?;
+    let window = head
+        .headers
+        .get_str(cloudstream::WINDOW_HEADER)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|w| *w > 0);
     Ok(Dialed {
         stream,
         leftover,
         node_ip,
+        window,
     })
 }

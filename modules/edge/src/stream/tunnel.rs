@@ -1,5 +1,7 @@
 //! One tunnel session on the edge: reads the cloud's messages, starts a relay per CONNECT,
 //! feeds DATA/REMOVE_CONNECT to the relays without ever waiting on one (W15), and pings.
+//! When the cloud granted a per-stream window, each stream sends only what the window
+//! allows and `WINDOW` messages reopen it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +13,7 @@ use cloudstream::ws::{Outgoing, Role, WsMessage, WsReader, write_loop};
 use cloudstream::{
     ConnectRequest, MessageType, QueueReceiver, QueueSender, StreamEnd, TunnelMessage, stream_queue,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -45,11 +47,24 @@ pub(crate) enum End {
 pub(crate) struct Up {
     pub(crate) id: u64,
     out: mpsc::Sender<Outgoing>,
+    /// With flow control: bytes the cloud lets this stream send now, and the whole window.
+    credit: Option<(Arc<Semaphore>, usize)>,
 }
 
 impl Up {
-    /// Sends DATA; `Err` when the tunnel is gone.
+    /// Sends DATA; `Err` when the tunnel or the stream is gone. With flow control, first
+    /// waits until the cloud's client has taken enough of what was sent before, so a slow
+    /// client holds back only this stream (its local connection is simply read later).
     pub(crate) async fn data(&self, data: Bytes) -> Result<(), End> {
+        if let Some((credit, window)) = &self.credit {
+            // A piece larger than the window needs the whole window, not more.
+            let need = data.len().min(*window).min(u32::MAX as usize) as u32;
+            match credit.acquire_many(need).await {
+                Ok(permit) => permit.forget(),
+                // Closed when the cloud removed the stream or the tunnel ended.
+                Err(_) => return Err(End::CloudRemoved),
+            }
+        }
         self.out
             .send(Outgoing::Tunnel(TunnelMessage::data(self.id, data)))
             .await
@@ -66,9 +81,27 @@ pub(crate) fn end_of(e: StreamEnd) -> End {
     }
 }
 
-type Streams = Arc<Mutex<HashMap<u64, (u64, QueueSender)>>>;
+/// One stream's entry: its generation, its inbound queue and, with flow control, its
+/// send credit (closed when the stream ends, so a relay waiting for credit wakes up).
+#[derive(Debug)]
+struct Entry {
+    generation: u64,
+    queue: QueueSender,
+    credit: Option<Arc<Semaphore>>,
+}
 
-fn lock(s: &Streams) -> MutexGuard<'_, HashMap<u64, (u64, QueueSender)>> {
+impl Entry {
+    fn end(self, why: StreamEnd) {
+        if let Some(c) = &self.credit {
+            c.close();
+        }
+        self.queue.end(why);
+    }
+}
+
+type Streams = Arc<Mutex<HashMap<u64, Entry>>>;
+
+fn lock(s: &Streams) -> MutexGuard<'_, HashMap<u64, Entry>> {
     s.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -83,6 +116,7 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
         ctx.options.ping_interval,
         session.clone(),
     ));
+    let window = dialed.window;
     let mut reader = WsReader::new(rd, Role::Client, dialed.leftover);
     let streams: Streams = Arc::default();
     let generation = AtomicU64::new(0);
@@ -112,8 +146,8 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
                     id = connect_id,
                     "tunnel message over 1 MiB; ending its stream"
                 );
-                if let Some((_, s)) = lock(&streams).remove(&connect_id) {
-                    s.end(StreamEnd::Overflow);
+                if let Some(e) = lock(&streams).remove(&connect_id) {
+                    e.end(StreamEnd::Overflow);
                 }
                 let _ = out.try_send(Outgoing::Tunnel(TunnelMessage::remove(connect_id)));
                 continue;
@@ -131,13 +165,23 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
             kind if kind.is_connect() => {
                 let (tx, qrx) = stream_queue(ctx.options.stream_queue_bytes);
                 let g = generation.fetch_add(1, Ordering::Relaxed);
-                if let Some((_, old)) = lock(&streams).insert(id, (g, tx)) {
+                let credit = window.map(|w| {
+                    let w = w.min(Semaphore::MAX_PERMITS);
+                    (Arc::new(Semaphore::new(w)), w)
+                });
+                let entry = Entry {
+                    generation: g,
+                    queue: tx,
+                    credit: credit.as_ref().map(|(c, _)| c.clone()),
+                };
+                if let Some(old) = lock(&streams).insert(id, entry) {
                     // A live id reused by the cloud: the old stream yields to the new one.
                     old.end(StreamEnd::Removed);
                 }
                 let up = Up {
                     id,
                     out: out.clone(),
+                    credit,
                 };
                 tokio::spawn(run_stream(
                     kind,
@@ -151,7 +195,7 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
             }
             MessageType::Data => {
                 let refused = match lock(&streams).get(&id) {
-                    Some((_, s)) => s.push(msg.data).is_err(),
+                    Some(e) => e.queue.push(msg.data).is_err(),
                     None => false,
                 };
                 if refused {
@@ -159,13 +203,28 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
                         id,
                         "local connection fell behind its queue budget; ending the stream"
                     );
-                    lock(&streams).remove(&id);
+                    if let Some(e) = lock(&streams).remove(&id) {
+                        e.end(StreamEnd::Overflow);
+                    }
                     let _ = out.try_send(Outgoing::Tunnel(TunnelMessage::remove(id)));
                 }
             }
             MessageType::RemoveConnect => {
-                if let Some((_, s)) = lock(&streams).remove(&id) {
-                    s.end(StreamEnd::Removed);
+                if let Some(e) = lock(&streams).remove(&id) {
+                    e.end(StreamEnd::Removed);
+                }
+            }
+            MessageType::Window => {
+                let streams = lock(&streams);
+                let credit = streams.get(&id).and_then(|e| e.credit.as_ref());
+                if let (Some(credit), Some(grant), Some(window)) =
+                    (credit, msg.window_grant(), window)
+                {
+                    // Never more than the whole window, whatever the cloud says.
+                    let room = window
+                        .min(Semaphore::MAX_PERMITS)
+                        .saturating_sub(credit.available_permits());
+                    credit.add_permits(usize::try_from(grant).unwrap_or(usize::MAX).min(room));
                 }
             }
             other => warn!(id, kind = %other, "Wrong message type"),
@@ -173,8 +232,8 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
     };
     session.cancel();
     let ended: Arc<str> = Arc::from(reason.as_str());
-    for (_, (_, s)) in lock(&streams).drain() {
-        s.end(StreamEnd::TunnelClosed(ended.clone()));
+    for (_, e) in lock(&streams).drain() {
+        e.end(StreamEnd::TunnelClosed(ended.clone()));
     }
     let _ = out.try_send(Outgoing::Close(1000, "edge stream closing"));
     drop(out);
@@ -236,7 +295,7 @@ async fn run_stream(
     };
     {
         let mut map = lock(&streams);
-        if map.get(&id).is_some_and(|(g, _)| *g == generation) {
+        if map.get(&id).is_some_and(|e| e.generation == generation) {
             map.remove(&id);
         }
     }

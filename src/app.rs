@@ -284,6 +284,10 @@ impl CloudCore {
             metrics::cloudhub(metrics, hub.clone());
         }
         let mut listeners: Vec<metrics::ListenerSource> = Vec::new();
+        if let Some(hub) = &hub {
+            let hub = hub.clone();
+            listeners.push(Box::new(move || hub.listener_stats()));
+        }
         if let Some(s) = &stream {
             addresses.tunnel = Some(s.tunnel_addr());
             addresses.stream = Some(s.stream_addr());

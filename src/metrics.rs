@@ -113,7 +113,7 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
             "Edge nodes with a session on this cloudhub.",
             hub.connected_nodes() as f64,
         );
-        let families: [Family<cloudhub::NodeStats>; 5] = [
+        let families: [Family<cloudhub::NodeStats>; 6] = [
             (
                 "cloudhub_node_messages_sent_total",
                 "counter",
@@ -133,26 +133,54 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
                 |s| s.retried as f64,
             ),
             (
-                "cloudhub_node_messages_dropped_total",
-                "counter",
-                "Messages dropped for the node.",
-                |s| s.dropped as f64,
-            ),
-            (
                 "cloudhub_node_messages_received_total",
                 "counter",
                 "Messages received from the node.",
                 |s| s.received as f64,
             ),
+            (
+                "cloudhub_node_backlog_bytes",
+                "gauge",
+                "Bytes queued toward the node and not yet written (replies included).",
+                |s| s.backlog as f64,
+            ),
+            (
+                "cloudhub_node_backlog_peak_bytes",
+                "gauge",
+                "Highest backlog of any one connection of the node.",
+                |s| s.backlog_peak as f64,
+            ),
         ];
-        let nodes = hub.all_node_stats();
+        // Every node seen since start: drop counters must not vanish when a node disconnects.
+        let nodes = hub.known_node_stats();
         per_item(
             out,
             &families,
             "node",
             nodes.iter().map(|(node, s)| (node.as_str(), s)),
         );
+        let name = "cloudhub_node_messages_dropped_total";
+        out.family(
+            name,
+            "counter",
+            "Messages dropped for the node, by reason (stale and stale_node_delete lose nothing; queue_full and offline keep an ObjectSync record for the sync loop).",
+        );
+        // Only reasons that happened: ten zero series per node would dwarf the rest.
+        for (node, s) in &nodes {
+            for (reason, n) in s.drops.iter().filter(|(_, n)| *n > 0) {
+                out.sample(name, &[("node", node), ("reason", reason.as_str())], n as f64);
+            }
+        }
         let s = hub.stats();
+        let name = "cloudhub_messages_dropped_total";
+        out.family(
+            name,
+            "counter",
+            "Messages dropped by the hub, by reason (all nodes, and messages that name no node).",
+        );
+        for (reason, n) in s.drops.iter() {
+            out.sample(name, &[("reason", reason.as_str())], n as f64);
+        }
         single(
             out,
             "cloudhub_records_written_total",
@@ -181,6 +209,31 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
             "Handshakes and renewals refused because the certificate is revoked.",
             s.revoked_refused as f64,
         );
+        let c = hub.cert_server_stats();
+        for (name, help, v) in [
+            (
+                "cloudhub_certserver_unauthorized_total",
+                "Certificate-server requests refused from their head alone (401/403), body unread.",
+                c.unauthorized,
+            ),
+            (
+                "cloudhub_certserver_request_timeouts_total",
+                "Certificate-server requests whose body did not arrive within https.requestTimeoutSeconds (408).",
+                c.request_timeouts,
+            ),
+            (
+                "cloudhub_certserver_too_large_total",
+                "Certificate-server requests refused for their body size (413).",
+                c.too_large,
+            ),
+            (
+                "cloudhub_certserver_rate_limited_total",
+                "/node/{name} checks refused by their source address's rate limit (429).",
+                c.rate_limited,
+            ),
+        ] {
+            single(out, name, "counter", help, v as f64);
+        }
         single(
             out,
             "cloudhub_revoked_nodes",

@@ -79,7 +79,11 @@ mod tempdir {
 
 /// The default configuration with free ports, a fresh certificate folder and the test API
 /// server's kubeconfig and stream certificates.
-fn config(dir: &Path, ports: Ports) -> String {
+fn config(
+    dir: &Path,
+    ports: Ports,
+    adjust: impl FnOnce(&mut cloudcore::config::CloudCoreConfig),
+) -> String {
     let env = k8s_testenv::env();
     let pki = env.pki();
     let mut c = cloudcore::config::CloudCoreConfig::default();
@@ -106,33 +110,47 @@ fn config(dir: &Path, ports: Ports) -> String {
     s.tls_stream_cert_file = pki.join("stream.crt").display().to_string();
     s.tls_stream_private_key_file = pki.join("stream.key").display().to_string();
     c.modules.iptables_manager.enable = false;
+    adjust(&mut c);
     serde_yaml::to_string(&c).expect("yaml")
 }
 
 impl Cloudcore {
     async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Starts the binary with the test configuration changed by `adjust`. Free ports are
+    /// picked by binding port 0 and releasing it, so another process can take one before
+    /// cloudcore binds it: a start that fails on a taken port is retried with new ports.
+    async fn start_with(adjust: impl Fn(&mut cloudcore::config::CloudCoreConfig)) -> Self {
         k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
-        let dir = tempdir::TempDir::new("cloudcore-bin");
-        let ports = Ports {
-            websocket: free_port(),
-            https: free_port(),
-            tunnel: free_port(),
-            stream: free_port(),
-            monitor: free_port(),
-        };
-        let path = dir.path().join("cloudcore.yaml");
-        std::fs::write(&path, config(dir.path(), ports)).expect("write config");
-        let log = std::fs::File::create(dir.path().join("cloudcore.log")).expect("log file");
-        let child = Command::new(binary())
-            .arg("--config")
-            .arg(&path)
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start cloudcore");
-        let cloud = Cloudcore { child, dir, ports };
-        cloud.wait_ready(Duration::from_secs(30)).await;
-        cloud
+        for _attempt in 0..3 {
+            let dir = tempdir::TempDir::new("cloudcore-bin");
+            let ports = Ports {
+                websocket: free_port(),
+                https: free_port(),
+                tunnel: free_port(),
+                stream: free_port(),
+                monitor: free_port(),
+            };
+            let path = dir.path().join("cloudcore.yaml");
+            std::fs::write(&path, config(dir.path(), ports, &adjust)).expect("write config");
+            let log = std::fs::File::create(dir.path().join("cloudcore.log")).expect("log file");
+            let child = Command::new(binary())
+                .arg("--config")
+                .arg(&path)
+                .stdout(log.try_clone().expect("log"))
+                .stderr(log)
+                .spawn()
+                .expect("start cloudcore");
+            let mut cloud = Cloudcore { child, dir, ports };
+            match cloud.wait_ready(Duration::from_secs(30)).await {
+                Ok(()) => return cloud,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("cloudcore did not become ready; log:\n{log}"),
+            }
+        }
+        panic!("cloudcore found a port taken three times in a row");
     }
 
     fn log(&self) -> String {
@@ -158,15 +176,19 @@ impl Cloudcore {
         ))
     }
 
-    async fn wait_ready(&self, limit: Duration) {
+    /// Waits for `/readyz`; `Err(log)` when the process exits or `limit` passes first.
+    async fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
         let began = Instant::now();
         while began.elapsed() < limit {
             if let Some((200, _)) = self.get("/readyz") {
-                return;
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited with {status}:\n{}", self.log()));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("cloudcore not ready within {limit:?}; log:\n{}", self.log());
+        Err(format!("not ready within {limit:?}:\n{}", self.log()))
     }
 
     fn token(&self) -> String {
@@ -232,6 +254,14 @@ async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
         "beehive_mailbox_capacity{module=\"edgecontroller\"} 1024",
         "cloudstream_tunnels 0",
         "edgecontroller_queue_depth{kind=\"patchNode\"}",
+        "edgecontroller_requests_rejected_total{kind=\"patchNode\",reason=\"node_share\"} 0",
+        "devicecontroller_requests_rejected_total{kind=\"updateDeviceStatus\",reason=\"queue_full\"} 0",
+        "synccontroller_superseded_dropped_total 0",
+        "cloudhub_certserver_unauthorized_total 0",
+        "cloudhub_messages_dropped_total{reason=\"queue_full\"} 0",
+        "cloudcore_listener_connections{listener=\"cloudhub_websocket\"} 0",
+        "cloudcore_listener_refused_total{listener=\"cloudstream_tunnel\",reason=\"per_ip\"} 0",
+        "cloudcore_listener_preauth_timeouts_total{listener=\"cloudstream_stream\"} 0",
     ] {
         assert!(
             metrics.contains(family),
@@ -459,4 +489,85 @@ async fn sigterm_stops_within_5s_without_losing_an_acknowledged_message() {
         Some(rv.as_str()),
         "acknowledged version recorded"
     );
+}
+
+/// A sample's value in a Prometheus text exposition.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// Whether the server closes `sock` (EOF or reset) within `limit` without being sent anything.
+fn closed_by_server(sock: &mut TcpStream, limit: Duration) -> bool {
+    sock.set_read_timeout(Some(limit)).expect("timeout");
+    let mut byte = [0u8; 1];
+    match sock.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+#[tokio::test]
+async fn listener_limits_from_the_config_file_hold_and_show_in_metrics() {
+    let cloud = Cloudcore::start_with(|c| {
+        let per_ip = kubeedge_api::listener::ListenerLimits {
+            max_unauthenticated_per_ip: 2,
+            pre_auth_timeout_seconds: 2,
+            ..Default::default()
+        };
+        c.modules.cloud_hub.websocket.limits = per_ip.clone();
+        c.modules.cloud_stream.tunnel_limits = per_ip;
+    })
+    .await;
+    for (port, listener) in [
+        (cloud.ports.websocket, "cloudhub_websocket"),
+        (cloud.ports.tunnel, "cloudstream_tunnel"),
+    ] {
+        // Two idle sockets are admitted and wait for their TLS; the third is closed unread.
+        let mut idle: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+            .collect();
+        let mut third = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        assert!(
+            closed_by_server(&mut third, Duration::from_secs(1)),
+            "{listener}: a third idle socket from one address is refused"
+        );
+        assert!(
+            !closed_by_server(&mut idle[0], Duration::from_millis(200)),
+            "{listener}: the admitted ones wait for their handshake"
+        );
+        let (_, metrics) = cloud.get("/metrics").expect("metrics");
+        let refused = format!(
+            "cloudcore_listener_refused_total{{listener=\"{listener}\",reason=\"per_ip\"}}"
+        );
+        assert_eq!(sample(&metrics, &refused), Some(1.0), "{metrics}");
+        let waiting =
+            format!("cloudcore_listener_handshakes_in_progress{{listener=\"{listener}\"}}");
+        assert_eq!(sample(&metrics, &waiting), Some(2.0), "{metrics}");
+        // The pre-authentication deadline closes the idle ones and counts them.
+        for sock in &mut idle {
+            assert!(
+                closed_by_server(sock, Duration::from_secs(5)),
+                "{listener}: an idle socket is closed at the deadline"
+            );
+        }
+        let timed_out =
+            format!("cloudcore_listener_preauth_timeouts_total{{listener=\"{listener}\"}}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (_, metrics) = cloud.get("/metrics").expect("metrics");
+            let done = sample(&metrics, &timed_out) == Some(2.0)
+                && sample(&metrics, &waiting) == Some(0.0);
+            if done {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{listener}: {metrics}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }

@@ -4,7 +4,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use kubeedge_api::listener::ListenerLimits;
 use serde::{Deserialize, Serialize};
+
+/// Longest `edgeCertSigningDuration` accepted, in days: the CA's own validity (an edge
+/// certificate cannot usefully outlive the CA that signed it).
+pub(crate) const MAX_EDGE_CERT_SIGNING_DAYS: u32 = pki::CA_VALIDITY_DAYS as u32;
 
 /// The cloudhub module configuration (`modules.cloudHub`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,7 +56,8 @@ pub struct CloudHubConfig {
 
     /// Rust-only: largest accepted WebSocket message in bytes (default 32 MiB).
     pub max_message_size: usize,
-    /// Rust-only: seconds to complete TLS and the HTTP upgrade (default 30).
+    /// Rust-only: seconds to complete TLS and the HTTP upgrade (default 30); an upper bound
+    /// on `websocket.limits.preAuthTimeoutSeconds` (the smaller of the two applies).
     pub handshake_timeout: u32,
     /// Rust-only: per-node intake queue; messages beyond it are dropped and counted (1024).
     pub node_queue_size: usize,
@@ -132,8 +138,15 @@ impl CloudHubConfig {
     }
 
     /// Checks what upstream treats as fatal: no `advertiseAddress`, a zero token refresh, a
-    /// listener address that is not an IP.
+    /// listener address that is not an IP; and an `edgeCertSigningDuration` beyond 36 400
+    /// days (the CA's own validity).
     pub fn validate(&self) -> Result<(), String> {
+        if self.edge_cert_signing_duration > MAX_EDGE_CERT_SIGNING_DAYS {
+            return Err(format!(
+                "edgeCertSigningDuration {} days is more than {MAX_EDGE_CERT_SIGNING_DAYS} (the CA's validity)",
+                self.edge_cert_signing_duration
+            ));
+        }
         if self.advertise_address.iter().all(|a| a.trim().is_empty()) {
             return Err("advertiseAddress must not be empty".into());
         }
@@ -159,6 +172,14 @@ pub struct ListenerConfig {
     pub address: String,
     /// Bind port.
     pub port: u16,
+    /// Rust-only: admission limits (`maxConnections` 10000, `maxHandshakes` 1024,
+    /// `maxUnauthenticatedPerIP` 64, `preAuthTimeoutSeconds` 10). Every accepted socket is
+    /// admitted before any TLS work; a refused one is closed without being read.
+    pub limits: ListenerLimits,
+    /// Rust-only, certificate server only: seconds a request may take to deliver its body
+    /// once its head was accepted (default 30; 0 = no limit). A stalled upload is cut off
+    /// with 408 and the connection closed.
+    pub request_timeout_seconds: u32,
 }
 
 impl ListenerConfig {
@@ -167,7 +188,15 @@ impl ListenerConfig {
             enable: true,
             address: "0.0.0.0".into(),
             port,
+            limits: ListenerLimits::default(),
+            request_timeout_seconds: 30,
         }
+    }
+
+    /// `requestTimeoutSeconds` as a duration; `None` when 0 (no limit).
+    pub fn request_timeout(&self) -> Option<Duration> {
+        (self.request_timeout_seconds > 0)
+            .then(|| Duration::from_secs(u64::from(self.request_timeout_seconds)))
     }
 
     /// `address:port`.
@@ -348,5 +377,39 @@ somethingNew: ignored
         );
         assert_eq!(c.max_message_size, 33_554_432);
         assert!(c.validate().is_err(), "advertiseAddress is required");
+    }
+
+    #[test]
+    fn listener_limits_and_request_timeout_parse_under_each_listener() {
+        let yaml = r#"
+advertiseAddress: [10.0.0.1]
+websocket: {port: 10000, limits: {maxConnections: 5000, maxUnauthenticatedPerIP: 8}}
+https: {port: 10002, requestTimeoutSeconds: 0, limits: {preAuthTimeoutSeconds: 3}}
+"#;
+        let c: CloudHubConfig = serde_yaml::from_str(yaml).unwrap();
+        let ws = &c.websocket.limits;
+        assert_eq!(
+            (ws.max_connections, ws.max_unauthenticated_per_ip),
+            (5000, 8)
+        );
+        assert_eq!((ws.max_handshakes, ws.pre_auth_timeout_seconds), (1024, 10));
+        assert_eq!(c.https.limits.pre_auth_timeout_seconds, 3);
+        assert_eq!(c.https.request_timeout(), None, "0 turns the deadline off");
+        let d = CloudHubConfig::default();
+        assert_eq!(d.https.request_timeout(), Some(Duration::from_secs(30)));
+        assert_eq!(d.websocket.limits, ListenerLimits::default());
+    }
+
+    #[test]
+    fn an_edge_cert_signing_duration_beyond_the_ca_lifetime_is_refused() {
+        let mut c = CloudHubConfig {
+            advertise_address: vec!["10.0.0.1".into()],
+            edge_cert_signing_duration: MAX_EDGE_CERT_SIGNING_DAYS,
+            ..CloudHubConfig::default()
+        };
+        assert!(c.validate().is_ok());
+        c.edge_cert_signing_duration = u32::MAX;
+        let err = c.validate().unwrap_err();
+        assert!(err.contains("edgeCertSigningDuration"), "{err}");
     }
 }

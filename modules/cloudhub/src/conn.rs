@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -17,13 +18,13 @@ use bytes::{Bytes, BytesMut};
 use futures::future::{Either, select};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::hub::Hub;
-use crate::registry::NodeCounters;
+use crate::registry::{DropReason, NodeCounters};
 use crate::session::{Acked, Session, Stop, StopReason};
 use crate::upstream::{self, Upstream};
-use crate::wire::{self, Incoming, Reassembler, WireError};
+use crate::wire::{self, Incoming, Reassembler, WireError, cut};
 
 /// Bytes the writer coalesces into one TLS write.
 const WRITE_CHUNK: usize = 64 * 1024;
@@ -32,15 +33,29 @@ const WRITE_CHUNK: usize = 64 * 1024;
 const READ_STEP: usize = 512;
 /// An empty read buffer larger than this is released (after a large message).
 const READ_KEEP: usize = 16 * 1024;
+/// Outbound bytes (queued or being written) at which the connection stops taking more: the
+/// session writes no further downstream messages and the reader handles no further frame (so
+/// pongs and other replies cannot pile up) until the writer drains below it. A peer that
+/// never reads is then cut off by the write deadline.
+pub(crate) const BACKLOG_HIGH: usize = 1024 * 1024;
+/// At most one `error` report from an edge is logged per connection in this period.
+const EDGE_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Bytes of an edge error's content (and of each route field) that are logged.
+const EDGE_ERROR_EXCERPT: usize = 256;
 
 /// State shared by the session actor and the connection task (same thread).
 #[derive(Debug)]
 pub(crate) struct Conn {
     queue: RefCell<VecDeque<Bytes>>,
+    /// Bytes queued or taken by the writer and not yet written.
     queued: Cell<usize>,
     closed: Cell<bool>,
     writer: RefCell<Option<Waker>>,
     reader: RefCell<Option<Waker>>,
+    /// The reader waiting for the backlog to drain below [`BACKLOG_HIGH`].
+    drained: RefCell<Option<Waker>>,
+    /// The node's counters, for the backlog gauge (set by the session before any push).
+    gauge: RefCell<Option<Arc<NodeCounters>>>,
     /// When the last keepalive arrived (spec §2.3: only keepalives count).
     pub(crate) last_keepalive: Cell<Instant>,
 }
@@ -53,8 +68,20 @@ impl Conn {
             closed: Cell::new(false),
             writer: RefCell::new(None),
             reader: RefCell::new(None),
+            drained: RefCell::new(None),
+            gauge: RefCell::new(None),
             last_keepalive: Cell::new(Instant::now()),
         })
+    }
+
+    /// Reports this connection's backlog into `counters` (added to what the node's other
+    /// connections report, so a replaced connection draining does not hide the new one).
+    pub(crate) fn attach(&self, counters: Arc<NodeCounters>) {
+        let queued = self.queued.get() as u64;
+        counters.backlog.fetch_add(queued, Ordering::Relaxed);
+        if let Some(old) = self.gauge.borrow_mut().replace(counters) {
+            old.backlog.fetch_sub(queued, Ordering::Relaxed);
+        }
     }
 
     /// Queues one encoded frame; ignored once closed.
@@ -62,11 +89,45 @@ impl Conn {
         if self.closed.get() {
             return;
         }
-        self.queued.set(self.queued.get() + frame.len());
+        let queued = self.queued.get() + frame.len();
+        self.queued.set(queued);
+        if let Some(c) = &*self.gauge.borrow() {
+            c.backlog.fetch_add(frame.len() as u64, Ordering::Relaxed);
+            c.backlog_peak.fetch_max(queued as u64, Ordering::Relaxed);
+        }
         self.queue.borrow_mut().push_back(frame);
         if let Some(w) = self.writer.borrow_mut().take() {
             w.wake();
         }
+    }
+
+    /// The writer finished writing `n` bytes taken with [`Conn::next_chunk`].
+    fn written(&self, n: usize) {
+        let queued = self.queued.get().saturating_sub(n);
+        self.queued.set(queued);
+        if let Some(c) = &*self.gauge.borrow() {
+            c.backlog.fetch_sub(n as u64, Ordering::Relaxed);
+        }
+        if queued < BACKLOG_HIGH
+            && let Some(w) = self.drained.borrow_mut().take()
+        {
+            w.wake();
+        }
+    }
+
+    /// Resolves `true` once the backlog is below [`BACKLOG_HIGH`], `false` once closed.
+    async fn room(&self) -> bool {
+        poll_fn(|cx| {
+            if self.closed.get() {
+                return Poll::Ready(false);
+            }
+            if self.queued.get() < BACKLOG_HIGH {
+                return Poll::Ready(true);
+            }
+            *self.drained.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
     }
 
     /// Queues `msg` as a server frame with its resource trimmed to the edge's view.
@@ -81,7 +142,7 @@ impl Conn {
         }
     }
 
-    /// Bytes queued and not yet taken by the writer.
+    /// Bytes queued or being written (every reply counted).
     pub(crate) fn backlog(&self) -> usize {
         self.queued.get()
     }
@@ -89,7 +150,7 @@ impl Conn {
     /// Stops accepting frames; the writer flushes what is queued, then the socket closes.
     pub(crate) fn close(&self) {
         self.closed.set(true);
-        for w in [&self.writer, &self.reader] {
+        for w in [&self.writer, &self.reader, &self.drained] {
             if let Some(w) = w.borrow_mut().take() {
                 w.wake();
             }
@@ -106,7 +167,8 @@ impl Conn {
         self.closed.get()
     }
 
-    /// The next bytes to write (frames coalesced), or `None` once closed and drained.
+    /// The next bytes to write (frames coalesced), or `None` once closed and drained. They
+    /// stay counted in the backlog until [`Conn::written`].
     async fn next_chunk(&self) -> Option<Bytes> {
         poll_fn(|cx| {
             let mut q = self.queue.borrow_mut();
@@ -125,8 +187,6 @@ impl Conn {
                     }
                     chunk = buf.freeze();
                 }
-                self.queued
-                    .set(self.queued.get().saturating_sub(chunk.len()));
                 return Poll::Ready(Some(chunk));
             }
             if self.closed.get() {
@@ -151,12 +211,54 @@ impl Conn {
     }
 }
 
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // What was never written leaves the node's gauge with the connection.
+        if let Some(c) = self.gauge.get_mut().take() {
+            c.backlog
+                .fetch_sub(self.queued.get() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// At most one log line per period, counting the lines it held back in between.
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    every: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Throttle {
+    pub(crate) const fn new(every: Duration) -> Self {
+        Throttle {
+            every,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines held back since the last one)` when a line may be written at `now`.
+    pub(crate) fn allow(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|t| now.saturating_duration_since(t) < self.every)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
 /// Everything the connection task needs.
 pub(crate) struct Link {
     pub(crate) hub: Arc<Hub>,
     pub(crate) node: Arc<str>,
     pub(crate) addr: Addr<Session>,
     pub(crate) conn: Rc<Conn>,
+    /// The node's counters: they outlive connections and add up over reconnections.
     pub(crate) counters: Arc<NodeCounters>,
 }
 
@@ -168,7 +270,7 @@ where
     let (mut rd, mut wr) = tokio::io::split(io);
     let write_deadline = link.hub.config.write_deadline();
     let reader = std::pin::pin!(read_loop(&mut rd, read_buf, &link));
-    let writer = std::pin::pin!(write_loop(&mut wr, &link.conn, write_deadline));
+    let writer = std::pin::pin!(write_loop(&mut wr, &link, write_deadline));
     let reason = match select(reader, writer).await {
         Either::Left((reason, writer)) => {
             // Let the writer flush what is queued (a close frame, a last message).
@@ -185,7 +287,10 @@ where
         .await;
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(wr: &mut W, conn: &Conn, deadline: Duration) -> String {
+/// Writes what the session and the reader queue. A write that makes no progress for
+/// `deadline` (`writeTimeout`) ends the connection: the peer is not reading.
+async fn write_loop<W: AsyncWrite + Unpin>(wr: &mut W, link: &Link, deadline: Duration) -> String {
+    let conn = &link.conn;
     loop {
         let Some(chunk) = conn.next_chunk().await else {
             let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
@@ -196,20 +301,38 @@ async fn write_loop<W: AsyncWrite + Unpin>(wr: &mut W, conn: &Conn, deadline: Du
             wr.flush().await
         };
         match tokio::time::timeout(deadline, write).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => conn.written(chunk.len()),
             Ok(Err(e)) => return format!("write failed: {e}"),
-            Err(_) => return format!("write timed out after {deadline:?}"),
+            Err(_) => {
+                warn!(
+                    node = %link.node,
+                    backlog_bytes = conn.backlog(),
+                    write_timeout_s = deadline.as_secs(),
+                    "edge is not reading: write timed out, closing connection"
+                );
+                return format!("write timed out after {deadline:?}");
+            }
         }
     }
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, mut buf: BytesMut, link: &Link) -> String {
     let mut frames = Reassembler::server(link.hub.config.max_message_size);
+    let mut errors = Throttle::new(EDGE_ERROR_LOG_EVERY);
     loop {
         loop {
+            // Back-pressure, checked before every frame (a large read buffer can hold many
+            // small pings): each frame may queue a reply, so the backlog stays below the limit
+            // plus one reply.
+            if link.conn.backlog() >= BACKLOG_HIGH {
+                debug!(node = %link.node, backlog_bytes = link.conn.backlog(), "outbound backlog over its limit: reading paused");
+                if !link.conn.room().await {
+                    return "closed by the hub".into();
+                }
+            }
             match frames.next(&mut buf) {
                 Ok(Some(item)) => {
-                    if let Some(end) = Box::pin(handle(item, link)).await {
+                    if let Some(end) = Box::pin(handle(item, link, &mut errors)).await {
                         return end;
                     }
                 }
@@ -239,13 +362,15 @@ async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, mut buf: BytesMut, link: &L
 
 /// Logs the violation, sends a close frame with the matching code and ends the reader.
 fn refuse(link: &Link, e: &WireError) -> String {
+    link.hub
+        .count_drop(Some(&link.counters), DropReason::Malformed, 1);
     warn!(node = %link.node, error = %e, "closing connection: bad input from edge");
     link.conn.close_with(e.close_code(), &e.to_string());
     e.to_string()
 }
 
 /// Handles one complete frame; `Some(reason)` ends the connection.
-async fn handle(item: Incoming, link: &Link) -> Option<String> {
+async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<String> {
     let payload = match item {
         Incoming::Data(payload) => payload,
         Incoming::Ping(data) => {
@@ -265,7 +390,12 @@ async fn handle(item: Incoming, link: &Link) -> Option<String> {
         Upstream::Keepalive => link.conn.last_keepalive.set(Instant::now()),
         Upstream::Answer(reply) => link.conn.push_message(&reply),
         Upstream::VolumeReply(reply) => {
-            hub.endpoint.send_resp(reply);
+            if !matches!(
+                hub.endpoint.send_resp(reply),
+                beehive::RespOutcome::Delivered
+            ) {
+                hub.count_drop(Some(&link.counters), DropReason::Unroutable, 1);
+            }
         }
         Upstream::Ack(resp) => {
             if hub.endpoint.is_waiting(&resp.header.parent_id) {
@@ -277,9 +407,7 @@ async fn handle(item: Incoming, link: &Link) -> Option<String> {
                 let _ = Box::pin(link.addr.send(msg)).await;
             }
         }
-        Upstream::EdgeError(msg) => {
-            info!(node = %link.node, msg = %msg, content = ?msg.content, "edge reported an error")
-        }
+        Upstream::EdgeError(msg) => log_edge_error(link, &msg, errors),
         Upstream::ToModule(module, msg) => {
             Box::pin(forward(link, msg, Target::Module(module))).await
         }
@@ -288,9 +416,33 @@ async fn handle(item: Incoming, link: &Link) -> Option<String> {
             let answer = upstream::ca_answer(&link.node, &query, &hub.kube_ca_pem());
             link.conn.push_message(&answer);
         }
-        Upstream::Drop(reason) => debug!(node = %link.node, reason, "upstream message dropped"),
+        Upstream::Drop(reason) => {
+            hub.count_drop(Some(&link.counters), DropReason::Refused, 1);
+            warn!(node = %link.node, reason, "upstream message dropped");
+        }
+        Upstream::Ignore(reason) => debug!(node = %link.node, reason, "upstream message ignored"),
     }
     None
+}
+
+/// Logs an `error` report from the edge: the edge controls its size and rate, so only an
+/// excerpt of each field is logged, and at most one report per connection and period.
+fn log_edge_error(link: &Link, msg: &Message, errors: &mut Throttle) {
+    let Some(suppressed) = errors.allow(Instant::now()) else {
+        return;
+    };
+    let content = msg.content.as_json();
+    warn!(
+        node = %link.node,
+        msg_id = cut(&msg.header.id, 64),
+        parent_id = cut(&msg.header.parent_id, 64),
+        source = cut(&msg.route.source, 64),
+        resource = cut(&msg.route.resource, EDGE_ERROR_EXCERPT),
+        content = cut(content, EDGE_ERROR_EXCERPT),
+        content_bytes = content.len(),
+        suppressed,
+        "edge reported an error"
+    );
 }
 
 enum Target {
@@ -312,7 +464,9 @@ async fn forward(link: &Link, msg: Message, target: Target) {
         link.hub
             .counters
             .upstream_unroutable
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(1, Ordering::Relaxed);
+        link.hub
+            .count_drop(Some(&link.counters), DropReason::Unroutable, 1);
         debug!(node = %link.node, error = %e, "upstream message not deliverable");
         if is_query {
             let mut err = Message::with_parent(id).with_route(
@@ -324,5 +478,47 @@ async fn forward(link: &Link, msg: Message, target: Target) {
             err.content = beehive::Content::string(format!("cloud cannot serve this request: {e}"));
             link.conn.push_message(&err);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_lets_one_line_through_per_period_and_counts_the_rest() {
+        let t0 = Instant::now();
+        let mut t = Throttle::new(Duration::from_secs(10));
+        assert_eq!(t.allow(t0), Some(0));
+        for s in 1..10 {
+            assert_eq!(t.allow(t0 + Duration::from_secs(s)), None);
+        }
+        assert_eq!(t.allow(t0 + Duration::from_secs(10)), Some(9));
+        assert_eq!(t.allow(t0 + Duration::from_secs(11)), None);
+        assert_eq!(t.allow(t0 + Duration::from_secs(25)), Some(1));
+    }
+
+    #[test]
+    fn the_backlog_counts_frames_until_written_and_the_gauge_follows_it() {
+        let counters = Arc::new(NodeCounters::default());
+        let conn = Conn::new();
+        conn.attach(counters.clone());
+        conn.push(Bytes::from(vec![0u8; 300]));
+        conn.push(Bytes::from(vec![0u8; 200]));
+        assert_eq!(conn.backlog(), 500);
+        let chunk = futures::executor::block_on(conn.next_chunk()).unwrap();
+        assert_eq!(chunk.len(), 500, "coalesced");
+        assert_eq!(conn.backlog(), 500, "still counted while being written");
+        conn.written(chunk.len());
+        assert_eq!(conn.backlog(), 0);
+        conn.push(Bytes::from(vec![0u8; 100]));
+        let s = counters.snapshot();
+        assert_eq!((s.backlog, s.backlog_peak), (100, 500));
+        drop(conn);
+        assert_eq!(
+            counters.snapshot().backlog,
+            0,
+            "released with the connection"
+        );
     }
 }

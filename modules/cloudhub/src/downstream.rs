@@ -11,7 +11,8 @@ use beehive::constants::operation as op;
 use kubeedge_api::version::is_newer;
 use tokio::time::Instant;
 
-use crate::classify::{ObjectInfo, is_delete, is_node_deletion, object_info};
+use crate::classify::{ObjectInfo, is_delete, object_info};
+use crate::registry::DropReason;
 
 /// Spec §3.6: re-send period and writes per round.
 pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);
@@ -30,13 +31,24 @@ pub(crate) struct DownConfig {
     pub(crate) rate: f64,
 }
 
+/// An ACK-class message the node's delivery state did not take, handed back.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Dropped {
+    /// [`DropReason::Stale`] (superseded: nothing is lost), [`DropReason::QueueFull`] (the
+    /// caller must leave a record for the sync loop) or [`DropReason::Malformed`].
+    pub(crate) reason: DropReason,
+    /// The detail, for the log.
+    pub(crate) why: &'static str,
+    pub(crate) msg: Box<Message>,
+}
+
 /// What happened to an ACK-class message offered to the node.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Intake {
     /// Waiting to be written.
     Queued,
-    /// Not delivered, with the reason (stale, no resource version, queue full).
-    Dropped(&'static str),
+    /// Not delivered.
+    Dropped(Dropped),
     /// The acknowledgement record must be read first (first sight of this UID); call
     /// [`Downstream::lookup_done`] with the result.
     Lookup { key: String, info: ObjectInfo },
@@ -59,10 +71,24 @@ pub(crate) struct Pump {
     pub(crate) writes: Vec<Message>,
     /// How many of `writes` are re-sends.
     pub(crate) resends: u64,
-    /// A node-deletion message was reached: close the session instead of writing it.
-    pub(crate) node_deleted: bool,
     /// When to pump again.
     pub(crate) next: Option<Instant>,
+}
+
+/// What a node's delivery state still held when its session ended.
+#[derive(Debug, Default)]
+pub(crate) struct Abandoned {
+    /// No-ACK messages never written (lost: nothing redelivers them).
+    pub(crate) no_ack: usize,
+    /// ACK-class messages never written (queued, or waiting on a record lookup).
+    pub(crate) ack: usize,
+    /// ACK-class messages written but not acknowledged: the edge may have them; the sync
+    /// loop re-sends them if it does not.
+    pub(crate) unacked: usize,
+    /// ACK-class messages (written or not) whose key may have no ObjectSync record (its
+    /// lookup failed or was running): the caller makes sure one exists so the sync loop
+    /// redelivers them.
+    pub(crate) unrecorded: Vec<Message>,
 }
 
 #[derive(Debug)]
@@ -75,6 +101,8 @@ struct Entry {
     flight: Option<String>,
     /// `msg` was written before (a back-off round re-sends it).
     written: bool,
+    /// The key's ObjectSync record is known to exist (found, created, or acknowledged).
+    recorded: bool,
 }
 
 #[derive(Debug)]
@@ -123,16 +151,16 @@ impl Downstream {
         }
     }
 
-    /// Queues a no-ACK message; `false` when the queue is full (the message is dropped).
-    pub(crate) fn push_no_ack(&mut self, msg: Message) -> bool {
+    /// Queues a no-ACK message; hands it back when the queue is full.
+    pub(crate) fn push_no_ack(&mut self, msg: Message) -> Result<(), Box<Message>> {
         if self.no_ack.len() >= self.cfg.queue_limit {
-            return false;
+            return Err(Box::new(msg));
         }
         self.no_ack.push_back(msg);
-        true
+        Ok(())
     }
 
-    fn put(&mut self, key: String, msg: Message, info: Option<ObjectInfo>) {
+    fn put(&mut self, key: String, msg: Message, info: Option<ObjectInfo>, recorded: bool) {
         let delete = is_delete(&msg, info.as_ref());
         let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
             msg: Message::default(),
@@ -141,7 +169,9 @@ impl Downstream {
             queued: false,
             flight: None,
             written: false,
+            recorded: false,
         });
+        entry.recorded |= recorded;
         entry.msg = msg;
         entry.written = false;
         entry.info = info;
@@ -166,7 +196,11 @@ impl Downstream {
         let info = object_info(&msg);
         let delete = is_delete(&msg, info.as_ref());
         if rv(&msg).is_empty() && !delete {
-            return Intake::Dropped("ack-class message without resourceVersion");
+            return dropped(
+                DropReason::Malformed,
+                "ack-class message without resourceVersion",
+                msg,
+            );
         }
         let key = match &info {
             Some(i) => i.uid.clone(),
@@ -176,28 +210,33 @@ impl Downstream {
             if !(delete || msg.route.operation == op::RESPONSE)
                 && (e.delete || !is_newer(rv(&msg), rv(&e.msg)))
             {
-                return Intake::Dropped("not newer than the pending version");
+                return dropped(DropReason::Stale, "not newer than the pending version", msg);
             }
-            self.put(key, msg, info);
+            self.put(key, msg, info, false);
             return Intake::Queued;
         }
         if self.full() {
-            return Intake::Dropped("node queue full");
+            return dropped(DropReason::QueueFull, "node queue full", msg);
         }
         if delete || msg.route.operation == op::RESPONSE || info.is_none() {
-            self.put(key, msg, info);
+            self.put(key, msg, info, false);
             return Intake::Queued;
         }
         if let Some(acked) = self.acked.get(&key) {
             if !is_newer(rv(&msg), acked) {
-                return Intake::Dropped("not newer than the acknowledged version");
+                return dropped(
+                    DropReason::Stale,
+                    "not newer than the acknowledged version",
+                    msg,
+                );
             }
-            self.put(key, msg, info);
+            // Acknowledged here before, so its record exists (or its write is queued).
+            self.put(key, msg, info, true);
             return Intake::Queued;
         }
         if let Some(waiting) = self.lookups.get_mut(&key) {
             if !is_newer(rv(&msg), rv(waiting)) {
-                return Intake::Dropped("not newer than the pending version");
+                return dropped(DropReason::Stale, "not newer than the pending version", msg);
             }
             *waiting = msg;
             return Intake::Waiting;
@@ -213,8 +252,10 @@ impl Downstream {
     /// `"0"`, spec §9.22), `None` means it failed and the message is delivered anyway.
     pub(crate) fn lookup_done(&mut self, key: &str, recorded: Option<String>) -> Intake {
         let Some(msg) = self.lookups.remove(key) else {
-            return Intake::Dropped("lookup for an unknown key");
+            // The session forgot it (ended); nothing was waiting.
+            return Intake::Waiting;
         };
+        let has_record = recorded.is_some();
         if let Some(recorded) = recorded {
             let recorded = if recorded.is_empty() {
                 "0".to_owned()
@@ -224,11 +265,15 @@ impl Downstream {
             let newer = is_newer(rv(&msg), &recorded);
             self.acked.insert(key.to_owned(), recorded);
             if !newer {
-                return Intake::Dropped("not newer than the recorded version");
+                return dropped(
+                    DropReason::Stale,
+                    "not newer than the recorded version",
+                    msg,
+                );
             }
         }
         let info = object_info(&msg);
-        self.put(key.to_owned(), msg, info);
+        self.put(key.to_owned(), msg, info, has_record);
         Intake::Queued
     }
 
@@ -302,10 +347,6 @@ impl Downstream {
             let Some(msg) = self.no_ack.pop_front() else {
                 break;
             };
-            if is_node_deletion(&msg) {
-                out.node_deleted = true;
-                return out;
-            }
             self.tokens -= 1.0;
             out.writes.push(msg);
         }
@@ -394,25 +435,61 @@ impl Downstream {
     }
 
     /// Everything still waiting (no-ACK first, then ACK-class not yet written), for a last
-    /// write on shutdown. In-flight messages are not repeated.
+    /// write on shutdown. In-flight messages are not repeated. The ACK-class ones count as
+    /// written from now on (unacknowledged, not dropped, when the session ends).
     pub(crate) fn drain(&mut self) -> Vec<Message> {
-        let mut out: Vec<Message> = self
-            .no_ack
-            .drain(..)
-            .filter(|m| !is_node_deletion(m))
-            .collect();
+        let mut out: Vec<Message> = self.no_ack.drain(..).collect();
         while let Some(key) = self.queue.pop_front() {
-            if let Some(e) = self.entries.get(&key) {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.queued = false;
+                e.written = true;
                 out.push(e.msg.clone());
             }
         }
         out
     }
 
-    /// Messages waiting or in flight (for metrics).
+    /// Messages waiting or in flight.
+    #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
         self.no_ack.len() + self.entries.len() + self.lookups.len()
     }
+
+    /// Empties the state when the session ends, reporting what it still held.
+    pub(crate) fn abandon(&mut self) -> Abandoned {
+        let mut out = Abandoned {
+            no_ack: self.no_ack.len(),
+            ack: self.lookups.len(),
+            ..Abandoned::default()
+        };
+        for (_, e) in self.entries.drain() {
+            if e.written {
+                out.unacked += 1;
+            } else {
+                out.ack += 1;
+            }
+            if !e.recorded {
+                out.unrecorded.push(e.msg);
+            }
+        }
+        // A lookup still running may or may not have created the record.
+        out.unrecorded.extend(self.lookups.drain().map(|(_, m)| m));
+        self.no_ack.clear();
+        self.queue.clear();
+        self.inflight.clear();
+        self.delayed.clear();
+        self.backoff.clear();
+        self.compact();
+        out
+    }
+}
+
+fn dropped(reason: DropReason, why: &'static str, msg: Message) -> Intake {
+    Intake::Dropped(Dropped {
+        reason,
+        why,
+        msg: Box::new(msg),
+    })
 }
 
 #[cfg(test)]
@@ -535,27 +612,127 @@ mod tests {
     }
 
     #[test]
-    fn no_ack_is_paced_and_node_deletion_stops() {
+    fn no_ack_is_paced() {
         let now = Instant::now();
         let mut d = Downstream::new(cfg(4), now);
         for _ in 0..60 {
-            assert!(d.push_no_ack(Message::new().with_route(
-                "edgecontroller",
-                "resource",
-                "node/e/ns/podstatus/x",
-                "response"
-            )));
+            assert!(
+                d.push_no_ack(Message::new().with_route(
+                    "edgecontroller",
+                    "resource",
+                    "node/e/ns/podstatus/x",
+                    "response"
+                ))
+                .is_ok()
+            );
         }
         let p = d.pump(now, true);
         assert_eq!(p.writes.len(), 50);
         let p = d.pump(now + Duration::from_millis(100), true);
         assert_eq!(p.writes.len(), 10);
-        d.push_no_ack(Message::new().with_route(
-            "edgecontroller",
-            "resource",
-            "node/e/null/node/e",
-            "delete",
+    }
+
+    fn reason(i: Intake) -> DropReason {
+        match i {
+            Intake::Dropped(d) => d.reason,
+            other => panic!("not dropped: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn drop_reasons_tell_superseded_from_lost() {
+        let now = Instant::now();
+        let mut d = Downstream::new(
+            DownConfig {
+                queue_limit: 2,
+                ..cfg(4)
+            },
+            now,
+        );
+        assert_eq!(
+            reason(d.intake_ack(pod("u0", "", "update"))),
+            DropReason::Malformed
+        );
+        let Intake::Lookup { key, .. } = d.intake_ack(pod("u1", "5", "update")) else {
+            panic!()
+        };
+        assert_eq!(
+            reason(d.intake_ack(pod("u1", "4", "update"))),
+            DropReason::Stale
+        );
+        assert_eq!(
+            reason(d.lookup_done(&key, Some("9".into()))),
+            DropReason::Stale
+        );
+        assert_eq!(d.intake_ack(pod("u2", "", "delete")), Intake::Queued);
+        assert_eq!(d.intake_ack(pod("u3", "", "delete")), Intake::Queued);
+        let full = d.intake_ack(pod("u4", "7", "update"));
+        let Intake::Dropped(Dropped { reason, msg, .. }) = full else {
+            panic!()
+        };
+        assert_eq!(reason, DropReason::QueueFull);
+        assert_eq!(
+            msg.header.resource_version, "7",
+            "the message is handed back"
+        );
+    }
+
+    #[test]
+    fn what_a_shutdown_writes_last_is_not_counted_as_left_behind() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(1), now);
+        d.push_no_ack(pod("n1", "1", "response")).unwrap();
+        for (uid, v) in [("u1", "5"), ("u2", "6")] {
+            let Intake::Lookup { key, .. } = d.intake_ack(pod(uid, v, "update")) else {
+                panic!()
+            };
+            assert_eq!(d.lookup_done(&key, Some("0".into())), Intake::Queued);
+        }
+        assert_eq!(d.drain().len(), 3, "the no-ack message and both objects");
+        let left = d.abandon();
+        assert_eq!((left.no_ack, left.ack, left.unacked), (0, 0, 2));
+        assert!(left.unrecorded.is_empty());
+    }
+
+    #[test]
+    fn abandon_reports_what_was_held_and_which_keys_may_lack_a_record() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(1), now);
+        d.push_no_ack(pod("n1", "1", "response")).unwrap();
+        // Recorded: found at "0".
+        let Intake::Lookup { key, .. } = d.intake_ack(pod("u1", "5", "update")) else {
+            panic!()
+        };
+        assert_eq!(d.lookup_done(&key, Some("0".into())), Intake::Queued);
+        // Lookup failed: delivered anyway, but no record is known.
+        let Intake::Lookup { key, .. } = d.intake_ack(pod("u2", "6", "update")) else {
+            panic!()
+        };
+        assert_eq!(d.lookup_done(&key, None), Intake::Queued);
+        // Still looking up.
+        assert!(matches!(
+            d.intake_ack(pod("u3", "7", "update")),
+            Intake::Lookup { .. }
         ));
-        assert!(d.pump(now + Duration::from_secs(1), true).node_deleted);
+        assert_eq!(
+            d.pump(now, true).writes.len(),
+            2,
+            "one in flight, one no-ack"
+        );
+        let left = d.abandon();
+        assert_eq!((left.no_ack, left.ack, left.unacked), (0, 2, 1));
+        let mut unrecorded: Vec<_> = left
+            .unrecorded
+            .iter()
+            .map(|m| m.header.resource_version.as_str())
+            .collect();
+        unrecorded.sort();
+        assert_eq!(unrecorded, ["6", "7"]);
+        assert_eq!(d.pending(), 0);
+        assert_eq!(
+            d.lookup_done("u3", Some("0".into())),
+            Intake::Waiting,
+            "a late lookup finds nothing to do"
+        );
     }
 }

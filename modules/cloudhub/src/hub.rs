@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::material::{self, Material};
 use crate::persist::{PersistOp, Persister};
-use crate::registry::{NodeStats, Registry};
+use crate::registry::{DropCounters, DropCounts, DropReason, NodeCounters, NodeStats, Registry};
 use crate::session::{Deliver, Stop, StopReason};
 use crate::store::{ObjectSyncStore, SyncKey, SyncSpec};
 
@@ -33,6 +33,8 @@ pub(crate) struct HubCounters {
     pub(crate) upstream_unroutable: AtomicU64,
     pub(crate) token_refused_connected: AtomicU64,
     pub(crate) revocation_writes_failed: AtomicU64,
+    /// Every drop, per reason, whether or not a node's counters saw it.
+    pub(crate) drops: DropCounters,
 }
 
 /// A snapshot of the hub's counters.
@@ -45,8 +47,12 @@ pub struct HubStats {
     /// Downstream messages for nodes without a session here (the sync loop redelivers
     /// ACK-class state once the node is back).
     pub dropped_offline: u64,
-    /// Downstream messages refused because the node's intake queue was full.
+    /// Downstream messages refused because the node's session mailbox was full (the
+    /// ACK-class ones keep an ObjectSync record, so the sync loop redelivers them).
     pub dropped_full: u64,
+    /// Every drop in the hub (downstream and upstream), per reason: the per-node counts
+    /// together plus those for nodes without counters (no node id, never connected here).
+    pub drops: DropCounts,
     /// Upstream messages no module could take.
     pub upstream_unroutable: u64,
     /// ObjectSync writes done after acknowledgements.
@@ -85,6 +91,10 @@ pub struct HubOptions {
 struct Servers {
     websocket: Option<actix_server::ServerHandle>,
     https: Option<actix_web::dev::ServerHandle>,
+    /// Admission gates of the started listeners (their stats are `/metrics` gauges).
+    gates: Vec<Arc<kubeedge_api::listener::Gate>>,
+    /// The certificate server's request counters (kept across restarts of the listener).
+    certserver: Arc<crate::certserver::Counters>,
 }
 
 /// The state every session, the module and the servers share.
@@ -133,50 +143,86 @@ impl Hub {
             .clone()
     }
 
+    /// Counts `n` drops of `reason`: hub-wide, and for the node when it has counters.
+    pub(crate) fn count_drop(&self, node: Option<&NodeCounters>, reason: DropReason, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.counters.drops.add(reason, n);
+        if let Some(c) = node {
+            c.drop_n(reason, n);
+        }
+    }
+
     /// Routes one downstream message to its node's session (spec §3.1). Never blocks: a
-    /// node without a session here, or with a full intake queue, loses the message (counted).
-    fn dispatch(&self, msg: Message) {
+    /// node without a session here, or with a full mailbox, does not get the message (counted,
+    /// and an ACK-class object keeps a record the sync loop redelivers from).
+    fn dispatch(self: &Arc<Self>, msg: Message) {
         let Some(node) = kubeedge_api::node_of(&msg.route.resource).map(str::to_owned) else {
             self.counters
                 .dropped_no_node
                 .fetch_add(1, Ordering::Relaxed);
+            self.count_drop(None, DropReason::Malformed, 1);
             warn!(msg = %msg, "downstream message without node id dropped");
             return;
         };
+        let node = node.as_str();
         if legacy_drop(&msg) {
+            let known = self.registry.known_counters(node);
+            self.count_drop(known.as_deref(), DropReason::Refused, 1);
+            debug!(node, msg = %msg, "legacy edgemgr message filtered");
             return;
         }
-        let node = node.as_str();
         let Some(entry) = self.registry.get(node) else {
-            self.counters
-                .dropped_offline
-                .fetch_add(1, Ordering::Relaxed);
-            debug!(node, msg = %msg, "node not connected here, message dropped");
-            self.record_offline(node, &msg);
+            self.offline(node, &msg);
             return;
         };
-        if let Err(e) = entry.addr.try_send(Deliver(msg)) {
+        let deliver = Deliver::new(msg, self.clone(), entry.counters.clone());
+        if let Err(e) = entry.addr.try_send(deliver) {
             match e {
-                actix::dev::SendError::Full(_) => {
+                actix::dev::SendError::Full(deliver) => {
+                    let msg = deliver.into_inner();
                     self.counters.dropped_full.fetch_add(1, Ordering::Relaxed);
-                    entry.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                    warn!(node, "node intake queue full, message dropped");
+                    self.count_drop(Some(&entry.counters), DropReason::QueueFull, 1);
+                    let recorded = self.record_offline(node, &msg);
+                    warn!(
+                        node,
+                        resource = %msg.route.resource,
+                        reason = "node intake queue full",
+                        redelivered_by_sync_loop = recorded,
+                        "downstream message dropped"
+                    );
                 }
-                actix::dev::SendError::Closed(Deliver(msg)) => {
-                    self.counters
-                        .dropped_offline
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.record_offline(node, &msg);
+                actix::dev::SendError::Closed(deliver) => {
+                    let msg = deliver.into_inner();
+                    self.offline(node, &msg);
                 }
             }
         }
     }
 
-    /// Spec §3.4 step 4 for a node that is away: the record a first-seen object gets (status
-    /// `"0"`) is what makes the sync loop send it after the node reconnects.
-    fn record_offline(&self, node: &str, msg: &Message) {
-        if let Some((key, spec)) = offline_record(node, msg) {
-            self.persister.submit(key, PersistOp::Ensure { spec });
+    /// A message for a node without a live session here.
+    fn offline(&self, node: &str, msg: &Message) {
+        self.counters
+            .dropped_offline
+            .fetch_add(1, Ordering::Relaxed);
+        let known = self.registry.known_counters(node);
+        self.count_drop(known.as_deref(), DropReason::Offline, 1);
+        debug!(node, msg = %msg, "node not connected here, message dropped");
+        self.record_offline(node, msg);
+    }
+
+    /// For a message its node did not take (away, queue full, session
+    /// ended): the record a first-seen object gets (status `"0"`; an existing record is left
+    /// alone) is what makes the sync loop send it once the node can take it. True when the
+    /// message is one the sync loop redelivers (an ACK-class object with a UID).
+    pub(crate) fn record_offline(&self, node: &str, msg: &Message) -> bool {
+        match offline_record(node, msg) {
+            Some((key, spec)) => {
+                self.persister.submit(key, PersistOp::Ensure { spec });
+                true
+            }
+            None => false,
         }
     }
 
@@ -195,6 +241,7 @@ impl Hub {
         if let Some(entry) = session {
             entry.addr.do_send(Stop(StopReason::NodeDeleted));
         }
+        self.registry.forget_counters(node);
         if let Some(client) = &self.kube
             && let Err(e) = crate::revocation::store(client, node, revoked_at).await
         {
@@ -280,9 +327,22 @@ impl HubHandle {
         self.0.registry.nodes()
     }
 
-    /// Counters of one connected node.
+    /// Counters of a node that has connected to this hub since it started (connected now or
+    /// not); they add up over the node's connections. `None` for a node never seen (or
+    /// deleted since).
     pub fn node_stats(&self, node: &str) -> Option<NodeStats> {
-        self.0.registry.get(node).map(|e| e.counters.snapshot())
+        self.0.registry.known_counters(node).map(|c| c.snapshot())
+    }
+
+    /// Counters of every node seen since start, connected or not (for per-node metrics such
+    /// as drops per node and reason, which must not vanish when a node disconnects).
+    pub fn known_node_stats(&self) -> Vec<(String, NodeStats)> {
+        self.0
+            .registry
+            .all_counters()
+            .into_iter()
+            .map(|(n, c)| (n, c.snapshot()))
+            .collect()
     }
 
     /// Counters of every connected node.
@@ -303,6 +363,7 @@ impl HubHandle {
             dropped_no_node: c.dropped_no_node.load(Ordering::Relaxed),
             dropped_offline: c.dropped_offline.load(Ordering::Relaxed),
             dropped_full: c.dropped_full.load(Ordering::Relaxed),
+            drops: c.drops.snapshot(),
             upstream_unroutable: c.upstream_unroutable.load(Ordering::Relaxed),
             records_written: self.0.persister.written.load(Ordering::Relaxed),
             records_failed: self.0.persister.failed.load(Ordering::Relaxed),
@@ -329,6 +390,20 @@ impl HubHandle {
         self.0.node_deleted(node).await;
     }
 
+    /// Admission gauges and counters of each started listener (`cloudhub_websocket`,
+    /// `cloudhub_https`): open, authenticating, accepted, refused per reason, timed out.
+    /// Empty before [`start_servers`](Self::start_servers).
+    pub fn listener_stats(&self) -> Vec<kubeedge_api::listener::ListenerStats> {
+        let servers = self.0.servers.lock().unwrap_or_else(|e| e.into_inner());
+        servers.gates.iter().map(|g| g.stats()).collect()
+    }
+
+    /// Request counters of the certificate server (port 10002).
+    pub fn cert_server_stats(&self) -> crate::certserver::CertServerStats {
+        let servers = self.0.servers.lock().unwrap_or_else(|e| e.into_inner());
+        servers.certserver.snapshot()
+    }
+
     /// Starts the enabled listeners on the running actix system (call from it) and returns
     /// their addresses. QUIC and the unix socket are not implemented: enabling them is logged.
     pub fn start_servers(&self) -> Result<ServerAddrs> {
@@ -346,8 +421,16 @@ impl HubHandle {
         let server = &hub.material.server;
         if c.https.enable {
             let tls = pki::tls::server_config_optional_client(&server.cert_der, &server.key_der)?;
-            let (handle, addr) = crate::certserver::start(hub.clone(), tls)?;
-            hub.servers.lock().unwrap_or_else(|e| e.into_inner()).https = Some(handle);
+            let counters = hub
+                .servers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .certserver
+                .clone();
+            let (handle, addr, gate) = crate::certserver::start(hub.clone(), tls, counters)?;
+            let mut servers = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
+            servers.https = Some(handle);
+            servers.gates.push(gate);
             addrs.https = Some(addr);
         }
         if c.websocket.enable {
@@ -357,11 +440,10 @@ impl HubHandle {
                 &server.key_der,
                 &hub.revocations,
             )?;
-            let (handle, addr) = crate::ws::start(hub.clone(), tls)?;
-            hub.servers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .websocket = Some(handle);
+            let (handle, addr, gate) = crate::ws::start(hub.clone(), tls)?;
+            let mut servers = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
+            servers.websocket = Some(handle);
+            servers.gates.push(gate);
             addrs.websocket = Some(addr);
         }
         Ok(addrs)

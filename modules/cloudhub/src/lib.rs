@@ -46,6 +46,7 @@ mod upstream;
 pub mod wire;
 mod ws;
 
+pub use certserver::CertServerStats;
 pub use classify::{Delivery, ObjectInfo, classify, object_info};
 pub use config::{
     AuthorizationConfig, AuthorizationMode, CloudHubConfig, ListenerConfig, NodeAuthorization,
@@ -57,6 +58,6 @@ pub use hub::{CloudHub, HubHandle, HubOptions, HubStats, ServerAddrs};
 pub use material::{
     CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_SECRET, prepare, store_token,
 };
-pub use registry::{NodeCounters, NodeStats};
+pub use registry::{DropCounts, DropReason, NodeCounters, NodeStats};
 pub use revocation::{EDGE_NODE_LABEL, REVOKED_CERTS};
 pub use store::{Created, KubeStore, MemoryStore, ObjectSyncStore, StoreError, SyncKey, SyncSpec};

@@ -12,20 +12,54 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::classify::{Delivery, classify, is_node_deletion};
-use crate::conn::Conn;
-use crate::downstream::{DownConfig, Downstream, Intake, RETRY_INTERVAL};
+use crate::conn::{BACKLOG_HIGH, Conn, Throttle};
+use crate::downstream::{DownConfig, Downstream, Dropped, Intake, RETRY_INTERVAL};
 use crate::hub::Hub;
 use crate::persist::PersistOp;
-use crate::registry::NodeCounters;
+use crate::registry::{DropReason, NodeCounters};
 use crate::store::{Created, SyncKey, SyncSpec};
 
-/// Above this many queued bytes the session stops taking new messages until the writer
-/// catches up (the write deadline then decides whether the peer is alive).
-const BACKLOG_HIGH: usize = 1024 * 1024;
+/// At most one warning per session and period about node deletes that are not acted on (the
+/// sync loop may repeat such a delete every 5 s).
+const STALE_NODE_DELETE_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A downstream message for this node (from the cloudhub module).
+///
+/// Accounts for itself: dropped unhandled (left in the mailbox of a session that ended), it
+/// counts as a [`DropReason::SessionEnded`] drop and leaves the record the sync loop
+/// redelivers from, so a message accepted into a mailbox is never lost silently.
 #[derive(Debug)]
-pub(crate) struct Deliver(pub(crate) Message);
+pub(crate) struct Deliver {
+    msg: Option<Message>,
+    hub: Arc<Hub>,
+    counters: Arc<NodeCounters>,
+}
+
+impl Deliver {
+    pub(crate) fn new(msg: Message, hub: Arc<Hub>, counters: Arc<NodeCounters>) -> Self {
+        Deliver {
+            msg: Some(msg),
+            hub,
+            counters,
+        }
+    }
+
+    /// Takes the message back (a refused send); the caller accounts for it.
+    pub(crate) fn into_inner(mut self) -> Message {
+        self.msg.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Deliver {
+    fn drop(&mut self) {
+        let Some(msg) = self.msg.take() else { return };
+        let node = kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
+        self.hub
+            .count_drop(Some(&self.counters), DropReason::SessionEnded, 1);
+        let recorded = self.hub.record_offline(node, &msg);
+        debug!(node, resource = %msg.route.resource, redelivered_by_sync_loop = recorded, "downstream message dropped: its session ended before handling it");
+    }
+}
 
 impl actix::Message for Deliver {
     type Result = ();
@@ -69,6 +103,12 @@ pub(crate) struct Session {
     down: Downstream,
     counters: Arc<NodeCounters>,
     timer_at: Option<Instant>,
+    /// Unix seconds when the session was made: a node revoked at or after this was deleted
+    /// while the session lived (the revocation check at the handshake refuses older ones).
+    started_unix: i64,
+    /// A newer connection took over (what is left behind counts as `replaced`).
+    replaced: bool,
+    stale_deletes: Throttle,
 }
 
 impl std::fmt::Debug for Session {
@@ -81,13 +121,10 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    pub(crate) fn new(
-        hub: Arc<Hub>,
-        node: Arc<str>,
-        generation: u64,
-        conn: Rc<Conn>,
-        counters: Arc<NodeCounters>,
-    ) -> Self {
+    pub(crate) fn new(hub: Arc<Hub>, node: Arc<str>, generation: u64, conn: Rc<Conn>) -> Self {
+        // The node's counters outlive its connections (see `Registry::node_counters`).
+        let counters = hub.registry.node_counters(&node);
+        conn.attach(counters.clone());
         let c = &hub.config;
         let down = Downstream::new(
             DownConfig {
@@ -107,6 +144,62 @@ impl Session {
             down,
             counters,
             timer_at: None,
+            started_unix: pki::unix_now(),
+            replaced: false,
+            stale_deletes: Throttle::new(STALE_NODE_DELETE_LOG_EVERY),
+        }
+    }
+
+    fn count_drop(&self, reason: DropReason, n: u64) {
+        self.hub.count_drop(Some(&self.counters), reason, n);
+    }
+
+    /// An ACK-class message the delivery state refused.
+    fn dropped(&self, d: Dropped) {
+        self.count_drop(d.reason, 1);
+        let resource = &d.msg.route.resource;
+        match d.reason {
+            // Superseded: the edge gets (or has) this version or a newer one.
+            DropReason::Stale => {
+                debug!(node = %self.node, resource = %resource, reason = d.why, "downstream message dropped")
+            }
+            DropReason::QueueFull => {
+                let recorded = self.hub.record_offline(&self.node, &d.msg);
+                warn!(node = %self.node, resource = %resource, reason = d.why, redelivered_by_sync_loop = recorded, "downstream message dropped");
+            }
+            _ => {
+                warn!(node = %self.node, resource = %resource, reason = d.why, "downstream message dropped")
+            }
+        }
+    }
+
+    /// A `node` `delete` for this session. It closes the session only when the node really
+    /// was deleted while the session lived (the Node watcher, or `HubHandle::revoke_node`,
+    /// revoked it): a delete for an earlier incarnation of a re-created node must not cut
+    /// off the current one, or the edge would be disconnected on every sync-loop pass.
+    fn node_delete(&mut self, msg: Message, ctx: &mut Context<Self>) {
+        let revoked = self.hub.revocations.revoked_at(&self.node);
+        if revoked.is_some_and(|t| t >= self.started_unix) {
+            info!(node = %self.node, generation = self.generation, "node deleted, closing session");
+            self.conn.close_with(
+                CloseCode::Policy,
+                "node deleted; its certificates are revoked",
+            );
+            ctx.stop();
+            return;
+        }
+        self.count_drop(DropReason::StaleNodeDelete, 1);
+        match self.stale_deletes.allow(Instant::now()) {
+            Some(suppressed) => warn!(
+                node = %self.node,
+                resource = %msg.route.resource,
+                msg_id = %msg.header.id,
+                suppressed,
+                "node delete for a node that is not deleted (an earlier incarnation's record?): not written, session kept"
+            ),
+            None => {
+                debug!(node = %self.node, resource = %msg.route.resource, "stale node delete dropped")
+            }
         }
     }
 
@@ -135,13 +228,6 @@ impl Session {
         let fresh = p.writes.len() as u64 - p.resends;
         NodeCounters::add(&self.counters.sent, fresh);
         NodeCounters::add(&self.counters.retried, p.resends);
-        if p.node_deleted {
-            // spec §3.6: the node was deleted; drop the connection, the edge will come back.
-            info!(node = %self.node, "node deleted, closing session");
-            self.conn.close();
-            ctx.stop();
-            return;
-        }
         if let Some(next) = p.next
             && self.timer_at.is_none_or(|t| next < t)
         {
@@ -194,9 +280,8 @@ impl Session {
             }
         };
         ctx.spawn(fut.into_actor(self).map(move |recorded, act, ctx| {
-            if let Intake::Dropped(reason) = act.down.lookup_done(&key, recorded) {
-                NodeCounters::add(&act.counters.dropped, 1);
-                debug!(node = %act.node, uid = %key, reason, "downstream message dropped");
+            if let Intake::Dropped(d) = act.down.lookup_done(&key, recorded) {
+                act.dropped(d);
             }
             act.pump(ctx);
         }));
@@ -242,12 +327,43 @@ impl Actor for Session {
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
         self.conn.close();
+        self.account_for_leftovers();
         // Only the registered generation speaks for the node (spec §9.2–9.3).
         if self.hub.registry.remove(&self.node, self.generation) {
             self.hub.events.disconnected(&self.node);
-            info!(node = %self.node, generation = self.generation, pending = self.down.pending(), "edge disconnected");
+            info!(node = %self.node, generation = self.generation, "edge disconnected");
         } else {
             debug!(node = %self.node, generation = self.generation, "replaced session ended");
+        }
+    }
+}
+
+impl Session {
+    /// Counts what the session still holds as it ends and makes sure every ACK-class object
+    /// among it has a record, so the sync loop redelivers it to the next session. Messages
+    /// never written count as drops; written but unacknowledged ones do not (the edge may
+    /// have them, and the sync loop re-sends them if not).
+    fn account_for_leftovers(&mut self) {
+        let left = self.down.abandon();
+        for m in &left.unrecorded {
+            self.hub.record_offline(&self.node, m);
+        }
+        let dropped = (left.no_ack + left.ack) as u64;
+        if dropped == 0 && left.unacked == 0 {
+            return;
+        }
+        let reason = if self.replaced {
+            DropReason::Replaced
+        } else {
+            DropReason::SessionEnded
+        };
+        self.count_drop(reason, dropped);
+        if left.no_ack > 0 {
+            warn!(node = %self.node, generation = self.generation, reason = reason.as_str(), no_ack_lost = left.no_ack, ack_unwritten = left.ack, ack_unacknowledged = left.unacked,
+                "session ended with undelivered messages: ACK-class ones are redelivered by the sync loop from their ObjectSync records, no-ACK ones are lost");
+        } else {
+            info!(node = %self.node, generation = self.generation, reason = reason.as_str(), ack_unwritten = left.ack, ack_unacknowledged = left.unacked,
+                "session ended with unacknowledged messages: the sync loop redelivers them from their ObjectSync records");
         }
     }
 }
@@ -255,30 +371,26 @@ impl Actor for Session {
 impl Handler<Deliver> for Session {
     type Result = ();
 
-    fn handle(&mut self, Deliver(msg): Deliver, ctx: &mut Context<Self>) {
+    fn handle(&mut self, mut deliver: Deliver, ctx: &mut Context<Self>) {
+        let Some(msg) = deliver.msg.take() else {
+            return;
+        };
+        if is_node_deletion(&msg) {
+            self.node_delete(msg, ctx);
+            return;
+        }
         match classify(&msg) {
             Delivery::NoAck => {
-                // A node deletion is queued too, so it takes effect after what precedes it.
-                let deletion = is_node_deletion(&msg);
-                if !self.down.push_no_ack(msg) {
-                    if deletion {
-                        info!(node = %self.node, "node deleted, closing session");
-                        self.conn.close();
-                        ctx.stop();
-                        return;
-                    }
-                    NodeCounters::add(&self.counters.dropped, 1);
-                    warn!(node = %self.node, "no-ack queue full, message dropped");
+                if let Err(msg) = self.down.push_no_ack(msg) {
+                    self.count_drop(DropReason::NoAckOverflow, 1);
+                    warn!(node = %self.node, resource = %msg.route.resource, reason = "no-ack queue full", "downstream message dropped");
                 }
             }
             Delivery::Ack => {
                 let resource = msg.route.resource.clone();
                 match self.down.intake_ack(msg) {
                     Intake::Queued | Intake::Waiting => {}
-                    Intake::Dropped(reason) => {
-                        NodeCounters::add(&self.counters.dropped, 1);
-                        debug!(node = %self.node, resource = %resource, reason, "downstream message dropped");
-                    }
+                    Intake::Dropped(d) => self.dropped(d),
                     Intake::Lookup { key, info } => {
                         let name = NodeResource::parse(&resource)
                             .map(|r| r.name)
@@ -315,14 +427,17 @@ impl Handler<Stop> for Session {
     fn handle(&mut self, Stop(reason): Stop, ctx: &mut Context<Self>) {
         match &reason {
             StopReason::Replaced => {
+                self.replaced = true;
                 info!(node = %self.node, generation = self.generation, "session replaced by a new connection");
                 self.conn
                     .close_with(CloseCode::Normal, "replaced by a new connection");
             }
             StopReason::Shutdown => {
-                for m in self.down.drain() {
-                    self.conn.push_message(&m);
+                let last = self.down.drain();
+                for m in &last {
+                    self.conn.push_message(m);
                 }
+                NodeCounters::add(&self.counters.sent, last.len() as u64);
                 self.conn
                     .close_with(CloseCode::Away, "cloudhub shutting down");
             }

@@ -27,8 +27,10 @@ pub(crate) enum Upstream {
     ToGroup(&'static str, Message),
     /// A `k8s/ca.crt` query the hub answers itself.
     CaQuery(Message),
-    /// Not forwarded, with the reason.
+    /// Refused (not forwarded, counted as a drop), with the reason.
     Drop(&'static str),
+    /// Nothing to route (not a loss: the empty message edgecore writes when it stops).
+    Ignore(&'static str),
 }
 
 fn is_word(c: char) -> bool {
@@ -80,7 +82,7 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
     }
     if msg.is_empty() || (msg.header.id.is_empty() && operation.is_empty()) {
         // edgecore writes an all-empty message when it stops (observed); nothing to route.
-        return Upstream::Drop("empty message");
+        return Upstream::Ignore("empty message");
     }
     msg.route.resource = with_node(node, &msg.route.resource);
     let source = msg.route.source.as_str();
@@ -176,7 +178,10 @@ mod tests {
             ),
             Upstream::Drop(_)
         ));
-        assert!(matches!(route("e", Message::default()), Upstream::Drop(_)));
+        assert!(matches!(
+            route("e", Message::default()),
+            Upstream::Ignore(_)
+        ));
     }
 
     #[test]

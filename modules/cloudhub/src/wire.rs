@@ -96,20 +96,35 @@ pub fn frame(payload: &[u8], op: OpCode, mask: bool) -> Bytes {
     dst.freeze()
 }
 
-/// A close frame with `code` and a short reason.
+/// Longest close reason in bytes: a control frame's payload is at most 125 bytes, two of them
+/// the close code.
+pub const MAX_CLOSE_REASON: usize = 123;
+
+/// A close frame with `code` and `reason`, the reason cut to [`MAX_CLOSE_REASON`] bytes on a
+/// character boundary (so the payload stays valid UTF-8 and the frame a valid control frame).
 pub fn close_frame(code: CloseCode, reason: &str, mask: bool) -> Bytes {
     let mut dst = BytesMut::new();
-    // A close reason must fit a control frame (125 bytes with the code).
-    let reason: String = reason.chars().take(100).collect();
     Parser::write_close(
         &mut dst,
         Some(CloseReason {
             code,
-            description: Some(reason),
+            description: Some(cut(reason, MAX_CLOSE_REASON).to_owned()),
         }),
         mask,
     );
     dst.freeze()
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+pub(crate) fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// What a complete frame (or fragment sequence) amounted to.
@@ -159,7 +174,19 @@ impl Reassembler {
         loop {
             let frame = match self.codec.decode(buf) {
                 Ok(Some(f)) => f,
-                Ok(None) => return Ok(None),
+                // The codec compares a frame with the limit only once all of it has arrived, so
+                // an oversized frame would be buffered whole first: refuse it from its header
+                // (checked after the codec's own header checks, so that how the bytes were
+                // split never changes which error a stream gets).
+                Ok(None) => match announced_len(buf) {
+                    Some(len) if len > self.limit as u64 => {
+                        return Err(WireError::TooLarge {
+                            size: usize::try_from(len).unwrap_or(usize::MAX),
+                            limit: self.limit,
+                        });
+                    }
+                    _ => return Ok(None),
+                },
                 Err(ProtocolError::Overflow) => {
                     return Err(WireError::TooLarge {
                         size: buf.len(),
@@ -219,9 +246,45 @@ impl Reassembler {
     }
 }
 
+/// The payload length announced by the frame header at the front of `buf`, once its length
+/// field has arrived.
+fn announced_len(buf: &[u8]) -> Option<u64> {
+    match *buf.get(1)? & 0x7f {
+        126 => Some(u64::from(u16::from_be_bytes(
+            buf.get(2..4)?.try_into().ok()?,
+        ))),
+        127 => Some(u64::from_be_bytes(buf.get(2..10)?.try_into().ok()?)),
+        n => Some(u64::from(n)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_oversized_frame_is_refused_from_its_header() {
+        let limit = 64 * 1024;
+        // FIN + binary, masked, 64-bit length 16 MiB, mask key: no payload yet.
+        let header = [0x82, 0xff, 0, 0, 0, 0, 0x01, 0, 0, 0, 1, 2, 3, 4];
+        let mut r = Reassembler::server(limit);
+        let mut buf = BytesMut::from(&header[..]);
+        assert!(matches!(
+            r.next(&mut buf),
+            Err(WireError::TooLarge { size: 0x0100_0000, limit: l }) if l == limit
+        ));
+        // 16-bit length one over the limit, before its payload.
+        let mut r = Reassembler::server(1000);
+        let mut buf = BytesMut::from(&[0x81, 0xfe, 0x03, 0xe9][..]);
+        assert!(matches!(r.next(&mut buf), Err(WireError::TooLarge { .. })));
+        // A frame at the limit is still waited for and delivered.
+        let mut r = Reassembler::server(1000);
+        let whole = frame(&[b'x'; 1000], OpCode::Binary, true);
+        let mut buf = BytesMut::from(&whole[..8]);
+        assert_eq!(r.next(&mut buf).unwrap(), None);
+        buf.extend_from_slice(&whole[8..]);
+        assert!(matches!(r.next(&mut buf), Ok(Some(Incoming::Data(d))) if d.len() == 1000));
+    }
 
     #[test]
     fn keepalive_vector_is_byte_exact() {
@@ -273,6 +336,70 @@ mod tests {
         Parser::write_message(&mut more, b"0123456", OpCode::Continue, false, true);
         buf.extend_from_slice(&more);
         assert!(r.next(&mut buf).is_err());
+    }
+
+    /// Decodes a close frame written by [`close_frame`] as a peer would.
+    fn read_close(frame: &[u8], masked: bool) -> (usize, Option<CloseReason>) {
+        let mut codec = if masked {
+            Codec::new()
+        } else {
+            Codec::new().client_mode()
+        };
+        let mut buf = BytesMut::from(frame);
+        match codec.decode(&mut buf) {
+            Ok(Some(Frame::Close(reason))) => (frame.len(), reason),
+            other => panic!("not a close frame: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn close_reasons_are_cut_to_123_bytes_on_a_character_boundary() {
+        for (reason, want_bytes) in [
+            ("short".to_owned(), 5),
+            ("a".repeat(123), 123),
+            ("a".repeat(124), 123),
+            // 2-byte characters: 61 fit (122 bytes), the 62nd would need bytes 122..124.
+            ("é".repeat(100), 122),
+            // 3-byte and 4-byte characters, and a mix that ends mid-character at byte 123.
+            ("€".repeat(60), 123),
+            ("🦀".repeat(40), 120),
+            (format!("{}{}", "a".repeat(121), "🦀"), 121),
+        ] {
+            for masked in [false, true] {
+                let frame = close_frame(CloseCode::Policy, &reason, masked);
+                let (len, got) = read_close(&frame, masked);
+                let got = got.expect("a reason");
+                let text = got.description.expect("a description");
+                assert_eq!(got.code, CloseCode::Policy);
+                assert_eq!(text.len(), want_bytes, "{reason:?}");
+                assert!(reason.starts_with(&text), "a prefix of the reason");
+                // Payload = 2-byte code + reason; header 2 bytes (+4 mask).
+                assert!(len - 2 - if masked { 4 } else { 0 } <= 125, "{len}");
+            }
+        }
+    }
+
+    #[test]
+    fn cut_never_splits_a_character() {
+        let s = "aé€🦀";
+        let cuts: Vec<&str> = (0..=s.len() + 1).map(|n| cut(s, n)).collect();
+        assert_eq!(
+            cuts,
+            [
+                "",
+                "a",
+                "a",
+                "aé",
+                "aé",
+                "aé",
+                "aé€",
+                "aé€",
+                "aé€",
+                "aé€",
+                "aé€🦀",
+                "aé€🦀"
+            ]
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The WebSocket listener (default `0.0.0.0:10000`): mutual TLS, every check before the 101
-//! (spec §2.1 Rust table), then one session actor per connection.
+//! The WebSocket listener (default `0.0.0.0:10000`): admission, mutual TLS, every check before
+//! the 101, then one session actor per connection.
 //!
 //! Built on actix-server + actix-http's upgrade hook rather than actix-web-actors: a
 //! `WebsocketContext` actor is driven by the response body, so once a peer stops reading it
@@ -7,24 +7,31 @@
 //! gives real write deadlines and lets the session cut a stuck peer off.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix::Actor;
 use actix_codec::{Framed, FramedParts};
 use actix_http::header::{self, HeaderMap};
 use actix_http::{HttpMessage, HttpService, Request, Response, StatusCode, h1};
-use actix_rt::net::TcpStream;
-use actix_service::{ServiceFactoryExt, fn_factory, fn_service};
+use actix_rt::net::{ActixStream, Ready, TcpStream};
+use actix_service::{Service, ServiceFactory, ServiceFactoryExt, fn_factory, fn_service};
 use actix_tls::accept::rustls_0_23::{Acceptor, TlsStream};
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
+use kubeedge_api::listener::{Admission, Gate};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::time::Sleep;
 use tracing::{debug, info, warn};
 
 use crate::conn::{self, Conn, Link};
 use crate::hub::Hub;
-use crate::registry::{NodeCounters, Refused};
+use crate::registry::Refused;
 use crate::session::{Session, Stop, StopReason};
 
 /// Header names (matched case-insensitively; the real edge writes `Node_id`, `Project_id`,
@@ -41,8 +48,162 @@ fn first(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|v| v.trim().to_owned())
 }
 
+/// The `listener` label of the WebSocket listener's admission counters.
+pub(crate) const LISTENER: &str = "cloudhub_websocket";
+
+/// How the pre-authentication deadline of a [`Gated`] stands.
+enum Deadline {
+    Running(Pin<Box<Sleep>>),
+    Passed,
+    Lifted,
+}
+
+/// An admitted TCP connection: it carries its [`Admission`] for as long as it lives (the
+/// listener's open count follows the socket, through TLS, HTTP and a WebSocket session), and
+/// fails every read and write once the listener's pre-authentication deadline has passed
+/// while the peer is still unauthenticated. The deadline is the socket's own, so it covers
+/// the TLS handshake, the request head and the idle time between requests alike.
+pub(crate) struct Gated {
+    io: TcpStream,
+    peer: SocketAddr,
+    admission: Arc<Admission>,
+    deadline: Deadline,
+}
+
+impl Gated {
+    /// Admits `io` through `gate`; `None` (counted by the gate) when refused, and the socket
+    /// is then dropped without a byte read.
+    fn admit(gate: &Arc<Gate>, io: TcpStream) -> Option<Gated> {
+        let peer = io.peer_addr().ok()?;
+        let admission = gate.admit(peer.ip()).ok()?;
+        Some(Gated {
+            io,
+            peer,
+            admission: Arc::new(admission),
+            deadline: Deadline::Running(Box::pin(tokio::time::sleep(
+                gate.limits().pre_auth_timeout(),
+            ))),
+        })
+    }
+
+    /// The connection's admission: call [`Admission::authenticated`] once the peer proved
+    /// who it is.
+    pub(crate) fn admission(&self) -> &Arc<Admission> {
+        &self.admission
+    }
+
+    /// The peer's address.
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if let Deadline::Running(sleep) = &mut self.deadline {
+            if self.admission.is_authenticated() {
+                self.deadline = Deadline::Lifted;
+            } else if sleep.as_mut().poll(cx).is_ready() {
+                self.admission.timed_out();
+                self.deadline = Deadline::Passed;
+            }
+        }
+        match self.deadline {
+            Deadline::Passed => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "not authenticated within the pre-authentication deadline",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl AsyncRead for Gated {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check_deadline(cx)?;
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Gated {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check_deadline(cx)?;
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check_deadline(cx)?;
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl ActixStream for Gated {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<Ready>> {
+        ActixStream::poll_read_ready(&self.io, cx)
+    }
+
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<Ready>> {
+        ActixStream::poll_write_ready(&self.io, cx)
+    }
+}
+
+/// The front of an edge-facing listener: admits each accepted socket through `gate` (a
+/// refused one is closed unread) and runs the TLS handshake on it. The gate, not actix,
+/// bounds handshakes: actix-tls's own per-worker cap is bypassed (its service is called
+/// without its readiness check) and its timeout is set past the gate's deadline.
+pub(crate) fn gated_tls(
+    gate: Arc<Gate>,
+    tls: Arc<rustls::ServerConfig>,
+) -> impl ServiceFactory<TcpStream, Config = (), Response = TlsStream<Gated>, Error = (), InitError = ()>
+{
+    fn_factory(move || {
+        let gate = gate.clone();
+        let mut acceptor = Acceptor::new((*tls).clone());
+        acceptor.set_handshake_timeout(gate.limits().pre_auth_timeout() + Duration::from_secs(5));
+        async move {
+            let tls =
+                Rc::new(<Acceptor as ServiceFactory<Gated>>::new_service(&acceptor, ()).await?);
+            Ok::<_, ()>(fn_service(move |io: TcpStream| {
+                let admitted = Gated::admit(&gate, io);
+                let tls = tls.clone();
+                async move {
+                    let io = admitted.ok_or(())?;
+                    tls.call(io)
+                        .await
+                        .map_err(|e| debug!(error = ?e, "tls handshake failed"))
+                }
+            }))
+        }
+    })
+}
+
 /// A plain HTTP answer before (instead of) the upgrade; the connection closes after it.
-async fn refuse(io: &mut TlsStream<TcpStream>, status: StatusCode, body: &str) {
+async fn refuse(io: &mut TlsStream<Gated>, status: StatusCode, body: &str) {
     let text = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
         status.as_u16(),
@@ -61,8 +222,8 @@ async fn refuse(io: &mut TlsStream<TcpStream>, status: StatusCode, body: &str) {
 /// Why an upgrade was refused: status and explanation.
 type Refusal = (StatusCode, String);
 
-/// The spec §2.1 checks, in order. Returns the node id.
-fn check(hub: &Hub, req: &Request, io: &TlsStream<TcpStream>) -> Result<String, Refusal> {
+/// The upgrade checks, in order (the README lists them). Returns the node id.
+fn check(hub: &Hub, req: &Request, io: &TlsStream<Gated>) -> Result<String, Refusal> {
     let bad = |m: &str| (StatusCode::BAD_REQUEST, m.to_owned());
     actix_http::ws::verify_handshake(req.head())
         .map_err(|e| bad(&format!("not a websocket upgrade: {e}")))?;
@@ -118,7 +279,7 @@ fn check(hub: &Hub, req: &Request, io: &TlsStream<TcpStream>) -> Result<String, 
 async fn upgrade(
     hub: Arc<Hub>,
     req: Request,
-    framed: Framed<TlsStream<TcpStream>, h1::Codec>,
+    framed: Framed<TlsStream<Gated>, h1::Codec>,
 ) -> Result<(), Infallible> {
     // Keep only the socket and unread bytes: the HTTP layer's 8 KiB write buffer and the
     // request are dropped before the session starts (they would live as long as the socket).
@@ -128,26 +289,20 @@ async fn upgrade(
     let node = match check(&hub, &req, &io) {
         Ok(node) => node,
         Err((status, why)) => {
-            warn!(status = status.as_u16(), reason = %why, peer = ?io.get_ref().0.peer_addr().ok(), "websocket upgrade refused");
+            warn!(status = status.as_u16(), reason = %why, peer = %io.get_ref().0.peer_addr(), "websocket upgrade refused");
             refuse(&mut io, status, &why).await;
             return Ok(());
         }
     };
+    // TLS verified the certificate and the head passed every check: from here the
+    // connection counts as an edge's, not against the handshake and per-address limits.
+    io.get_ref().0.admission().authenticated();
     let project = first(req.headers(), PROJECT_ID).unwrap_or_default();
     let node: Arc<str> = Arc::from(node.as_str());
     let conn = Conn::new();
-    let counters = Arc::new(NodeCounters::default());
     let limit = hub.config.node_limit as usize;
     let registered = hub.registry.register(&node, limit, |generation| {
-        let addr = Session::new(
-            hub.clone(),
-            node.clone(),
-            generation,
-            conn.clone(),
-            counters.clone(),
-        )
-        .start();
-        (addr, counters.clone())
+        Session::new(hub.clone(), node.clone(), generation, conn.clone()).start()
     });
     let (entry, old) = match registered {
         Ok(r) => r,
@@ -202,7 +357,7 @@ async fn upgrade(
         node,
         addr: entry.addr,
         conn,
-        counters,
+        counters: entry.counters,
     };
     // The socket moves to a task of its own and the HTTP dispatcher finishes: its task (sized
     // for the TLS and HTTP states) and buffers would otherwise live as long as the session.
@@ -218,11 +373,25 @@ fn not_an_upgrade() -> Response<String> {
     )
 }
 
-/// Binds the listener and starts the server on the current actix system.
+/// The WebSocket listener's limits: `websocket.limits`, with `handshakeTimeout` as an upper
+/// bound on the pre-authentication deadline.
+fn limits(cfg: &crate::CloudHubConfig) -> kubeedge_api::listener::ListenerLimits {
+    let mut limits = cfg.websocket.limits.clone();
+    if cfg.handshake_timeout > 0 {
+        limits.pre_auth_timeout_seconds = limits
+            .pre_auth_timeout_seconds
+            .max(1)
+            .min(cfg.handshake_timeout);
+    }
+    limits
+}
+
+/// Binds the listener and starts the server on the current actix system. The returned gate
+/// admits its connections (its stats are the listener's metrics).
 pub(crate) fn start(
     hub: Arc<Hub>,
     tls: rustls::ServerConfig,
-) -> Result<(actix_server::ServerHandle, SocketAddr), crate::Error> {
+) -> Result<(actix_server::ServerHandle, SocketAddr, Arc<Gate>), crate::Error> {
     let cfg = &hub.config;
     let addr = cfg.websocket.socket_addr();
     let bind_err = |source| crate::Error::Bind {
@@ -231,7 +400,9 @@ pub(crate) fn start(
     };
     let listener = std::net::TcpListener::bind(&addr).map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
-    let handshake = Duration::from_secs(u64::from(cfg.handshake_timeout.max(1)));
+    let gate = Gate::new(LISTENER, limits(cfg));
+    // The gate's deadline ends slow heads first; actix's own timer is only a backstop.
+    let head_timeout = gate.limits().pre_auth_timeout() + Duration::from_secs(5);
     let workers = if cfg.workers == 0 {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -239,41 +410,37 @@ pub(crate) fn start(
     } else {
         cfg.workers
     };
-    let per_worker = (cfg.node_limit as usize * 2).div_ceil(workers).max(256);
     let tls = Arc::new(tls);
     let factory_hub = hub.clone();
+    let factory_gate = gate.clone();
     let server = actix_server::Server::build()
         .workers(workers)
         .backlog(4096)
-        .max_concurrent_connections(per_worker)
+        // The gate bounds connections; actix's per-worker cap would only stall accepting.
+        .max_concurrent_connections(1 << 20)
         .disable_signals()
         .shutdown_timeout(5)
         .listen("cloudhub-websocket", listener, move || {
             let hub = factory_hub.clone();
-            let mut acceptor = Acceptor::new((*tls).clone());
-            acceptor.set_handshake_timeout(handshake);
-            let http = HttpService::<TlsStream<TcpStream>, _, _, _, _>::build()
-                .client_request_timeout(handshake)
+            let http = HttpService::<TlsStream<Gated>, _, _, _, _>::build()
+                .client_request_timeout(head_timeout)
                 .client_disconnect_timeout(Duration::from_secs(1))
                 .upgrade(fn_factory(move || {
                     let hub = hub.clone();
                     async move {
                         Ok::<_, ()>(fn_service(
-                            move |(req, framed): (
-                                Request,
-                                Framed<TlsStream<TcpStream>, h1::Codec>,
-                            )| { upgrade(hub.clone(), req, framed) },
+                            move |(req, framed): (Request, Framed<TlsStream<Gated>, h1::Codec>)| {
+                                upgrade(hub.clone(), req, framed)
+                            },
                         ))
                     }
                 }))
                 .h1(fn_service(|_req: Request| async {
                     Ok::<_, Infallible>(not_an_upgrade())
                 }));
-            acceptor
-                .map_err(|e| debug!(error = ?e, "tls handshake failed"))
-                .map_init_err(|_| ())
-                .map(|io: TlsStream<TcpStream>| {
-                    let peer = io.get_ref().0.peer_addr().ok();
+            gated_tls(factory_gate.clone(), tls.clone())
+                .map(|io: TlsStream<Gated>| {
+                    let peer = Some(io.get_ref().0.peer_addr());
                     (io, peer)
                 })
                 .and_then(
@@ -285,6 +452,6 @@ pub(crate) fn start(
         .run();
     let handle = server.handle();
     actix_rt::spawn(server);
-    info!(addr = %local, workers, "websocket server listening");
-    Ok((handle, local))
+    info!(addr = %local, workers, limits = ?gate.limits(), "websocket server listening");
+    Ok((handle, local, gate))
 }

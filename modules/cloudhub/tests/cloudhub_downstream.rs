@@ -312,24 +312,202 @@ async fn no_ack_messages_are_written_once_and_never_recorded() {
     assert!(h.store.records().is_empty());
 }
 
+fn node_delete(node: &str) -> Message {
+    Message::new().with_route(
+        "edgecontroller",
+        "resource",
+        format!("node/{node}/null/node/{node}"),
+        "delete",
+    )
+}
+
 #[actix_rt::test]
-async fn node_delete_is_not_written_and_closes_the_session() {
+async fn a_node_delete_for_a_node_not_deleted_is_dropped_and_the_session_stays() {
     let mut h = Harness::start().await;
     let mut e = h.connect("edge-1").await;
     assert_eq!(h.next_event().await.route.operation, "connected");
-    h.downstream(Message::new().with_route(
-        "edgecontroller",
-        "resource",
-        "node/edge-1/null/node/edge-1",
-        "delete",
-    ))
-    .await;
-    assert!(e.closed_within(Duration::from_secs(3)).await.is_some());
+    // What the sync loop sends for a record of an earlier incarnation of the node, every
+    // pass: it must neither be written nor cut the edge off (or it would never stay up).
+    for _ in 0..3 {
+        h.downstream(node_delete("edge-1")).await;
+    }
+    let after = pod("edge-1", "p", "u1", "", "delete");
+    h.downstream(after.clone()).await;
+    assert_eq!(
+        e.recv().await.header.id,
+        after.header.id,
+        "the next message arrives; the deletes were not written"
+    );
+    let s = h.hub.node_stats("edge-1").unwrap();
+    assert_eq!(s.drops.get(cloudhub::DropReason::StaleNodeDelete), 3);
+    assert_eq!(
+        h.hub
+            .stats()
+            .drops
+            .get(cloudhub::DropReason::StaleNodeDelete),
+        3
+    );
+    assert_eq!(h.hub.nodes(), ["edge-1"]);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), h.next_event())
+            .await
+            .is_err(),
+        "no disconnected event"
+    );
+
+    // A real deletion (the Node watcher, or the composer without Kubernetes) still closes it.
+    h.hub.revoke_node("edge-1").await;
+    let ended = e.closed_within(Duration::from_secs(3)).await.unwrap();
+    assert!(
+        ended.contains("Policy") || ended.contains("1008"),
+        "{ended}"
+    );
     let ev = h.next_event().await;
     assert_eq!(
         (ev.route.resource.as_str(), ev.route.operation.as_str()),
         ("node/edge-1", "disconnected")
     );
+}
+
+#[actix_rt::test]
+async fn an_object_refused_by_a_full_intake_queue_keeps_a_record_for_the_sync_loop() {
+    // 16 objects fill the node's queue (nothing is acknowledged); 4 more are refused.
+    let h = Harness::with(|c| {
+        c.node_queue_size = 16;
+        c.ack_window = 1;
+    })
+    .await;
+    let mut e = h.connect("edge-1").await;
+    h.wait_nodes(1).await;
+    for i in 0..20 {
+        h.downstream(pod(
+            "edge-1",
+            &format!("p{i}"),
+            &format!("u{i}"),
+            "7",
+            "insert",
+        ))
+        .await;
+    }
+    let full = |h: &Harness| {
+        h.hub
+            .node_stats("edge-1")
+            .map_or(0, |s| s.drops.get(cloudhub::DropReason::QueueFull))
+    };
+    wait_until(|| full(&h) == 4).await;
+    h.hub.flush_records().await;
+    for i in 0..20 {
+        let (spec, rv) = h
+            .store
+            .record(&key("edge-1", "default", &format!("u{i}")))
+            .unwrap_or_else(|| panic!("no record for u{i}"));
+        assert_eq!(
+            (spec.name.as_str(), rv.as_str()),
+            (format!("p{i}").as_str(), "0")
+        );
+    }
+    let s = h.hub.stats();
+    assert_eq!(s.drops.get(cloudhub::DropReason::QueueFull), 4);
+    assert_eq!(h.hub.node_stats("edge-1").unwrap().dropped, 4);
+
+    // The edge works through what was queued, one at a time.
+    let mut got = std::collections::BTreeSet::new();
+    while got.len() < 16 {
+        let m = e.recv().await;
+        e.ack(&m).await;
+        got.insert(m.route.resource);
+    }
+    // The sync loop finds the refused objects' records at "0", below the objects' version,
+    // and sends them again: now they are delivered, and their records catch up.
+    for i in 16..20 {
+        h.downstream(pod(
+            "edge-1",
+            &format!("p{i}"),
+            &format!("u{i}"),
+            "7",
+            "update",
+        ))
+        .await;
+    }
+    while got.len() < 20 {
+        let m = e.recv().await;
+        e.ack(&m).await;
+        got.insert(m.route.resource);
+    }
+    let want: std::collections::BTreeSet<String> =
+        (0..20).map(|i| format!("default/pod/p{i}")).collect();
+    assert_eq!(got, want);
+    wait_until(|| h.hub.node_stats("edge-1").is_some_and(|s| s.acked == 20)).await;
+    h.hub.flush_records().await;
+    for i in 16..20 {
+        let (_, rv) = h
+            .store
+            .record(&key("edge-1", "default", &format!("u{i}")))
+            .unwrap();
+        assert_eq!(rv, "7", "u{i}");
+    }
+    assert_eq!(
+        h.hub.node_stats("edge-1").unwrap().dropped,
+        4,
+        "nothing more"
+    );
+}
+
+#[actix_rt::test]
+async fn a_replaced_session_counts_what_it_left_and_its_objects_keep_their_records() {
+    let h = Harness::with(|c| {
+        c.no_ack_burst = 1;
+        c.no_ack_rate = 1;
+        c.ack_window = 1;
+    })
+    .await;
+    let mut first = h.connect("edge-1").await;
+    h.wait_nodes(1).await;
+    // Four no-ACK messages: one is written at once, the others wait for the pacing (1/s).
+    for i in 0..4 {
+        h.downstream(Message::new().with_route(
+            "edgecontroller",
+            "resource",
+            format!("node/edge-1/default/podlist/l{i}"),
+            "update",
+        ))
+        .await;
+    }
+    // Two objects through a window of one: `a` is written (and never acknowledged), `b`
+    // waits behind it.
+    let a = pod("edge-1", "a", "ua", "5", "update");
+    let b = pod("edge-1", "b", "ub", "6", "update");
+    h.downstream(a.clone()).await;
+    h.downstream(b.clone()).await;
+    loop {
+        let m = first.recv().await;
+        if m.route.resource.starts_with("default/pod/") {
+            assert_eq!(m.header.id, a.header.id);
+            break;
+        }
+    }
+    wait_until(|| h.store.record(&key("edge-1", "default", "ub")).is_some()).await;
+
+    let _second = h.connect("edge-1").await;
+    let stats = || h.hub.node_stats("edge-1").unwrap();
+    wait_until(|| stats().drops.get(cloudhub::DropReason::Replaced) > 0).await;
+    // Every message was either written (sent) or left behind unwritten (`replaced`): the
+    // no-ACK messages the pacing held back, and `b`. `a`, written but unacknowledged, is not
+    // a drop: the edge may have it.
+    let s = stats();
+    let replaced = s.drops.get(cloudhub::DropReason::Replaced);
+    assert_eq!(replaced + s.sent, 6, "{s:?}");
+    assert!(replaced >= 2, "{s:?}");
+    assert_eq!(s.dropped, replaced, "no other reason: {s:?}");
+    assert_eq!(
+        h.hub.stats().drops.get(cloudhub::DropReason::Replaced),
+        replaced
+    );
+    h.hub.flush_records().await;
+    for uid in ["ua", "ub"] {
+        let (_, rv) = h.store.record(&key("edge-1", "default", uid)).unwrap();
+        assert_eq!(rv, "0", "the sync loop will send {uid} to the new session");
+    }
 }
 
 #[actix_rt::test]

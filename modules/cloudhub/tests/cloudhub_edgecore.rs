@@ -79,4 +79,53 @@ async fn real_edgecore_bootstraps_connects_keeps_alive_and_acknowledges() {
         .unwrap()
         .expect("stored by edgecore's metamanager");
     assert_eq!(stored.value["data"]["k"], "v");
+
+    // The Node was deleted and re-created under the same name while the edge was away: the
+    // sync loop sends a `delete` for the earlier incarnation's record on every pass. The edge
+    // must stay connected and keep being served.
+    let stale_delete = || {
+        Message::new().with_route(
+            "edgecontroller",
+            "resource",
+            format!("node/{NODE}/null/node/{NODE}"),
+            "delete",
+        )
+    };
+    for _ in 0..3 {
+        h.downstream(stale_delete()).await;
+    }
+    let cm = Message::new()
+        .with_route("edgecontroller", "resource", "node/edge-node-1/default/configmap/interop", "update")
+        .with_resource_version("43")
+        .with_content(
+            Content::json(&serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "interop", "namespace": "default", "uid": "interop-uid", "resourceVersion": "43"},
+                "data": {"k": "v2"}
+            }))
+            .unwrap(),
+        );
+    h.downstream(cm).await;
+    while h.hub.node_stats(NODE).is_none_or(|s| s.acked != 2) {
+        assert!(
+            tokio::time::Instant::now() < deadline + Duration::from_secs(30),
+            "no ACK after the stale deletes; its log:\n{}",
+            dump()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = h.hub.node_stats(NODE).unwrap();
+    assert_eq!(
+        s.drops.get(cloudhub::DropReason::StaleNodeDelete),
+        3,
+        "{s:?}"
+    );
+    assert_eq!(h.hub.nodes(), [NODE]);
+    // No disconnection happened meanwhile (edgecore's own traffic may be in the inbox).
+    for _ in 0..100 {
+        match tokio::time::timeout(Duration::from_millis(300), h.controllers.recv()).await {
+            Ok(Ok(m)) => assert_ne!(m.route.operation, "disconnected", "{m}"),
+            _ => break,
+        }
+    }
 }

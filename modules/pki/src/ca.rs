@@ -10,7 +10,7 @@ use rcgen::{
 };
 use rustls_pki_types::{CertificateDer, CertificateSigningRequestDer, UnixTime};
 use sha2::{Digest, Sha256};
-use time::{Duration, OffsetDateTime};
+use time::OffsetDateTime;
 
 use crate::error::{Error, Result};
 use crate::identity::{self, PeerIdentity};
@@ -77,7 +77,8 @@ impl ExtKeyUsage {
 /// What the CA allows when signing an edge CSR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignPolicy {
-    /// Validity of issued certificates in days (`edgeCertSigningDuration`, default 365).
+    /// Validity of issued certificates in days (`edgeCertSigningDuration`, default 365);
+    /// a notAfter beyond 9999-12-31 (what X.509 can express) is clamped to it.
     pub validity_days: u32,
     /// Extended key usages a request may ask for besides clientAuth. Empty (the default)
     /// means every certificate gets clientAuth only, whatever the request says.
@@ -161,10 +162,25 @@ fn random_serial() -> SerialNumber {
     SerialNumber::from(rand::random::<u64>() >> 1)
 }
 
+/// The latest notAfter X.509 can express, 9999-12-31T23:59:59Z (RFC 5280's "no
+/// well-defined expiration date"), as a Unix timestamp.
+const LATEST_NOT_AFTER: i64 = 253_402_300_799;
+
+/// `now + days`, clamped to what X.509 can encode: a huge configured duration yields a
+/// certificate valid until 9999-12-31 instead of an arithmetic overflow.
+fn not_after(now: OffsetDateTime, days: i64) -> OffsetDateTime {
+    let end = now
+        .unix_timestamp()
+        .saturating_add(days.max(0).saturating_mul(86_400))
+        .min(LATEST_NOT_AFTER);
+    // In range by construction (between now and year 9999); `now` is a harmless fallback.
+    OffsetDateTime::from_unix_timestamp(end).unwrap_or(now)
+}
+
 fn validity(params: &mut CertificateParams, days: i64) {
     let now = OffsetDateTime::now_utc();
     params.not_before = now;
-    params.not_after = now + Duration::days(days);
+    params.not_after = not_after(now, days);
 }
 
 fn dn(common_name: &str, organizations: &[String]) -> DistinguishedName {
@@ -314,12 +330,13 @@ impl CertificateAuthority {
         Ok(CertAndKey { cert_der, key_der })
     }
 
-    /// Signs an edge CSR for `node_name` under `policy` (spec §5.3 with the §9.12 hardening):
+    /// Signs an edge CSR for `node_name` under `policy`:
     /// the CSR must parse and its self-signature verify; its subject must be exactly
     /// `CN=system:node:<node_name>` with the single organisation `system:nodes` (other subject
     /// parts are dropped, as upstream); requested SANs are dropped; the certificate gets
     /// clientAuth, plus the `requested` usages only when every one of them is allowed by
-    /// `policy` (otherwise the request is refused). Never panics on odd subjects.
+    /// `policy` (otherwise the request is refused). Never panics on odd subjects or huge
+    /// validities (notAfter is clamped to 9999-12-31).
     ///
     /// Errors: [`Error::Csr`] (malformed, bad signature), [`Error::Refused`] (subject or usages).
     pub fn sign_edge_csr(
@@ -399,4 +416,48 @@ fn dns_san(name: &str) -> Result<SanType> {
         .try_into()
         .map(SanType::DnsName)
         .map_err(|_| Error::Certificate(format!("{name:?} is not a valid DNS name")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use x509_parser::prelude::{FromDer, X509Certificate};
+
+    fn not_after_of(der: &[u8]) -> i64 {
+        let (_, cert) = X509Certificate::from_der(der).unwrap();
+        cert.validity().not_after.timestamp()
+    }
+
+    #[test]
+    fn a_huge_signing_duration_is_clamped_to_the_year_9999_instead_of_panicking() {
+        let ca = CertificateAuthority::generate().unwrap();
+        let csr = crate::EdgeCsr::generate("edge-1").unwrap();
+        let policy = SignPolicy {
+            validity_days: u32::MAX,
+            ..SignPolicy::default()
+        };
+        let der = ca
+            .sign_edge_csr(&csr.csr_der, "edge-1", &[], &policy)
+            .unwrap();
+        assert_eq!(not_after_of(&der), LATEST_NOT_AFTER);
+        assert!(ca.verify_client_cert(&der, &[]).is_ok());
+        let issued = ca
+            .issue(&IssueOptions {
+                validity_days: u32::MAX,
+                ..IssueOptions::edge("edge-2")
+            })
+            .unwrap();
+        assert_eq!(not_after_of(&issued.cert_der), LATEST_NOT_AFTER);
+    }
+
+    #[test]
+    fn not_after_adds_whole_days_and_saturates() {
+        let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        assert_eq!(
+            not_after(now, 30).unix_timestamp(),
+            1_700_000_000 + 30 * 86_400
+        );
+        assert_eq!(not_after(now, i64::MAX).unix_timestamp(), LATEST_NOT_AFTER);
+        assert_eq!(not_after(now, -5), now);
+    }
 }

@@ -232,8 +232,13 @@ pub async fn recv(inbox: &mut Inbox) -> Message {
         .unwrap()
 }
 
-pub async fn wait_until(mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
+pub async fn wait_until(cond: impl FnMut() -> bool) {
+    wait_until_for(WAIT, cond).await
+}
+
+/// [`wait_until`] with a longer limit.
+pub async fn wait_until_for(limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
     while !cond() {
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -5,6 +5,7 @@
 //! rejects unknown keys and invalid values with the path of the offending field, e.g.
 //! `modules.cloudHub.websocket.port: invalid type: string "x", expected u32`.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -237,18 +238,36 @@ pub fn default_advertise_address() -> String {
         .unwrap_or_else(|| "127.0.0.1".into())
 }
 
+/// Largest configuration file [`CloudCoreConfig::load`] reads: the parser holds every event of
+/// the document (hundreds of bytes per input byte at worst), and a real file is a few KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
 impl CloudCoreConfig {
-    /// Reads and validates a file.
+    /// Reads and validates a file of at most [`MAX_CONFIG_BYTES`].
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        use std::io::Read;
+        let read_error = |source| ConfigError::Read {
             path: path.display().to_string(),
             source,
-        })?;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(read_error)?
+            .take(MAX_CONFIG_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(read_error)?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(invalid(
+                "",
+                format!("the file is larger than {MAX_CONFIG_BYTES} bytes"),
+            ));
+        }
         Self::from_yaml(&text)
     }
 
     /// Parses and validates YAML; rejects unknown keys and invalid values by path.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        check_expansion(text)?;
         let mut unknown = Vec::new();
         let de = serde_yaml::Deserializer::from_str(text);
         let mut track = |path: serde_ignored::Path<'_>| unknown.push(path.to_string());
@@ -387,9 +406,175 @@ impl CloudCoreConfig {
     }
 }
 
+/// Most nodes a file of `len` bytes may expand to. Without aliases every node takes at least
+/// one byte; aliases repeat the node they name, and the parser's own repetition limit lets a
+/// file of a few kilobytes expand to millions of nodes (memory grows with the square of the
+/// file). Legitimate anchors repeat a few settings, far below this.
+fn node_budget(len: usize) -> usize {
+    len.saturating_mul(4).saturating_add(4096)
+}
+
+/// Refuses a document whose nodes, aliases expanded, exceed [`node_budget`], before anything
+/// is built from it. Other errors are left to the typed parse, which names their field.
+fn check_expansion(text: &str) -> Result<(), ConfigError> {
+    let budget = NodeBudget {
+        left: Cell::new(node_budget(text.len())),
+        exceeded: Cell::new(false),
+    };
+    let _ =
+        serde::de::DeserializeSeed::deserialize(&budget, serde_yaml::Deserializer::from_str(text));
+    if budget.exceeded.get() {
+        return Err(invalid(
+            "",
+            format!(
+                "the document expands to more than {} nodes (YAML aliases repeat what they name)",
+                node_budget(text.len())
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Walks every node of a document and counts it against `left`; allocates nothing.
+struct NodeBudget {
+    left: Cell<usize>,
+    exceeded: Cell<bool>,
+}
+
+impl NodeBudget {
+    fn spend<E: serde::de::Error>(&self) -> Result<(), E> {
+        match self.left.get().checked_sub(1) {
+            Some(left) => {
+                self.left.set(left);
+                Ok(())
+            }
+            None => {
+                self.exceeded.set(true);
+                Err(E::custom("node budget exceeded"))
+            }
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &NodeBudget {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for &NodeBudget {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any YAML node")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        self.spend()
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.spend()?;
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.spend()?;
+        while map.next_key_seed(self)?.is_some() {
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+        // A tagged node (`!tag value`): the tag, then its value.
+        let ((), variant) = data.variant_seed(self)?;
+        serde::de::VariantAccess::newtype_variant_seed(variant, self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file of `k` scalars under an anchor and `k` aliases of it: about `k * k` nodes.
+    fn alias_square(k: usize) -> String {
+        format!(
+            "modules:\n  router:\n    a: &a [{}]\n    b: [{}]\n",
+            "x,".repeat(k),
+            "*a,".repeat(k)
+        )
+    }
+
+    #[test]
+    fn a_file_over_the_size_limit_is_refused_without_parsing() {
+        let dir = std::env::temp_dir().join(format!("cloudcore-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("big.yaml");
+        let mut text = "# padding\n".repeat((MAX_CONFIG_BYTES / 10) as usize + 1);
+        std::fs::write(&path, &text).unwrap();
+        let err = CloudCoreConfig::load(&path).unwrap_err();
+        assert!(err.to_string().contains("larger than"), "{err}");
+        text.truncate(MAX_CONFIG_BYTES as usize - 100);
+        std::fs::write(&path, &text).unwrap();
+        assert!(
+            CloudCoreConfig::load(&path).is_ok(),
+            "a comment-only file at the limit loads"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn alias_expansion_is_refused_before_anything_is_built() {
+        // 15 KB that would expand to 9 million nodes (over a gigabyte before this check).
+        let err = CloudCoreConfig::from_yaml(&alias_square(3000)).unwrap_err();
+        assert!(err.to_string().contains("expands to more than"), "{err}");
+        // Anchors that repeat a few settings still load.
+        let text = format!(
+            "{}\n  router:\n    a: &a {{x: 1, y: [1, 2]}}\n    b: *a\n    c: [*a, *a]\n",
+            CloudCoreConfig::min_yaml().trim_end()
+        );
+        assert!(text.contains("modules:"), "{text}");
+        let config = CloudCoreConfig::from_yaml(&text).unwrap();
+        assert_eq!(config.modules.router.other.len(), 3);
+        // Other errors keep naming their field.
+        let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    nodeLimit: x\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("modules.cloudHub.nodeLimit"), "{err}");
+    }
 
     #[test]
     fn the_default_config_round_trips_and_validates() {

@@ -113,6 +113,13 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
             "Edge nodes with a session on this cloudhub.",
             hub.connected_nodes() as f64,
         );
+        single(
+            out,
+            "cloudhub_connection_tasks",
+            "gauge",
+            "Connection tasks running: one per upgraded WebSocket, until its socket closes.",
+            hub.stats().connection_tasks as f64,
+        );
         let families: [Family<cloudhub::NodeStats>; 6] = [
             (
                 "cloudhub_node_messages_sent_total",

@@ -4,7 +4,7 @@
 //! message.
 
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -28,13 +28,6 @@ fn binary() -> PathBuf {
         bin.display()
     );
     bin
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// A running cloudcore process and where it listens; killed on drop.
@@ -126,12 +119,13 @@ impl Cloudcore {
         k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
         for _attempt in 0..3 {
             let dir = tempdir::TempDir::new("cloudcore-bin");
+            let p = edgecore_interop::listen_ports(5).expect("free ports");
             let ports = Ports {
-                websocket: free_port(),
-                https: free_port(),
-                tunnel: free_port(),
-                stream: free_port(),
-                monitor: free_port(),
+                websocket: p[0],
+                https: p[1],
+                tunnel: p[2],
+                stream: p[3],
+                monitor: p[4],
             };
             let path = dir.path().join("cloudcore.yaml");
             std::fs::write(&path, config(dir.path(), ports, &adjust)).expect("write config");

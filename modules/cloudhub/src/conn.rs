@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -267,6 +267,7 @@ pub(crate) async fn run<IO>(io: IO, read_buf: BytesMut, link: Link)
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
+    let _running = TaskGauge::enter(&link.hub.counters.connection_tasks);
     let (mut rd, mut wr) = tokio::io::split(io);
     let write_deadline = link.hub.config.write_deadline();
     let reader = std::pin::pin!(read_loop(&mut rd, read_buf, &link));
@@ -285,6 +286,22 @@ where
         .addr
         .send(Stop(StopReason::ConnectionClosed(reason)))
         .await;
+}
+
+/// Counts a running task in a gauge for as long as it lives (however it ends).
+struct TaskGauge<'a>(&'a AtomicU64);
+
+impl<'a> TaskGauge<'a> {
+    fn enter(gauge: &'a AtomicU64) -> Self {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        TaskGauge(gauge)
+    }
+}
+
+impl Drop for TaskGauge<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Writes what the session and the reader queue. A write that makes no progress for

@@ -33,6 +33,8 @@ pub(crate) struct HubCounters {
     pub(crate) upstream_unroutable: AtomicU64,
     pub(crate) token_refused_connected: AtomicU64,
     pub(crate) revocation_writes_failed: AtomicU64,
+    /// Connection tasks (one per upgraded WebSocket) running now.
+    pub(crate) connection_tasks: AtomicU64,
     /// Every drop, per reason, whether or not a node's counters saw it.
     pub(crate) drops: DropCounters,
 }
@@ -42,6 +44,10 @@ pub(crate) struct HubCounters {
 pub struct HubStats {
     /// Live sessions (the `KubeEdge_CloudHub_connected_nodes` gauge).
     pub connected_nodes: usize,
+    /// Connection tasks running now: one per upgraded WebSocket, from the upgrade until its
+    /// socket is closed. Equal to `connected_nodes` at rest; a higher figure that does not come
+    /// back down means connections outlive their sessions.
+    pub connection_tasks: u64,
     /// Downstream messages whose resource names no node.
     pub dropped_no_node: u64,
     /// Downstream messages for nodes without a session here (the sync loop redelivers
@@ -360,6 +366,7 @@ impl HubHandle {
         let c = &self.0.counters;
         HubStats {
             connected_nodes: self.0.registry.len(),
+            connection_tasks: c.connection_tasks.load(Ordering::Relaxed),
             dropped_no_node: c.dropped_no_node.load(Ordering::Relaxed),
             dropped_offline: c.dropped_offline.load(Ordering::Relaxed),
             dropped_full: c.dropped_full.load(Ordering::Relaxed),

@@ -29,18 +29,43 @@ pub struct CloudPorts {
     pub monitor: u16,
 }
 
+/// `n` distinct ports free on 127.0.0.1 a moment ago, for a server process to listen on.
+///
+/// They come from 20000–32767, below Linux's ephemeral range (32768–60999): a port the OS picked
+/// with `bind(:0)` is also one it hands out as the source port of outgoing connections, so under
+/// load (thousands of test connections) another process could take it before the server binds
+/// it. A random starting point keeps concurrent test processes apart.
+pub fn listen_ports(n: usize) -> Result<Vec<u16>> {
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_768;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    let mut ports = Vec::with_capacity(n);
+    for step in 0..SPAN {
+        if ports.len() == n {
+            break;
+        }
+        let port = (FIRST + (seed.wrapping_add(step.wrapping_mul(7_919))) % SPAN) as u16;
+        if !ports.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    if ports.len() < n {
+        return Err(Error::io(
+            "127.0.0.1",
+            std::io::Error::new(std::io::ErrorKind::AddrInUse, "no free port in 20000-32767"),
+        ));
+    }
+    Ok(ports)
+}
+
 impl CloudPorts {
-    /// Five ports that were free a moment ago (the OS hands out each once before cycling).
+    /// Five ports that were free a moment ago, from [`listen_ports`].
     pub fn free() -> Result<CloudPorts> {
-        let listeners = (0..5)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|e| Error::io("127.0.0.1:0", e))?;
-        let ports: Vec<u16> = listeners
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<std::io::Result<_>>()
-            .map_err(|e| Error::io("127.0.0.1:0", e))?;
+        let ports = listen_ports(5)?;
         Ok(CloudPorts {
             websocket: ports[0],
             https: ports[1],

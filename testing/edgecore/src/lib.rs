@@ -36,7 +36,7 @@ mod serial;
 mod spdy;
 mod store;
 
-pub use cloud::{CloudPorts, CloudSpec, Cloudcore, Metrics};
+pub use cloud::{CloudPorts, CloudSpec, Cloudcore, Metrics, listen_ports};
 pub use edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET, META_SERVER, pem};
 pub use error::{Error, Result};
 pub use fixture::{EDGE_LABEL, Interop, InteropBuilder, eventually};

@@ -1,6 +1,7 @@
 //! The connection loop: dial like edgecore, keepalive every heartbeat, auto-ACK, reconnect
 //! with jittered exponential back-off. Runtime-agnostic (plain tokio tasks, `Send`).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -10,7 +11,7 @@ use beehive::{Content, Message};
 use futures::{SinkExt, StreamExt};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{Notify, mpsc};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -78,6 +79,10 @@ pub struct HubClientConfig {
     pub auto_ack: bool,
     /// Capacity of the event channel and of the outgoing queue.
     pub queue_capacity: usize,
+    /// Source address to dial from (port chosen by the OS); `None` (default) lets the OS pick
+    /// the address too. Load tools give each simulated edge its own loopback address
+    /// (`127.x.y.z`), as real edges have their own, so per-source limits see them apart.
+    pub local_address: Option<IpAddr>,
 }
 
 impl HubClientConfig {
@@ -94,6 +99,7 @@ impl HubClientConfig {
             max_message_size: 32 * 1024 * 1024,
             auto_ack: true,
             queue_capacity: 1024,
+            local_address: None,
         }
     }
 }
@@ -241,6 +247,30 @@ impl HubClient {
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
 
+/// TCP to `server` (`host:port`), from `local` when given: the first resolved address of the
+/// same family is dialed.
+async fn dial(server: &str, local: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(local) = local else {
+        return TcpStream::connect(server).await;
+    };
+    let target = tokio::net::lookup_host(server)
+        .await?
+        .find(|a| a.is_ipv4() == local.is_ipv4())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::AddrNotAvailable,
+                format!("{server} has no address of the family of {local}"),
+            )
+        })?;
+    let socket = if local.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.bind((local, 0).into())?;
+    socket.connect(target).await
+}
+
 async fn connect(cfg: &HubClientConfig, tls: &Arc<ClientConfig>) -> Result<Ws, HubError> {
     let host = cfg
         .server
@@ -251,7 +281,7 @@ async fn connect(cfg: &HubClientConfig, tls: &Arc<ClientConfig>) -> Result<Ws, H
         .trim_end_matches(']')
         .to_owned();
     tokio::time::timeout(cfg.handshake_timeout, async {
-        let tcp = TcpStream::connect(&cfg.server)
+        let tcp = dial(&cfg.server, cfg.local_address)
             .await
             .map_err(|e| HubError::transport("connect", e))?;
         let _ = tcp.set_nodelay(true);
@@ -416,6 +446,34 @@ mod tests {
                 let base = Duration::from_secs(base);
                 assert!(d >= base / 2 && d <= base, "attempt {attempt}: {d:?}");
             }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_client_dials_from_its_configured_local_address() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = listener.local_addr().unwrap().to_string();
+        let tls = Arc::new(
+            pki::tls::client_config(
+                pki::CertificateAuthority::generate().unwrap().cert_der(),
+                None,
+            )
+            .unwrap(),
+        );
+        for local in [Some(IpAddr::from([127, 0, 0, 7])), None] {
+            let mut cfg = HubClientConfig::new("edge-1", server.clone());
+            cfg.local_address = local;
+            let (client, _events) = HubClient::start(cfg, tls.clone());
+            let (_sock, peer) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+                .await
+                .expect("the client dials")
+                .unwrap();
+            assert_eq!(
+                peer.ip(),
+                local.unwrap_or(IpAddr::from([127, 0, 0, 1])),
+                "source address"
+            );
+            client.stop();
         }
     }
 

@@ -1,0 +1,37 @@
+//! What the load tools read about a server process from `/proc` (each includes this file with
+//! `#[path]`; cargo does not build `examples/support/` as an example of its own). Linux only:
+//! elsewhere every figure reads 0.
+
+/// A `kB` or count field of `/proc/<pid>/status` (`VmRSS`, `Threads`, …); 0 when unreadable.
+fn status_field(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Resident memory in KiB.
+pub(crate) fn rss_kib(pid: u32) -> u64 {
+    status_field(pid, "VmRSS")
+}
+
+/// OS threads. Tokio tasks are not visible from outside the process.
+pub(crate) fn threads(pid: u32) -> u64 {
+    status_field(pid, "Threads")
+}
+
+/// Open file descriptors (entries of `/proc/<pid>/fd`).
+pub(crate) fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// KiB as MiB for tables.
+pub(crate) fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}

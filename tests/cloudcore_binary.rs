@@ -253,6 +253,7 @@ async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
         "synccontroller_superseded_dropped_total 0",
         "cloudhub_certserver_unauthorized_total 0",
         "cloudhub_messages_dropped_total{reason=\"queue_full\"} 0",
+        "cloudhub_connection_tasks 0",
         "cloudcore_listener_connections{listener=\"cloudhub_websocket\"} 0",
         "cloudcore_listener_refused_total{listener=\"cloudstream_tunnel\",reason=\"per_ip\"} 0",
         "cloudcore_listener_preauth_timeouts_total{listener=\"cloudstream_stream\"} 0",

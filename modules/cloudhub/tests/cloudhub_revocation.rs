@@ -44,20 +44,6 @@ async fn upgrade_with(h: &Harness, node: &str, cert: &pki::CertAndKey) -> Result
     .map_err(|e| e.to_string())
 }
 
-/// Upgrades and keeps the connection open (the session lives as long as it does).
-async fn connect(h: &Harness, node: &str, cert: &pki::CertAndKey) -> Edge {
-    let (status, _, ws) = raw_upgrade(
-        h.ws,
-        h.tls(Some(cert)),
-        &edge_path(node),
-        &edge_headers(node),
-    )
-    .await
-    .unwrap();
-    assert_eq!(status, 101);
-    Edge { ws: ws.unwrap() }
-}
-
 async fn bootstrap(h: &Harness, node: &str) -> pki::CertAndKey {
     let base = format!("https://127.0.0.1:{}", h.https.port());
     let certs = edge::hub::bootstrap(&base, &h.hub.token(), node)
@@ -104,7 +90,7 @@ async fn a_token_cannot_mint_a_certificate_for_a_connected_node_until_it_disconn
 async fn a_revoked_node_is_refused_at_the_handshake_and_renewal_until_it_bootstraps_again() {
     let h = Harness::start().await;
     let old = bootstrap(&h, "edge-1").await;
-    let _held = connect(&h, "edge-1", &old).await;
+    let _held = h.connect_with("edge-1", &old).await;
     h.wait_nodes(1).await;
 
     // Without Kubernetes the composer revokes; the live session is closed.
@@ -131,14 +117,14 @@ async fn a_revoked_node_is_refused_at_the_handshake_and_renewal_until_it_bootstr
 async fn a_recreated_node_is_not_cut_off_by_deletes_meant_for_its_earlier_incarnation() {
     let h = Harness::start().await;
     let old = bootstrap(&h, "edge-1").await;
-    let _held = connect(&h, "edge-1", &old).await;
+    let _held = h.connect_with("edge-1", &old).await;
     h.wait_nodes(1).await;
     h.hub.revoke_node("edge-1").await;
     h.wait_nodes(0).await;
 
     // Re-created under the same name: the edge bootstraps again and connects.
     let fresh = bootstrap(&h, "edge-1").await;
-    let mut e = connect(&h, "edge-1", &fresh).await;
+    let mut e = h.connect_with("edge-1", &fresh).await;
     h.wait_nodes(1).await;
     // The sync loop's delete for the old incarnation's record: dropped, counted, not fatal.
     let stale = beehive::Message::new().with_route(

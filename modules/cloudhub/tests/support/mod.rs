@@ -173,10 +173,14 @@ impl Harness {
 
     /// Connects a raw WebSocket as `node` with the real edge's headers and URL.
     pub async fn connect(&self, node: &str) -> Edge {
-        let cert = self.edge_cert(node);
+        self.connect_with(node, &self.edge_cert(node)).await
+    }
+
+    /// Connects `node` with the certificate `cert` and keeps the connection open.
+    pub async fn connect_with(&self, node: &str, cert: &pki::CertAndKey) -> Edge {
         let (status, _, ws) = raw_upgrade(
             self.ws,
-            self.tls(Some(&cert)),
+            self.tls(Some(cert)),
             &edge_path(node),
             &edge_headers(node),
         )

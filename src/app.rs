@@ -11,16 +11,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use beehive::Bus;
-use cloudhub::{CloudHub, HubHandle, KubeStore, MemoryStore, ObjectSyncStore};
+use cloudhub::{CloudHub, HubHandle, HubOptions, KubeStore, MemoryStore, ObjectSyncStore};
 use cloudstream::{CloudStream, CloudStreamHandle, CloudStreamTls, TlsMaterial};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubeedge_api::names;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivateSec1KeyDer};
+use rustls::pki_types::CertificateDer;
 use tracing::{info, warn};
 
-use crate::config::{CloudCoreConfig, KubeApiConfig};
+use crate::config::{CloudCoreConfig, ConfigError, KubeApiConfig};
 use crate::leader::LeaderElector;
 use crate::metrics;
 use crate::ops::{Metrics, Phase, Readiness};
@@ -57,11 +57,34 @@ pub enum StartError {
     /// The operations server could not bind.
     #[error("monitor server: {0}")]
     Ops(#[from] std::io::Error),
+    /// The configuration names files that do not fit together.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// A key file cloudhub holds is unusable.
+    #[error("cloudhub key: {0}")]
+    Key(#[from] pki::Error),
 }
 
 /// A Kubernetes client as `kubeAPIConfig` says: the kubeconfig file when it exists, else the
 /// in-cluster configuration or `$KUBECONFIG`; `master` overrides the server.
 pub async fn kube_client(config: &KubeApiConfig) -> Result<kube::Client, StartError> {
+    kube::Client::try_from(kube_config(config).await?).map_err(|e| StartError::Kube(e.to_string()))
+}
+
+/// The CA (PEM, every certificate) a client configuration trusts for the API server: the
+/// kubeconfig's `certificate-authority(-data)` or the in-cluster service account's `ca.crt`.
+/// Edges ask for it (`k8s/ca.crt`) to verify the API server through their metaServer.
+pub fn kube_ca_pem(config: &kube::Config) -> String {
+    config
+        .root_cert
+        .iter()
+        .flatten()
+        .map(|der| pki::to_pem("CERTIFICATE", der))
+        .collect()
+}
+
+/// The client configuration [`kube_client`] uses.
+pub async fn kube_config(config: &KubeApiConfig) -> Result<kube::Config, StartError> {
     let err = |e: &dyn std::fmt::Display| StartError::Kube(e.to_string());
     let path = std::path::Path::new(&config.kube_config);
     let mut cfg = if !config.kube_config.is_empty() && path.exists() {
@@ -75,7 +98,7 @@ pub async fn kube_client(config: &KubeApiConfig) -> Result<kube::Client, StartEr
     if !config.master.is_empty() {
         cfg.cluster_url = config.master.parse().map_err(|e| err(&e))?;
     }
-    kube::Client::try_from(cfg).map_err(|e| err(&e))
+    Ok(cfg)
 }
 
 async fn require_crds(client: &kube::Client, names: &[&str]) -> Result<(), StartError> {
@@ -113,13 +136,22 @@ pub struct CloudCore {
     addresses: Addresses,
 }
 
-fn hub_tls(hub: &HubHandle) -> TlsMaterial {
+/// cloudhub's certificate for the tunnel; its key in whatever form it was given (PKCS#8,
+/// SEC1 or PKCS#1; RSA, ECDSA or Ed25519).
+fn hub_tls(hub: &HubHandle) -> Result<TlsMaterial, StartError> {
     let server = hub.server_cert();
-    TlsMaterial {
+    Ok(TlsMaterial {
         cert_chain: vec![CertificateDer::from(server.cert_der.clone())],
-        key: PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(server.key_der.clone())),
+        key: pki::load_private_key(&server.key_der)?,
         ca: vec![CertificateDer::from(hub.ca().cert_der().to_vec())],
-    }
+    })
+}
+
+/// What a composer knows besides the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// The API server's CA (PEM) answered to edges' `k8s/ca.crt` queries; empty when unknown.
+    pub kube_ca_pem: String,
 }
 
 impl CloudCore {
@@ -131,6 +163,17 @@ impl CloudCore {
         kube: Option<kube::Client>,
         metrics: &Metrics,
     ) -> Result<Self, StartError> {
+        Self::start_with(config, kube, metrics, StartOptions::default()).await
+    }
+
+    /// [`CloudCore::start`] with [`StartOptions`].
+    pub async fn start_with(
+        config: &CloudCoreConfig,
+        kube: Option<kube::Client>,
+        metrics: &Metrics,
+        options: StartOptions,
+    ) -> Result<Self, StartError> {
+        config.check_tls_pairs()?;
         let m = &config.modules;
         if config.needs_kubernetes() && kube.is_none() {
             return Err(StartError::Kube(
@@ -161,11 +204,15 @@ impl CloudCore {
                 Some(c) => Arc::new(KubeStore::new(c.clone())),
                 None => Arc::new(MemoryStore::new()),
             };
-            let module = CloudHub::new(
+            let module = CloudHub::with_options(
                 m.cloud_hub.clone(),
                 bus.endpoint(names::CLOUDHUB),
                 kube.clone(),
                 store,
+                HubOptions {
+                    kube_ca_pem: options.kube_ca_pem,
+                    ..HubOptions::default()
+                },
             )
             .await?;
             hub = Some(module.handle());
@@ -226,7 +273,7 @@ impl CloudCore {
         metrics::node_authorization(metrics, denials);
         let mut stream = None;
         if m.cloud_stream.enable {
-            let hub_material = hub.as_ref().map(hub_tls).ok_or_else(|| {
+            let hub_material = hub.as_ref().map(hub_tls).transpose()?.ok_or_else(|| {
                 StartError::Composition(
                     "modules.cloudStream needs modules.cloudHub enabled: the tunnel uses its CA"
                         .into(),
@@ -246,11 +293,11 @@ impl CloudCore {
                 // A certificate revoked at the hub is refused at the tunnel too.
                 module = module.with_revocations(hub.revocations());
             }
+            // The tunnel port is negotiated and recorded in both modes: in external mode the
+            // iptables-manager DaemonSet reads the record to program the DNAT, and nodes must
+            // advertise the port it redirects.
             let iptables = &m.iptables_manager;
-            let advertised = match (
-                &kube,
-                iptables.enable && m.iptables_manager.mode == cloudstream::IptablesMode::Internal,
-            ) {
+            let advertised = match (&kube, iptables.enable) {
                 (Some(client), true) => {
                     let ip = m
                         .cloud_hub
@@ -261,13 +308,16 @@ impl CloudCore {
                     let port = cloudstream::negotiate::negotiate_tunnel_port(client.clone(), &ip)
                         .await
                         .map_err(|e| StartError::Negotiate(e.to_string()))?;
-                    module = module.with_iptables(
-                        iptables.clone(),
-                        Arc::new(cloudstream::iptables::SystemRunner::new()),
-                    );
+                    info!(%ip, port, mode = ?iptables.mode, "tunnel port negotiated");
+                    if iptables.runs_inside_cloudcore() {
+                        module = module.with_iptables(
+                            iptables.clone(),
+                            Arc::new(cloudstream::iptables::SystemRunner::new()),
+                        );
+                    }
                     port
                 }
-                // Without the DNAT, nodes report the stream port itself.
+                // Without any DNAT, nodes report the stream port itself.
                 _ => module.handle().stream_addr().port(),
             };
             module = module.with_advertised_port(advertised);
@@ -371,17 +421,30 @@ pub async fn run(
     actix_rt::spawn(ops);
     info!(addr = %ops_addr, "monitor server listening");
 
-    let kube = if config.needs_kubernetes() || config.leader_election.leader_elect {
-        Some(kube_client(&config.kube_api_config).await?)
+    for field in config.ignored_settings() {
+        warn!(field, "setting accepted but not supported; ignored");
+    }
+    let connect = async {
+        let cfg = kube_config(&config.kube_api_config).await?;
+        let ca = kube_ca_pem(&cfg);
+        let client = kube::Client::try_from(cfg).map_err(|e| StartError::Kube(e.to_string()))?;
+        Ok::<_, StartError>((client, ca))
+    };
+    let (kube, kube_ca_pem) = if config.needs_kubernetes() || config.leader_election.leader_elect {
+        let (client, ca) = connect.await?;
+        (Some(client), ca)
     } else {
-        match kube_client(&config.kube_api_config).await {
-            Ok(c) => Some(c),
+        match connect.await {
+            Ok((client, ca)) => (Some(client), ca),
             Err(e) => {
                 info!(reason = %e, "running without Kubernetes: acknowledgement records stay in memory");
-                None
+                (None, String::new())
             }
         }
     };
+    if kube.is_some() && kube_ca_pem.is_empty() {
+        warn!("the kubeconfig names no CA: edges asking for k8s/ca.crt get an empty answer");
+    }
     tokio::pin!(stop);
     let elector = match (&kube, config.leader_election.leader_elect) {
         (Some(client), true) => {
@@ -401,7 +464,7 @@ pub async fn run(
         _ => None,
     };
     readiness.set(Phase::Starting);
-    let core = CloudCore::start(&config, kube, &metrics).await?;
+    let core = CloudCore::start_with(&config, kube, &metrics, StartOptions { kube_ca_pem }).await?;
     tokio::select! {
         _ = core.wait_synced() => readiness.set(Phase::Ready),
         _ = &mut stop => {

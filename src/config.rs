@@ -385,6 +385,146 @@ impl CloudCoreConfig {
         Ok(())
     }
 
+    /// Settings that load but change nothing here, by path, each listed only when it differs
+    /// from its default (for `modules.cloudHub.unixsocket`: when enabled, KubeEdge's default,
+    /// since no socket is served). Logged once at startup so an operator is not misled.
+    pub fn ignored_settings(&self) -> Vec<&'static str> {
+        let d = CloudCoreConfig::default();
+        let (m, dm) = (&self.modules, &d.modules);
+        let (hub, dhub) = (&m.cloud_hub, &dm.cloud_hub);
+        let (ec, dec) = (&m.edge_controller.buffer, &dm.edge_controller.buffer);
+        let (dc, ddc) = (&m.device_controller.buffer, &dm.device_controller.buffer);
+        let k = &self.kube_api_config;
+        let checks: [(&'static str, bool); 17] = [
+            ("featureGates", !self.feature_gates.is_empty()),
+            (
+                "kubeAPIConfig.contentType",
+                k.content_type != d.kube_api_config.content_type,
+            ),
+            ("kubeAPIConfig.qps", k.qps != d.kube_api_config.qps),
+            ("kubeAPIConfig.burst", k.burst != d.kube_api_config.burst),
+            (
+                "commonConfig.tunnelPort",
+                self.common_config.tunnel_port != d.common_config.tunnel_port,
+            ),
+            (
+                "commonConfig.monitorServer.enableProfiling",
+                self.common_config.monitor_server.enable_profiling,
+            ),
+            ("modules.cloudHub.quic", hub.quic != dhub.quic),
+            (
+                "modules.cloudHub.unixsocket",
+                hub.enable && hub.unixsocket.enable,
+            ),
+            (
+                "modules.cloudHub.authorization.modes",
+                hub.authorization.modes != dhub.authorization.modes,
+            ),
+            (
+                "modules.edgeController.buffer.podEvent",
+                ec.pod_event != dec.pod_event,
+            ),
+            (
+                "modules.edgeController.buffer.configMapEvent",
+                ec.config_map_event != dec.config_map_event,
+            ),
+            (
+                "modules.edgeController.buffer.secretEvent",
+                ec.secret_event != dec.secret_event,
+            ),
+            (
+                "modules.edgeController.buffer.rulesEvent",
+                ec.rules_event != dec.rules_event,
+            ),
+            (
+                "modules.edgeController.buffer.ruleEndpointsEvent",
+                ec.rule_endpoints_event != dec.rule_endpoints_event,
+            ),
+            (
+                "modules.deviceController.buffer.deviceEvent",
+                dc.device_event != ddc.device_event,
+            ),
+            (
+                "modules.deviceController.buffer.deviceModelEvent",
+                dc.device_model_event != ddc.device_model_event,
+            ),
+            (
+                "modules.deviceController.buffer.deviceStatusEvent",
+                dc.device_status_event != ddc.device_status_event,
+            ),
+        ];
+        checks
+            .into_iter()
+            .filter_map(|(field, set)| set.then_some(field))
+            .collect()
+    }
+
+    /// Refuses a certificate file given without its key file, or the reverse, naming the
+    /// settings; called at startup, since whether a file is "given" is whether it exists.
+    /// Pairs where neither exists fall back (generated material, or cloudhub's for the
+    /// tunnel).
+    pub fn check_tls_pairs(&self) -> Result<(), ConfigError> {
+        let m = &self.modules;
+        let exists = |p: &Path| !p.as_os_str().is_empty() && p.exists();
+        let mut pairs: Vec<(&str, &Path, &str, &Path)> = Vec::new();
+        if m.cloud_hub.enable {
+            let h = &m.cloud_hub;
+            pairs.push((
+                "modules.cloudHub.tlsCAFile",
+                &h.tls_ca_file,
+                "modules.cloudHub.tlsCAKeyFile",
+                &h.tls_ca_key_file,
+            ));
+            pairs.push((
+                "modules.cloudHub.tlsCertFile",
+                &h.tls_cert_file,
+                "modules.cloudHub.tlsPrivateKeyFile",
+                &h.tls_private_key_file,
+            ));
+        }
+        if m.cloud_stream.enable {
+            let s = &m.cloud_stream;
+            pairs.push((
+                "modules.cloudStream.tlsTunnelCertFile",
+                Path::new(&s.tls_tunnel_cert_file),
+                "modules.cloudStream.tlsTunnelPrivateKeyFile",
+                Path::new(&s.tls_tunnel_private_key_file),
+            ));
+            pairs.push((
+                "modules.cloudStream.tlsStreamCertFile",
+                Path::new(&s.tls_stream_cert_file),
+                "modules.cloudStream.tlsStreamPrivateKeyFile",
+                Path::new(&s.tls_stream_private_key_file),
+            ));
+        }
+        for (cert_field, cert, key_field, key) in pairs {
+            match (exists(cert), exists(key)) {
+                (true, false) => {
+                    return Err(invalid(
+                        key_field,
+                        format!(
+                            "{} does not exist but {cert_field} {} does: give both or neither",
+                            key.display(),
+                            cert.display()
+                        ),
+                    ));
+                }
+                (false, true) => {
+                    return Err(invalid(
+                        cert_field,
+                        format!(
+                            "{} does not exist but {key_field} {} does: give both or neither",
+                            cert.display(),
+                            key.display()
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// True when a module that needs Kubernetes is enabled.
     pub fn needs_kubernetes(&self) -> bool {
         let m = &self.modules;
@@ -664,6 +804,86 @@ mod tests {
         );
         let err = CloudCoreConfig::from_yaml("apiVersion: v1\n").unwrap_err();
         assert!(err.to_string().starts_with("apiVersion: "), "{err}");
+    }
+
+    #[test]
+    fn ignored_settings_are_listed_only_when_set() {
+        let mut c = CloudCoreConfig::default();
+        c.modules.cloud_hub.unixsocket.enable = false;
+        assert!(
+            c.ignored_settings().is_empty(),
+            "{:?}",
+            c.ignored_settings()
+        );
+        let c = CloudCoreConfig::from_yaml(
+            "featureGates: {requireAuthorization: true}\nkubeAPIConfig: {qps: 50, burst: 100, contentType: application/json}\nmodules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    quic: {enable: true}\n    unixsocket: {enable: true}\n    authorization: {modes: []}\n  edgeController: {buffer: {podEvent: 5}}\n  deviceController: {buffer: {deviceStatusEvent: 5}}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.ignored_settings(),
+            vec![
+                "featureGates",
+                "kubeAPIConfig.contentType",
+                "kubeAPIConfig.qps",
+                "kubeAPIConfig.burst",
+                "modules.cloudHub.quic",
+                "modules.cloudHub.unixsocket",
+                "modules.cloudHub.authorization.modes",
+                "modules.edgeController.buffer.podEvent",
+                "modules.deviceController.buffer.deviceStatusEvent",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_certificate_without_its_key_is_refused_naming_the_setting() {
+        let dir = std::env::temp_dir().join(format!("cloudcore-pairs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key, none) = (dir.join("c.crt"), dir.join("c.key"), dir.join("none"));
+        std::fs::write(&cert, "x").unwrap();
+        std::fs::write(&key, "x").unwrap();
+        let base = || {
+            let mut c = CloudCoreConfig::default();
+            let h = &mut c.modules.cloud_hub;
+            h.tls_ca_file = none.clone();
+            h.tls_ca_key_file = none.clone();
+            h.tls_cert_file = none.clone();
+            h.tls_private_key_file = none.clone();
+            let s = &mut c.modules.cloud_stream;
+            s.enable = true;
+            s.tls_tunnel_cert_file = String::new();
+            s.tls_tunnel_private_key_file = String::new();
+            s.tls_stream_cert_file = cert.display().to_string();
+            s.tls_stream_private_key_file = key.display().to_string();
+            c
+        };
+        assert!(base().check_tls_pairs().is_ok());
+        let mut c = base();
+        c.modules.cloud_stream.tls_tunnel_cert_file = cert.display().to_string();
+        let err = c.check_tls_pairs().unwrap_err().to_string();
+        assert!(
+            err.starts_with("modules.cloudStream.tlsTunnelPrivateKeyFile: "),
+            "{err}"
+        );
+        let mut c = base();
+        c.modules.cloud_stream.tls_stream_cert_file = none.display().to_string();
+        let err = c.check_tls_pairs().unwrap_err().to_string();
+        assert!(
+            err.starts_with("modules.cloudStream.tlsStreamCertFile: "),
+            "{err}"
+        );
+        let mut c = base();
+        c.modules.cloud_hub.tls_cert_file = cert.clone();
+        let err = c.check_tls_pairs().unwrap_err().to_string();
+        assert!(
+            err.starts_with("modules.cloudHub.tlsPrivateKeyFile: "),
+            "{err}"
+        );
+        let mut c = base();
+        c.modules.cloud_hub.tls_ca_key_file = key.clone();
+        let err = c.check_tls_pairs().unwrap_err().to_string();
+        assert!(err.starts_with("modules.cloudHub.tlsCAFile: "), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -5,14 +5,16 @@
 //! cargo run --example cloudcore -- --demo                      # whole system, no cluster needed
 //! cargo run --example cloudcore -- --defaultconfig > cloudcore.yaml
 //! cargo run --example cloudcore -- --config cloudcore.yaml     # against a real cluster
+//! cargo run --example cloudcore -- iptables-manager --forward-port 10003   # external iptables mode
 //! ```
 
 mod demo;
+mod iptables_manager;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use cloudcore::config::CloudCoreConfig;
 use tracing_subscriber::EnvFilter;
 
@@ -33,12 +35,28 @@ struct Cli {
     /// Default `info` (`warn` for the demo, whose own output tells the story).
     #[arg(long)]
     log_level: Option<String>,
+    /// klog's verbosity, as KubeEdge's guides use it (`-v 4`, `--v=4`): 0–2 info, 3 debug for
+    /// cloudcore's own crates, 4–5 debug, 6 and above trace. `--log-level` wins when both are
+    /// given.
+    #[arg(short = 'v', long = "v", value_name = "N")]
+    verbosity: Option<u8>,
     /// Run the embedded demo: cloudcore plus simulated edge nodes in one process, no cluster.
     #[arg(long)]
     demo: bool,
     /// Simulated edge nodes in the demo.
     #[arg(long, default_value_t = 3)]
     demo_nodes: usize,
+    /// Run something other than cloudcore itself.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Other modes of the binary.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Keep the tunnel-port DNAT rules for `modules.iptablesManager.mode: external` (KubeEdge's
+    /// iptables-manager DaemonSet).
+    IptablesManager(iptables_manager::IptablesManagerArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +72,7 @@ fn main() -> ExitCode {
     let level = cli
         .log_level
         .clone()
+        .or_else(|| cli.verbosity.map(klog_level))
         .unwrap_or_else(|| if cli.demo { "warn" } else { "info" }.into());
     let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(&level));
     let filter = match filter {
@@ -68,6 +87,9 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
 
+    if let Some(Command::IptablesManager(args)) = cli.command {
+        return iptables_manager::run(args);
+    }
     if cli.demo {
         return match actix_rt::System::new().block_on(demo::run(cli.demo_nodes)) {
             Ok(()) => ExitCode::SUCCESS,
@@ -90,5 +112,29 @@ fn main() -> ExitCode {
             eprintln!("cloudcore failed: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The tracing filter for klog verbosity `v`.
+fn klog_level(v: u8) -> String {
+    const OURS: [&str; 9] = [
+        "cloudcore",
+        "beehive",
+        "cloudhub",
+        "cloudstream",
+        "edgecontroller",
+        "devicecontroller",
+        "synccontroller",
+        "kubeedge_api",
+        "pki",
+    ];
+    match v {
+        0..=2 => "info".into(),
+        3 => std::iter::once("info".to_owned())
+            .chain(OURS.iter().map(|c| format!("{c}=debug")))
+            .collect::<Vec<_>>()
+            .join(","),
+        4 | 5 => "debug".into(),
+        _ => "trace".into(),
     }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use pki::{CertAndKey, CertificateAuthority};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::CloudHubConfig;
 use crate::error::{Error, Result};
@@ -176,29 +176,45 @@ pub async fn prepare(config: &CloudHubConfig, kube: Option<&kube::Client>) -> Re
     Ok(Material { ca, server })
 }
 
-/// Stores the current token: the `tokendata` file (always) and Secret
-/// `kubeedge/tokensecret` (with Kubernetes; created or replaced).
+/// Stores the current token: the `tokendata` file and, with Kubernetes, Secret
+/// `kubeedge/tokensecret` (created or replaced). Each is attempted whatever happened to the
+/// other: in a pod the file's directory is often a read-only Secret mount, and `keadm
+/// gettoken` reads only the Secret. Each failure is logged. With Kubernetes the result is the
+/// Secret's (what edges are told to fetch the token from), else the file's.
 pub async fn store_token(
     config: &CloudHubConfig,
     kube: Option<&kube::Client>,
     token: &str,
 ) -> Result<()> {
-    pki::write_file(&config.token_file(), token, true)?;
-    if let Some(client) = kube {
-        ensure_namespace(client).await?;
-        let data = BTreeMap::from([(
-            "tokendata".to_owned(),
-            ByteString(token.as_bytes().to_vec()),
-        )]);
-        let api = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
-        let pp = PatchParams::apply("cloudhub").force();
-        let mut s = secret(TOKEN_SECRET, data);
-        s.type_ = Some("Opaque".into());
-        let mut value = serde_json::to_value(&s)
-            .map_err(|e| Error::Secret(TOKEN_SECRET.into(), e.to_string()))?;
-        value["apiVersion"] = "v1".into();
-        value["kind"] = "Secret".into();
-        api.patch(TOKEN_SECRET, &pp, &Patch::Apply(value)).await?;
+    let path = config.token_file();
+    let file = pki::write_file(&path, token, true).map_err(Error::from);
+    if let Err(e) = &file {
+        warn!(path = %path.display(), error = %e, "cannot write the token file");
     }
+    let Some(client) = kube else {
+        return file;
+    };
+    let secret = store_token_secret(client, token).await;
+    if let Err(e) = &secret {
+        warn!(secret = %format!("{NAMESPACE}/{TOKEN_SECRET}"), error = %e, "cannot write the token secret");
+    }
+    secret
+}
+
+async fn store_token_secret(client: &kube::Client, token: &str) -> Result<()> {
+    ensure_namespace(client).await?;
+    let data = BTreeMap::from([(
+        "tokendata".to_owned(),
+        ByteString(token.as_bytes().to_vec()),
+    )]);
+    let api = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
+    let pp = PatchParams::apply("cloudhub").force();
+    let mut s = secret(TOKEN_SECRET, data);
+    s.type_ = Some("Opaque".into());
+    let mut value =
+        serde_json::to_value(&s).map_err(|e| Error::Secret(TOKEN_SECRET.into(), e.to_string()))?;
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "Secret".into();
+    api.patch(TOKEN_SECRET, &pp, &Patch::Apply(value)).await?;
     Ok(())
 }

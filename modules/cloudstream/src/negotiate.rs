@@ -44,7 +44,7 @@ pub fn cloudcore_namespace() -> String {
         .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned())
 }
 
-/// Read-modify-write attempts before giving up (upstream panics on the first conflict, W28).
+/// Read-modify-write attempts before giving up (upstream panics on the first conflict).
 const ATTEMPTS: usize = 10;
 
 /// Errors talking to the ConfigMap.

@@ -1,5 +1,5 @@
 //! `TunnelPortRecord`: which advertised kubelet port each cloudcore instance owns, kept in
-//! the annotation of ConfigMap `kubeedge/tunnelport` (spec §6).
+//! the annotation of ConfigMap `kubeedge/tunnelport`.
 
 use std::collections::BTreeMap;
 

@@ -132,3 +132,28 @@ async fn iptables_manager_should_say_it_is_unavailable_without_a_binary_or_root(
     let err = m.probe().await.unwrap_err();
     assert!(matches!(err, IptablesError::Unavailable(_)), "{err}");
 }
+
+#[tokio::test]
+async fn standalone_manager_should_fail_when_iptables_is_unavailable() {
+    // Redirecting is the standalone manager's only job: it must not idle without iptables.
+    // The probe comes before any API call, so an unreachable API server is never dialed.
+    let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let runner = Arc::new(SystemRunner::with_prefix(["/nonexistent/prefix"]));
+    let result = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        cloudstream::iptables::run_standalone(
+            client,
+            runner,
+            10003,
+            "kubeedge".into(),
+            std::future::pending(),
+        ),
+    )
+    .await
+    .expect("returns at once");
+    assert!(
+        matches!(result, Err(IptablesError::Unavailable(_))),
+        "{result:?}"
+    );
+}

@@ -85,6 +85,7 @@ impl DeviceController {
             written: Default::default(),
             cache_wait: Duration::from_secs(10),
             denials: Default::default(),
+            statuses_permitted: Arc::new(true.into()),
         });
         let workers = at_least_one(config.load.update_device_status_workers);
         let stats = Kind::ALL
@@ -134,6 +135,7 @@ impl DeviceController {
             written: Default::default(),
             cache_wait: s.cache_wait,
             denials: s.denials.clone(),
+            statuses_permitted: s.statuses_permitted.clone(),
         });
         self
     }
@@ -153,7 +155,8 @@ impl DeviceController {
         }
     }
 
-    /// Whether Devices, DeviceModels and DeviceStatuses have been listed.
+    /// Whether Devices, DeviceModels and DeviceStatuses have been listed (DeviceStatuses count
+    /// as listed when listing them is forbidden).
     pub fn is_synced(&self) -> bool {
         self.shared.devices.is_ready()
             && self.shared.models.is_ready()

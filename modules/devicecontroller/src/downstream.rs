@@ -2,7 +2,9 @@
 //!
 //! One task owns the three watches. DeviceModels and DeviceStatuses are listed first; Devices
 //! are watched only once both have (a cache barrier instead of Go's sleeps), so a device's
-//! model and status are known when the device is first handled.
+//! model and status are known when the device is first handled. Without permission to list
+//! DeviceStatuses (KubeEdge's own ClusterRole has none) the controller says so once and works
+//! without them: Devices and models still reach their nodes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use beehive::constants::operation;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::watcher::{self, Event};
 use kubeedge_api::devices::{Device, DeviceModel, DeviceStatus};
 use kubeedge_api::lifecycle::StopSignal;
@@ -88,8 +90,15 @@ impl Downstream {
     pub(crate) async fn run(mut self, mut stop: StopSignal) {
         let mut models: Option<Events<DeviceModel>> =
             Some(watch::events(Api::all(self.client.clone()), self.config()).boxed());
-        let mut statuses: Option<Events<DeviceStatus>> =
-            Some(watch::events(Api::all(self.client.clone()), self.config()).boxed());
+        let mut statuses: Option<Events<DeviceStatus>> = if self.may_list_statuses().await {
+            Some(watch::events(Api::all(self.client.clone()), self.config()).boxed())
+        } else {
+            self.shared
+                .statuses_permitted
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            self.statuses.mark_ready();
+            None
+        };
         let mut devices: Option<Events<Device>> = None;
         loop {
             let due = self.retries.values().map(|(at, _)| *at).min();
@@ -113,6 +122,22 @@ impl Downstream {
             }
         }
         info!("device downstream stopped");
+    }
+
+    /// False only when the API server forbids listing DeviceStatuses; any other failure is
+    /// left to the watch, which retries.
+    async fn may_list_statuses(&self) -> bool {
+        let api = Api::<DeviceStatus>::all(self.client.clone());
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                warn!(
+                    reason = %s.message,
+                    "cannot list devicestatuses.devices.kubeedge.io: devices are sent without DeviceStatus; grant get, list, watch, create and patch on devicestatuses to enable device status"
+                );
+                false
+            }
+            _ => true,
+        }
     }
 
     async fn on_device_event(&mut self, event: Event<Device>) {
@@ -159,7 +184,11 @@ impl Downstream {
 
     async fn added(&mut self, d: &Device) {
         let k = key_of(d);
-        if let Err(error) = self.shared.ensure_status(d).await {
+        let status = match self.shared.statuses_permitted() {
+            true => self.shared.ensure_status(d).await.map(drop),
+            false => Ok(()),
+        };
+        if let Err(error) = status {
             // Nothing is sent until the DeviceStatus exists; retried with back-off (W18).
             let backoff = self
                 .retries

@@ -2,6 +2,7 @@
 //! of each device, and the messages to cloudhub.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,9 @@ pub(crate) struct Shared {
     pub(crate) cache_wait: Duration,
     /// Refused edge requests, by kind.
     pub(crate) denials: Arc<Denials>,
+    /// False once listing DeviceStatuses was refused (KubeEdge's ClusterRole grants none):
+    /// Devices are then sent without one.
+    pub(crate) statuses_permitted: Arc<AtomicBool>,
 }
 
 fn newer(a: Option<Arc<DeviceStatus>>, b: Option<Arc<DeviceStatus>>) -> Option<Arc<DeviceStatus>> {
@@ -51,6 +55,11 @@ fn newer(a: Option<Arc<DeviceStatus>>, b: Option<Arc<DeviceStatus>>) -> Option<A
 }
 
 impl Shared {
+    /// Whether DeviceStatuses may be read and written (see `statuses_permitted`).
+    pub(crate) fn statuses_permitted(&self) -> bool {
+        self.statuses_permitted.load(Ordering::Relaxed)
+    }
+
     /// The device's DeviceStatus: known, else read, else created (same name and namespace,
     /// controller owner reference to the Device). As cloudcore.
     pub(crate) async fn ensure_status(

@@ -15,7 +15,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Reads a certificate and key pair of PEM files (first block of each, labels ignored).
+/// Reads a certificate and key pair of PEM files: the first `CERTIFICATE` block and the first
+/// private key block (`PRIVATE KEY`, `EC PRIVATE KEY` or `RSA PRIVATE KEY`, so that the `EC
+/// PARAMETERS` block `openssl ecparam -genkey` writes first is skipped), else the first block
+/// of each, since upstream ignores labels. The key may be PKCS#8, SEC1 or PKCS#1, RSA, ECDSA
+/// or Ed25519; one rustls cannot use is an error naming the file.
 /// `Ok(None)` when neither file exists; an error when only one exists (upstream: fatal) or
 /// when a file is unreadable or holds no PEM block.
 pub fn read_pem_pair(cert: &Path, key: &Path) -> Result<Option<CertAndKey>> {
@@ -24,9 +28,12 @@ pub fn read_pem_pair(cert: &Path, key: &Path) -> Result<Option<CertAndKey>> {
         (true, true) => {
             let cert_text = fs::read_to_string(cert).map_err(io(cert))?;
             let key_text = fs::read_to_string(key).map_err(io(key))?;
+            let key_der = labelled_or_first(&key_text, &keys::KEY_LABELS)?;
+            keys::load_private_key(&key_der)
+                .map_err(|e| Error::Key(format!("{}: {e}", key.display())))?;
             Ok(Some(CertAndKey {
-                cert_der: keys::first_pem_der(&cert_text)?,
-                key_der: keys::first_pem_der(&key_text)?,
+                cert_der: labelled_or_first(&cert_text, &["CERTIFICATE"])?,
+                key_der,
             }))
         }
         (true, false) => Err(Error::Io {
@@ -44,6 +51,19 @@ pub fn read_pem_pair(cert: &Path, key: &Path) -> Result<Option<CertAndKey>> {
             ),
         }),
     }
+}
+
+/// The first block with one of `labels`, else the first block.
+fn labelled_or_first(text: &str, labels: &[&str]) -> Result<Vec<u8>> {
+    let mut blocks = keys::pem_blocks(text)?;
+    let at = blocks
+        .iter()
+        .position(|b| labels.contains(&b.label.as_str()))
+        .unwrap_or(0);
+    if blocks.is_empty() {
+        return Err(Error::Pem("no PEM block found".into()));
+    }
+    Ok(blocks.swap_remove(at).der)
 }
 
 /// Writes `text` to `path` atomically (temp file + rename), creating parent directories;

@@ -103,7 +103,7 @@ pub fn load_private_key_pem(text: &str) -> Result<PrivateKeyDer<'static>> {
 }
 
 /// The PEM labels a private key block can carry (encrypted keys are not supported).
-const KEY_LABELS: [&str; 3] = ["PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY"];
+pub(crate) const KEY_LABELS: [&str; 3] = ["PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY"];
 
 /// True when `data` is PEM text rather than DER (it has a `-----BEGIN` marker).
 fn is_pem(data: &[u8]) -> bool {

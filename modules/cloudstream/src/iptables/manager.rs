@@ -116,7 +116,7 @@ impl IptablesManager {
         self
     }
 
-    /// The DNAT rule of `ip` (upstream form: no destination match, W27).
+    /// The DNAT rule of `ip` (upstream form: no destination match).
     fn dnat_args(&self, ip: &str, port: u16) -> Vec<String> {
         let to = match family_of(ip) {
             Some(Family::V6) => format!("[{ip}]:{}", self.stream_port),

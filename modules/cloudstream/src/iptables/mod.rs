@@ -1,8 +1,10 @@
 //! The iptables manager: a `TUNNEL-PORT` NAT chain that DNATs each cloudcore's advertised
-//! kubelet port to its stream server (spec §7).
+//! kubelet port to its stream server.
 
+mod external;
 mod manager;
 mod runner;
 
+pub use external::{DEFAULT_FORWARD_PORT, run_standalone};
 pub use manager::{CHAIN, COMMENT, IptablesError, IptablesManager, RECONCILE_INTERVAL};
 pub use runner::{CommandOutput, CommandRunner, SystemRunner};

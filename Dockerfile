@@ -1,0 +1,28 @@
+# syntax=docker/dockerfile:1
+# The cloudcore image: the binary (examples/cloudcore) on a small Debian runtime.
+#   docker build -t cloudcore:latest .
+# The same image runs the iptables-manager DaemonSet (`cloudcore iptables-manager`), which is
+# why iptables is installed; cloudcore itself only calls it in modules.iptablesManager.mode
+# internal, which also needs NET_ADMIN and the host's network namespace.
+
+ARG RUST_VERSION=1.95
+FROM rust:${RUST_VERSION}-bookworm AS build
+WORKDIR /src
+COPY . .
+# Cache mounts keep the registry and build outputs between builds; the binary is copied out
+# because the target folder stays in the cache.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --example cloudcore \
+ && cp target/release/examples/cloudcore /cloudcore
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends iptables \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /cloudcore /usr/local/bin/cloudcore
+# An unprivileged user for cloudcore (the Deployment also sets runAsNonRoot); the
+# iptables-manager DaemonSet overrides it with root plus NET_ADMIN and NET_RAW only.
+USER 65532:65532
+EXPOSE 10000 10002 10003 10004 9091
+ENTRYPOINT ["/usr/local/bin/cloudcore"]

@@ -63,6 +63,9 @@ pub enum StartError {
     /// A key file cloudhub holds is unusable.
     #[error("cloudhub key: {0}")]
     Key(#[from] pki::Error),
+    /// The credentials lack a permission the enabled modules need.
+    #[error(transparent)]
+    Permission(#[from] crate::permissions::PermissionError),
 }
 
 /// A Kubernetes client as `kubeAPIConfig` says: the kubeconfig file when it exists, else the
@@ -134,6 +137,7 @@ pub struct CloudCore {
     hub: Option<HubHandle>,
     stream: Option<CloudStreamHandle>,
     addresses: Addresses,
+    diagnostics: crate::diagnose::Sources,
 }
 
 /// cloudhub's certificate for the tunnel; its key in whatever form it was given (PKCS#8,
@@ -181,6 +185,7 @@ impl CloudCore {
             ));
         }
         if let Some(client) = &kube {
+            crate::permissions::check(client, &crate::permissions::required(config)).await?;
             let mut crds = vec![
                 "objectsyncs.reliablesyncs.kubeedge.io",
                 "clusterobjectsyncs.reliablesyncs.kubeedge.io",
@@ -272,6 +277,7 @@ impl CloudCore {
         }
         metrics::node_authorization(metrics, denials);
         let mut stream = None;
+        let mut advertised_port = None;
         if m.cloud_stream.enable {
             let hub_material = hub.as_ref().map(hub_tls).transpose()?.ok_or_else(|| {
                 StartError::Composition(
@@ -321,6 +327,7 @@ impl CloudCore {
                 _ => module.handle().stream_addr().port(),
             };
             module = module.with_advertised_port(advertised);
+            advertised_port = Some(advertised);
             stream = Some(module.handle());
             bus.register(module)?;
         }
@@ -347,12 +354,36 @@ impl CloudCore {
         }
         metrics::listeners(metrics, listeners);
         info!(?addresses, "cloudcore started");
+        let iptables = &m.iptables_manager;
+        let diagnostics = crate::diagnose::Sources {
+            hub: hub.clone(),
+            stream: stream.clone(),
+            kube,
+            advertised_port,
+            advertise_ip: m
+                .cloud_hub
+                .advertise_address
+                .first()
+                .cloned()
+                .unwrap_or_default(),
+            iptables: match (iptables.enable, iptables.mode) {
+                (false, _) => crate::diagnose::IptablesCheck::NotManaged,
+                (true, cloudstream::IptablesMode::Internal) => {
+                    crate::diagnose::IptablesCheck::Internal
+                }
+                (true, cloudstream::IptablesMode::External) => {
+                    crate::diagnose::IptablesCheck::External
+                }
+            },
+            runner: Arc::new(cloudstream::iptables::SystemRunner::new()),
+        };
         Ok(CloudCore {
             bus,
             synced,
             hub,
             stream,
             addresses,
+            diagnostics,
         })
     }
 
@@ -377,6 +408,11 @@ impl CloudCore {
     /// cloudstream, when enabled.
     pub fn stream(&self) -> Option<&CloudStreamHandle> {
         self.stream.as_ref()
+    }
+
+    /// What `/debug/nodes/{name}` checks (see [`crate::diagnose`]).
+    pub fn diagnostics(&self) -> crate::diagnose::Sources {
+        self.diagnostics.clone()
     }
 
     /// The bus the modules run on.
@@ -412,10 +448,12 @@ pub async fn run(
 ) -> Result<(), StartError> {
     let readiness = Readiness::default();
     let metrics = Metrics::default();
-    let (ops_addr, ops) = crate::ops::serve(
+    let diagnostics = crate::diagnose::Diagnostics::default();
+    let (ops_addr, ops) = crate::ops::serve_with(
         &config.common_config.monitor_server.bind_address,
         readiness.clone(),
         metrics.clone(),
+        diagnostics.clone(),
     )?;
     let ops_handle = ops.handle();
     actix_rt::spawn(ops);
@@ -465,6 +503,7 @@ pub async fn run(
     };
     readiness.set(Phase::Starting);
     let core = CloudCore::start_with(&config, kube, &metrics, StartOptions { kube_ca_pem }).await?;
+    diagnostics.set(core.diagnostics());
     tokio::select! {
         _ = core.wait_synced() => readiness.set(Phase::Ready),
         _ = &mut stop => {
@@ -481,6 +520,7 @@ pub async fn run(
         None => stop.await,
     }
     readiness.set(Phase::ShuttingDown);
+    diagnostics.clear();
     core.shutdown().await;
     ops_handle.stop(true).await;
     Ok(())

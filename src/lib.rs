@@ -10,9 +10,11 @@
 
 pub mod app;
 pub mod config;
+pub mod diagnose;
 pub mod leader;
 pub mod metrics;
 pub mod ops;
+pub mod permissions;
 
 #[doc(inline)]
 pub use beehive;

@@ -1,5 +1,5 @@
-//! The operations server (`commonConfig.monitorServer`): `/healthz`, `/readyz` and Prometheus
-//! `/metrics`.
+//! The operations server (`commonConfig.monitorServer`): `/healthz`, `/readyz`, Prometheus
+//! `/metrics` and `/debug/nodes/{name}` (why `kubectl logs/exec` would fail for a node).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
+
+use crate::diagnose::{Diagnostics, diagnose};
 
 /// Where the process is in its life, as `/readyz` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,10 +119,34 @@ pub fn serve(
     readiness: Readiness,
     metrics: Metrics,
 ) -> std::io::Result<(SocketAddr, actix_web::dev::Server)> {
+    serve_with(bind, readiness, metrics, Diagnostics::default())
+}
+
+/// [`serve`] with node diagnostics, answered once the composition fills `diagnostics`.
+pub fn serve_with(
+    bind: &str,
+    readiness: Readiness,
+    metrics: Metrics,
+    diagnostics: Diagnostics,
+) -> std::io::Result<(SocketAddr, actix_web::dev::Server)> {
     let server = HttpServer::new(move || {
         let readiness = readiness.clone();
         let metrics = metrics.clone();
+        let diagnostics = diagnostics.clone();
         App::new()
+            .route(
+                "/debug/nodes/{name}",
+                web::get().to(move |name: web::Path<String>| {
+                    let sources = diagnostics.sources();
+                    async move {
+                        match sources {
+                            Some(s) => HttpResponse::Ok().json(diagnose(&s, &name).await),
+                            None => HttpResponse::ServiceUnavailable()
+                                .body("modules not running (standby or starting)"),
+                        }
+                    }
+                }),
+            )
             .route(
                 "/healthz",
                 web::get().to(|| async { HttpResponse::Ok().body("ok") }),

@@ -6,6 +6,7 @@
 //! cargo run --example cloudcore -- --defaultconfig > cloudcore.yaml
 //! cargo run --example cloudcore -- --config cloudcore.yaml     # against a real cluster
 //! cargo run --example cloudcore -- iptables-manager --forward-port 10003   # external iptables mode
+//! cargo run --example cloudcore -- diagnose edge-1   # why kubectl logs/exec fails for edge-1
 //! ```
 
 mod demo;
@@ -57,6 +58,48 @@ enum Command {
     /// Keep the tunnel-port DNAT rules for `modules.iptablesManager.mode: external` (KubeEdge's
     /// iptables-manager DaemonSet).
     IptablesManager(iptables_manager::IptablesManagerArgs),
+    /// Ask a running cloudcore's monitor server why `kubectl logs/exec` would fail for a node;
+    /// exits 0 when every check passes, 1 otherwise.
+    Diagnose(DiagnoseArgs),
+}
+
+/// `cloudcore diagnose`.
+#[derive(Debug, clap::Args)]
+struct DiagnoseArgs {
+    /// The node.
+    node: String,
+    /// The monitor server (`commonConfig.monitorServer.bindAddress`).
+    #[arg(long, default_value = "127.0.0.1:9091")]
+    monitor: String,
+    /// Print the JSON report instead.
+    #[arg(long)]
+    json: bool,
+}
+
+fn diagnose(args: DiagnoseArgs) -> ExitCode {
+    let fetched = actix_rt::System::new()
+        .block_on(cloudcore::diagnose::fetch_report(&args.monitor, &args.node));
+    match fetched {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => eprintln!("{e}"),
+                }
+            } else {
+                print!("{}", report.render());
+            }
+            if report.status == cloudcore::diagnose::Status::Ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("diagnose {}: {e}", args.node);
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -87,8 +130,10 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
 
-    if let Some(Command::IptablesManager(args)) = cli.command {
-        return iptables_manager::run(args);
+    match cli.command {
+        Some(Command::IptablesManager(args)) => return iptables_manager::run(args),
+        Some(Command::Diagnose(args)) => return diagnose(args),
+        None => {}
     }
     if cli.demo {
         return match actix_rt::System::new().block_on(demo::run(cli.demo_nodes)) {

@@ -333,6 +333,11 @@ impl HubHandle {
         self.0.registry.nodes()
     }
 
+    /// How long the node's current session has been up; `None` when it has none.
+    pub fn session_age(&self, node: &str) -> Option<std::time::Duration> {
+        self.0.registry.get(node).map(|e| e.since.elapsed())
+    }
+
     /// Counters of a node that has connected to this hub since it started (connected now or
     /// not); they add up over the node's connections. `None` for a node never seen (or
     /// deleted since).

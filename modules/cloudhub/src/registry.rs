@@ -192,6 +192,8 @@ pub(crate) struct Entry {
     pub(crate) generation: u64,
     pub(crate) addr: Addr<Session>,
     pub(crate) counters: Arc<NodeCounters>,
+    /// When this session registered.
+    pub(crate) since: std::time::Instant,
 }
 
 /// Why a registration was refused.
@@ -271,6 +273,7 @@ impl Registry {
             generation,
             addr,
             counters,
+            since: std::time::Instant::now(),
         };
         let old = sessions.insert(node.clone(), entry.clone());
         Ok((entry, old))

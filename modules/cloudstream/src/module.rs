@@ -154,6 +154,12 @@ impl CloudStreamHandle {
         nodes
     }
 
+    /// The internal IP the node's tunnel registered (where streams for it go); `None`
+    /// without a tunnel.
+    pub fn tunnel_ip(&self, node: &str) -> Option<String> {
+        self.shared.registry.by_node(node).map(|s| s.ip.clone())
+    }
+
     /// Waits until the node named `node` has a tunnel, or, when `node` is an IP address,
     /// until a tunnel registered that internal IP; false after `limit`.
     pub async fn wait_for_session(&self, node: &str, limit: Duration) -> bool {

@@ -47,6 +47,7 @@ pub struct InteropBuilder {
     heartbeat: u32,
     keepalive_interval: u32,
     kubelet: bool,
+    kubeconfig: Option<PathBuf>,
 }
 
 impl InteropBuilder {
@@ -59,6 +60,13 @@ impl InteropBuilder {
     /// cloudhub's `keepaliveInterval` (KubeEdge default 30 s).
     pub fn keepalive_interval(mut self, seconds: u32) -> Self {
         self.keepalive_interval = seconds;
+        self
+    }
+
+    /// Runs cloudcore with this kubeconfig instead of the test API server's admin one (the
+    /// fixture itself keeps using the admin one).
+    pub fn kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kubeconfig = Some(path.into());
         self
     }
 
@@ -90,7 +98,7 @@ impl InteropBuilder {
             crate::edge::unique()
         ));
         let mut spec = CloudSpec::for_testenv(&dir)?;
-        spec.kubeconfig = env.kubeconfig();
+        spec.kubeconfig = self.kubeconfig.clone().unwrap_or_else(|| env.kubeconfig());
         spec.keepalive_interval = self.keepalive_interval;
         let kubelet = match self.kubelet {
             true => Some(FakeKubelet::try_start_on(KUBELET).await?),
@@ -200,6 +208,7 @@ impl Interop {
             heartbeat: 15,
             keepalive_interval: 30,
             kubelet: false,
+            kubeconfig: None,
         }
     }
 

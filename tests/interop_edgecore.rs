@@ -1,7 +1,8 @@
 //! Interop with an unmodified KubeEdge edgecore (v1.23.0-beta.0.150, `shared/peers/edgecore`)
 //! against our cloudcore binary and a real kube-apiserver: bootstrap, keepalive, downstream
 //! delivery with acknowledgements, edge and cloud restarts, and `kubectl logs/exec` through the
-//! tunnel. One scenario at a time (edgecore's ports are fixed); see `edgecore-interop`.
+//! tunnel, with cloudcore holding only the manifests' ServiceAccount permissions. One scenario
+//! at a time (edgecore's ports are fixed); see `edgecore-interop`.
 //!
 //! Run: `cargo test --test interop_edgecore` after `cargo build --example cloudcore` (plain
 //! `cargo test` builds the example itself).
@@ -11,11 +12,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use edgecore_interop::kubelet::{self, EXIT_CODE};
-use edgecore_interop::{EdgeHome, Interop, Stored, kubectl, kubectl_ok, kubectl_spawn, store_key};
+use edgecore_interop::{
+    EdgeHome, Interop, InteropBuilder, Stored, kubectl, kubectl_ok, kubectl_spawn, store_key,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Api;
 use kubeedge_api::reliablesyncs::{ObjectSync, object_sync_name};
 use tokio::io::AsyncReadExt;
+
+/// Every scenario runs cloudcore the way the manifests deploy it: with a token of the
+/// ServiceAccount `kubeedge/cloudcore` and only the permissions of `manifests/rbac.yaml`, so a
+/// rule the code needs but the manifests lack fails a scenario.
+fn cloud_as_deployed(node: &str) -> InteropBuilder {
+    Interop::builder(node).service_account()
+}
 
 /// What the edge should hold for one object: its uid and resourceVersion.
 type Expected = BTreeMap<String, (String, String)>;
@@ -232,7 +242,7 @@ fn count(log: &str, needle: &str) -> usize {
 
 #[tokio::test]
 async fn bootstrap_uses_our_token_and_a_wrong_token_or_ca_hash_is_refused() -> Result<()> {
-    let mut it = Interop::builder("interop-boot").start_cloud().await?;
+    let mut it = cloud_as_deployed("interop-boot").start_cloud().await?;
     let client = it.client();
     let token = it.token()?;
     let ca_secret = Api::<Secret>::namespaced(client.clone(), "kubeedge")
@@ -339,7 +349,7 @@ async fn keepalive_holds_the_session_and_a_lost_edge_is_detected_within_the_time
     const HEARTBEAT: u64 = 3;
     const KEEPALIVE: u64 = 8;
     let node = "interop-keepalive";
-    let mut it = Interop::builder(node)
+    let mut it = cloud_as_deployed(node)
         .heartbeat(HEARTBEAT as u32)
         .keepalive_interval(KEEPALIVE as u32)
         .start()
@@ -419,7 +429,7 @@ async fn keepalive_holds_the_session_and_a_lost_edge_is_detected_within_the_time
 #[tokio::test]
 async fn downstream_objects_reach_the_edge_store_and_acks_advance_object_sync() -> Result<()> {
     let node = "interop-downstream";
-    let mut it = Interop::builder(node).start().await?;
+    let mut it = cloud_as_deployed(node).start().await?;
     let client = it.client();
     let ns = k8s_testenv::namespace("interop-down").await;
     let ns = ns.as_str();
@@ -656,7 +666,7 @@ async fn change_while_away(ns: &str, node: &str) -> Result<()> {
 #[tokio::test]
 async fn an_edge_killed_mid_changes_and_restarted_converges_with_the_api_server() -> Result<()> {
     let node = "interop-restart";
-    let mut it = Interop::builder(node).heartbeat(5).start().await?;
+    let mut it = cloud_as_deployed(node).heartbeat(5).start().await?;
     let ns = k8s_testenv::namespace("interop-restart").await;
     let ns = ns.as_str();
     seed(ns, node).await?;
@@ -714,7 +724,7 @@ async fn an_edge_killed_mid_changes_and_restarted_converges_with_the_api_server(
 async fn after_a_cloud_restart_edgecore_reconnects_by_itself_and_converges() -> Result<()> {
     let node = "interop-cloud-restart";
     // The template's 15 s heartbeat: a real edge waits 2 × heartbeat before it redials.
-    let mut it = Interop::builder(node).start().await?;
+    let mut it = cloud_as_deployed(node).start().await?;
     let ns = k8s_testenv::namespace("interop-cloudrs").await;
     let ns = ns.as_str();
     seed(ns, node).await?;
@@ -752,7 +762,7 @@ async fn after_a_cloud_restart_edgecore_reconnects_by_itself_and_converges() -> 
 #[tokio::test]
 async fn kubectl_logs_and_exec_reach_the_edge_kubelet_through_our_tunnel() -> Result<()> {
     let node = "interop-stream";
-    let it = Interop::builder(node).with_kubelet().start().await?;
+    let it = cloud_as_deployed(node).with_kubelet().start().await?;
     let kubelet = it.kubelet().context("kubelet stand-in")?.clone();
     let stream_port = i32::from(it.cloud_spec().ports.stream);
     let ns = k8s_testenv::namespace("interop-stream").await;
@@ -877,7 +887,7 @@ async fn node_record(
 #[tokio::test]
 async fn a_node_recreated_while_away_keeps_its_edge_connected_and_served() -> Result<()> {
     let node = "interop-recreated";
-    let mut it = Interop::builder(node).heartbeat(5).start().await?;
+    let mut it = cloud_as_deployed(node).heartbeat(5).start().await?;
     let client = it.client();
     let nodes = Api::<Node>::all(client.clone());
 

@@ -442,10 +442,11 @@ const NEEDS: &[Need] = &[
         group: "",
         resources: &["persistentvolumes", "persistentvolumeclaims"],
         names: &[],
-        verbs: &["get"],
+        verbs: &["get", "list", "watch"],
         used_at: &[
             "edgecontroller/src/upstream/queries.rs: self.get::<PersistentVolume>(",
             "edgecontroller/src/upstream/queries.rs: self.get::<PersistentVolumeClaim>(",
+            "synccontroller/src/reconciler.rs: Api::<DynamicObject>::all_with(self.client.clone(), &resource)",
         ],
     },
     Need {
@@ -453,8 +454,11 @@ const NEEDS: &[Need] = &[
         group: "storage.k8s.io",
         resources: &["volumeattachments"],
         names: &[],
-        verbs: &["get"],
-        used_at: &["edgecontroller/src/upstream/queries.rs: self.get::<VolumeAttachment>("],
+        verbs: &["get", "list", "watch"],
+        used_at: &[
+            "edgecontroller/src/upstream/queries.rs: self.get::<VolumeAttachment>(",
+            "synccontroller/src/reconciler.rs: Api::<DynamicObject>::all_with(self.client.clone(), &resource)",
+        ],
     },
     Need {
         namespace: CLUSTER,

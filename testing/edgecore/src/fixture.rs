@@ -48,6 +48,7 @@ pub struct InteropBuilder {
     keepalive_interval: u32,
     kubelet: bool,
     kubeconfig: Option<PathBuf>,
+    service_account: bool,
 }
 
 impl InteropBuilder {
@@ -67,6 +68,15 @@ impl InteropBuilder {
     /// fixture itself keeps using the admin one).
     pub fn kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
         self.kubeconfig = Some(path.into());
+        self
+    }
+
+    /// Runs cloudcore as the manifests deploy it: applies `manifests/namespace.yaml` and
+    /// `manifests/rbac.yaml` and gives it a kubeconfig with a token of the ServiceAccount
+    /// `kubeedge/cloudcore` (see [`crate::rbac::service_account_kubeconfig`]). An explicit
+    /// [`InteropBuilder::kubeconfig`] wins.
+    pub fn service_account(mut self) -> Self {
+        self.service_account = true;
         self
     }
 
@@ -98,7 +108,11 @@ impl InteropBuilder {
             crate::edge::unique()
         ));
         let mut spec = CloudSpec::for_testenv(&dir)?;
-        spec.kubeconfig = self.kubeconfig.clone().unwrap_or_else(|| env.kubeconfig());
+        spec.kubeconfig = match (&self.kubeconfig, self.service_account) {
+            (Some(path), _) => path.clone(),
+            (None, true) => crate::rbac::service_account_kubeconfig(&dir.join("sa")).await?,
+            (None, false) => env.kubeconfig(),
+        };
         spec.keepalive_interval = self.keepalive_interval;
         let kubelet = match self.kubelet {
             true => Some(FakeKubelet::try_start_on(KUBELET).await?),
@@ -209,6 +223,7 @@ impl Interop {
             keepalive_interval: 30,
             kubelet: false,
             kubeconfig: None,
+            service_account: false,
         }
     }
 

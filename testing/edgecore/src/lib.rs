@@ -31,6 +31,7 @@ mod fixture;
 mod http;
 mod kubectl;
 pub mod kubelet;
+pub mod rbac;
 mod process;
 mod serial;
 mod spdy;

@@ -1,0 +1,163 @@
+//! cloudcore as the manifests deploy it: the ServiceAccount `kubeedge/cloudcore` with exactly
+//! the permissions of `manifests/rbac.yaml`, and a kubeconfig holding a token for it, the way
+//! a pod's mounted token reaches the API server.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+use kube::api::PostParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::edge::pem;
+use crate::error::{Error, Result};
+use crate::kubectl::kubectl_ok;
+
+/// The repository's `manifests/` folder.
+pub fn manifests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests")
+}
+
+/// Applies `manifests/namespace.yaml` and `manifests/rbac.yaml` to the test API server.
+///
+/// # Errors
+/// When kubectl fails.
+pub async fn apply_manifests_rbac() -> Result<()> {
+    for file in ["namespace.yaml", "rbac.yaml"] {
+        let path = manifests_dir().join(file);
+        kubectl_ok(&["apply", "-f", &path.display().to_string()], None).await?;
+    }
+    Ok(())
+}
+
+/// Applies the manifests' RBAC, writes a kubeconfig in `dir` with a fresh token of the
+/// ServiceAccount `kubeedge/cloudcore`, and waits until the API server's authorizer grants
+/// that account the manifests' rules (it learns of role changes asynchronously).
+///
+/// # Errors
+/// When the manifests cannot be applied, the token cannot be had or the rules do not take
+/// effect within 30 s.
+pub async fn service_account_kubeconfig(dir: &Path) -> Result<PathBuf> {
+    apply_manifests_rbac().await?;
+    let admin = k8s_testenv::client().await;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let answer = Api::<ServiceAccount>::namespaced(admin, "kubeedge")
+        .create_token_request("cloudcore", &PostParams::default(), &request)
+        .await?;
+    let token = answer
+        .status
+        .ok_or_else(|| Error::Config("TokenRequest for kubeedge/cloudcore has no status".into()))?
+        .token;
+    let config = k8s_testenv::config().await;
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let ca = dir.join("apiserver-ca.crt");
+    let ca_pem: String = config
+        .root_cert
+        .iter()
+        .flatten()
+        .map(|der| pem("CERTIFICATE", der))
+        .collect();
+    std::fs::write(&ca, ca_pem).map_err(|e| Error::io(&ca, e))?;
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": config.cluster_url.to_string(),
+            "certificate-authority": ca.display().to_string(),
+        }}],
+        "users": [{"name": "cloudcore", "user": {"token": token}}],
+        "contexts": [{"name": "cloudcore", "context": {"cluster": "test", "user": "cloudcore"}}],
+        "current-context": "cloudcore",
+    });
+    let path = dir.join("cloudcore.kubeconfig");
+    let text = serde_yaml::to_string(&kubeconfig).map_err(|e| Error::Config(e.to_string()))?;
+    std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+    let sa = client_of(&path).await?;
+    // A ClusterRole and a Role rule: both bindings have taken effect.
+    wait_may(&sa, "watch", "", "nodes", "", true).await?;
+    wait_may(&sa, "create", "", "secrets", "kubeedge", true).await?;
+    Ok(path)
+}
+
+/// A client with the identity of `kubeconfig`.
+///
+/// # Errors
+/// When the file cannot be read or used.
+pub async fn client_of(kubeconfig: &Path) -> Result<kube::Client> {
+    let file = Kubeconfig::read_from(kubeconfig).map_err(|e| Error::Config(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Config(e.to_string()))?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Whether the client's own identity may `verb` `resource` (`resource/subresource` for a
+/// subresource) of `group` in `namespace` (empty: cluster scope).
+///
+/// # Errors
+/// When the API server does not answer.
+pub async fn may(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+) -> Result<bool> {
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (resource, None),
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource,
+                namespace: (!namespace.is_empty()).then(|| namespace.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// Waits (up to 30 s) until [`may`] answers `want`.
+///
+/// # Errors
+/// [`Error::Timeout`] when it does not.
+pub async fn wait_may(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+    want: bool,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while may(client, verb, group, resource, namespace).await? != want {
+        if Instant::now() > deadline {
+            return Err(Error::Timeout(format!(
+                "may {verb} {group}/{resource} in {namespace:?} is still not {want} after 30 s"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

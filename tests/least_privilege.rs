@@ -258,14 +258,15 @@ enum EdgeCase {
     Event,
     Lease,
     Csr,
+    /// Not an edge request: the API server asking the stream server for a pod's logs, which
+    /// cloudcore authorizes with a SubjectAccessReview.
+    StreamAuthorization,
 }
 
 /// How an edge-only rule is shown to be needed.
 enum EdgeProof {
-    /// By this edge request, which succeeds with the rule and is refused without it.
+    /// By this request, which succeeds with the rule and is refused without it.
     Scenario(EdgeCase, &'static str),
-    /// Not shown by any test here; why.
-    NotProven(&'static str),
 }
 
 /// Rules cloudcore's start-up check does not cover: it uses them only for requests made on
@@ -318,9 +319,9 @@ const EDGE_ONLY: &[(&str, EdgeProof)] = &[
     ),
     (
         "subjectaccessreviews",
-        EdgeProof::NotProven(
-            "not proven: cloudstream's streamAuthorization.mode Webhook; no test here runs \
-             stream authorization",
+        EdgeProof::Scenario(
+            EdgeCase::StreamAuthorization,
+            "the API server's `kubectl logs` request to the stream server (Webhook authorization)",
         ),
     ),
 ];
@@ -631,9 +632,6 @@ async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_
             (Ok(Outcome::Started), Some((_, EdgeProof::Scenario(_, what)))) => format!(
                 "starts; edge-only, proven by an edge request (see the edge-rule table): {what}"
             ),
-            (Ok(Outcome::Started), Some((_, EdgeProof::NotProven(why)))) => {
-                format!("starts; {why}")
-            }
             (Ok(Outcome::Started), None) => {
                 failures.push(format!(
                     "{}: cloudcore starts without it and no edge-only use is listed",
@@ -1118,6 +1116,21 @@ impl EdgeWorld {
                 }
                 answer
             }
+            EdgeCase::StreamAuthorization => {
+                let (status, body) = logs_as_apiserver(&self.core, ns, node).await?;
+                // Authorized: the request goes on to the node (which has no tunnel here).
+                if status != 500 {
+                    ensure!(status != 403, "the review denied the API server: {body}");
+                    return Ok(None);
+                }
+                // The review itself refused to cloudcore's own identity: answered 500.
+                ensure!(
+                    body.contains("Authorization error")
+                        && body.contains("system:serviceaccount:kubeedge:cloudcore"),
+                    "500 for another reason: {body}"
+                );
+                return Ok(Some(body));
+            }
             EdgeCase::Event => {
                 let name = format!("{node}.{round}");
                 let event = json!({"apiVersion": "v1", "kind": "Event",
@@ -1240,10 +1253,7 @@ async fn edge_only_rules_and_verbs_are_each_needed_by_an_edge_request() -> Resul
     // (resource, the verb taken away or none for the whole rule, request, what it is)
     let mut checks: Vec<(&str, Option<&str>, EdgeCase, &str)> = EDGE_ONLY
         .iter()
-        .filter_map(|(resource, proof)| match proof {
-            EdgeProof::Scenario(case, what) => Some((*resource, None, *case, *what)),
-            EdgeProof::NotProven(_) => None,
-        })
+        .map(|(resource, EdgeProof::Scenario(case, what))| (*resource, None, *case, *what))
         .collect();
     checks.extend(
         EDGE_VERBS
@@ -1325,4 +1335,50 @@ async fn wait_allowed(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
+}
+
+/// The DER of every PEM block of a file.
+fn pem_blocks(path: &Path) -> Result<Vec<Vec<u8>>> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let mut blocks = Vec::new();
+    let mut b64 = String::new();
+    for line in text.lines() {
+        if line.starts_with("-----END") {
+            blocks.push(base64::engine::general_purpose::STANDARD.decode(&b64)?);
+            b64.clear();
+        } else if !line.starts_with("-----") {
+            b64.push_str(line.trim());
+        }
+    }
+    Ok(blocks)
+}
+
+/// `GET /containerLogs/…` on cloudcore's stream server with the API server's kubelet-client
+/// certificate, as `kubectl logs` makes the API server do; the status and body of the answer.
+async fn logs_as_apiserver(core: &Cloudcore, ns: &str, node: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pki_dir = k8s_testenv::env().pki();
+    let ca = pem_blocks(&pki_dir.join("ca.crt"))?.remove(0);
+    let cert = pem_blocks(&pki_dir.join("kubelet-client.crt"))?.remove(0);
+    let key = pem_blocks(&pki_dir.join("kubelet-client.key"))?.remove(0);
+    let tls = pki::tls::client_config(&ca, Some((&cert, &key)))?;
+    let port = core.spec().ports.stream;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+    let mut io = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, tcp)
+        .await?;
+    let request = format!(
+        "GET /containerLogs/{ns}/web/c?nodeName={node} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    );
+    io.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(15), io.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no status line: {answer:?}"))?;
+    Ok((status, answer))
 }

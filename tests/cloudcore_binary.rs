@@ -464,8 +464,19 @@ async fn sigterm_stops_within_5s_without_losing_an_acknowledged_message() {
     .await
     .unwrap_or_else(|_| panic!("pod never reached the edge; log:\n{}", cloud.log()));
     assert_eq!(received.header.resource_version, rv);
-    // Give the ACK the time to cross the socket, not to be recorded: SIGTERM comes at once.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Wait until the hub has taken the ACK (its counter moved), not until it is recorded:
+    // SIGTERM comes at once, and the record must still be written.
+    let acked = format!("cloudhub_node_messages_acked_total{{node=\"{node_name}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cloud
+        .get("/metrics")
+        .and_then(|(_, m)| sample(&m, &acked))
+        .unwrap_or(0.0)
+        < 1.0
+    {
+        assert!(Instant::now() < deadline, "the ACK never reached the hub");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let took = cloud.sigterm().await;
     assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}");
     edge.stop();

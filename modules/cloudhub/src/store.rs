@@ -191,8 +191,14 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
-fn status_patch(rv: &str) -> Patch<serde_json::Value> {
-    Patch::Merge(serde_json::json!({"status": {"objectResourceVersion": rv}}))
+/// The status patch recording `rv`; with `only_if` (a record's `metadata.resourceVersion`) the
+/// API server applies it only to that version of the record and answers 409 otherwise.
+fn status_patch(rv: &str, only_if: Option<&str>) -> Patch<serde_json::Value> {
+    let mut patch = serde_json::json!({"status": {"objectResourceVersion": rv}});
+    if let Some(version) = only_if {
+        patch["metadata"] = serde_json::json!({"resourceVersion": version});
+    }
+    Patch::Merge(patch)
 }
 
 impl KubeStore {
@@ -217,27 +223,34 @@ impl KubeStore {
         Ok(status.map(|s| s.map(|s| s.object_resource_version).unwrap_or_default()))
     }
 
-    async fn set_status(client: kube::Client, key: &SyncKey, rv: &str) -> Result<(), kube::Error> {
+    async fn set_status(
+        client: kube::Client,
+        key: &SyncKey,
+        rv: &str,
+        only_if: Option<&str>,
+    ) -> Result<(), kube::Error> {
         let name = key.name();
         let pp = PatchParams::default();
+        let patch = status_patch(rv, only_if);
         if key.is_cluster() {
             Api::<ClusterObjectSync>::all(client)
-                .patch_status(&name, &pp, &status_patch(rv))
+                .patch_status(&name, &pp, &patch)
                 .await?;
         } else {
             Api::<ObjectSync>::namespaced(client, &key.namespace)
-                .patch_status(&name, &pp, &status_patch(rv))
+                .patch_status(&name, &pp, &patch)
                 .await?;
         }
         Ok(())
     }
 
-    /// Creates the record (spec only; status is a subresource). `Ok(false)` when it existed.
+    /// Creates the record (spec only; status is a subresource): `Some(its resourceVersion)`,
+    /// or `None` when it existed.
     async fn create_record(
         client: kube::Client,
         key: &SyncKey,
         spec: &SyncSpec,
-    ) -> Result<bool, kube::Error> {
+    ) -> Result<Option<String>, kube::Error> {
         let name = key.name();
         let pp = PostParams::default();
         let result = if key.is_cluster() {
@@ -252,7 +265,7 @@ impl KubeStore {
             Api::<ClusterObjectSync>::all(client)
                 .create(&pp, &obj)
                 .await
-                .map(|_| ())
+                .map(|o| o.metadata.resource_version)
         } else {
             let obj = ObjectSync::new(
                 &name,
@@ -265,11 +278,11 @@ impl KubeStore {
             Api::<ObjectSync>::namespaced(client, &key.namespace)
                 .create(&pp, &obj)
                 .await
-                .map(|_| ())
+                .map(|o| o.metadata.resource_version)
         };
         match result {
-            Ok(()) => Ok(true),
-            Err(e) if is_status(&e, 409) => Ok(false),
+            Ok(version) => Ok(Some(version.unwrap_or_default())),
+            Err(e) if is_status(&e, 409) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -290,9 +303,17 @@ impl ObjectSyncStore for KubeStore {
             if spec.kind.is_empty() {
                 return Err(StoreError::Invalid(key.name(), "no kind".into()));
             }
-            if Self::create_record(client.clone(), &key, &spec).await? {
-                Self::set_status(client, &key, "0").await?;
-                Ok(Created::New)
+            if let Some(version) = Self::create_record(client.clone(), &key, &spec).await? {
+                // Only on the record as created: an acknowledgement written in between (another
+                // worker, another replica) must not be overwritten with "0".
+                let only_if = (!version.is_empty()).then_some(version.as_str());
+                match Self::set_status(client.clone(), &key, "0", only_if).await {
+                    Ok(()) => Ok(Created::New),
+                    Err(e) if is_status(&e, 409) => Ok(Created::Existed(
+                        Self::get_rv(client, key).await?.unwrap_or_default(),
+                    )),
+                    Err(e) => Err(e.into()),
+                }
             } else {
                 // spec §9.9: another replica won the race; compare with what it stored.
                 Ok(Created::Existed(
@@ -315,14 +336,14 @@ impl ObjectSyncStore for KubeStore {
             rv.to_owned(),
         );
         Box::pin(async move {
-            match Self::set_status(client.clone(), &key, &rv).await {
+            match Self::set_status(client.clone(), &key, &rv, None).await {
                 Ok(()) => Ok(()),
                 Err(e) if is_status(&e, 404) => {
                     if spec.kind.is_empty() {
                         return Err(StoreError::Invalid(key.name(), "no kind".into()));
                     }
                     Self::create_record(client.clone(), &key, &spec).await?;
-                    Self::set_status(client, &key, &rv).await?;
+                    Self::set_status(client, &key, &rv, None).await?;
                     Ok(())
                 }
                 Err(e) => Err(e.into()),

@@ -226,3 +226,51 @@ async fn secrets_are_created_once_reused_on_restart_and_the_token_is_refreshed()
     assert_eq!(second.hub.server_cert(), first.hub.server_cert());
     assert_eq!(second.hub.token().split('.').next(), Some(parts[0]));
 }
+
+/// A record ensured for a message its session could not finish (status "0") while a worker
+/// records the acknowledgement of the same object: whatever the interleaving, the
+/// acknowledged version stays.
+#[actix_rt::test]
+async fn an_ensured_record_never_overwrites_an_acknowledgement_written_meanwhile() {
+    use cloudhub::{ObjectSyncStore, SyncKey, SyncSpec};
+    crds().await;
+    let client = k8s_testenv::client().await;
+    let ns = k8s_testenv::namespace("ensure-race").await;
+    let store = Arc::new(cloudhub::KubeStore::new(client.clone()));
+    let spec = SyncSpec {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: "web".into(),
+    };
+    let keys: Vec<SyncKey> = (0..120)
+        .map(|i| SyncKey {
+            node: "edge-race".into(),
+            namespace: ns.clone(),
+            uid: format!("uid-{i}"),
+        })
+        .collect();
+    // The acknowledgement starts at staggered moments, so that across the keys it lands
+    // before, between and after the two writes of the ensure.
+    let races = keys.iter().zip(0u64..).map(|(key, i)| {
+        let (store, spec) = (store.clone(), spec.clone());
+        async move {
+            let ensure = store.create(key, &spec);
+            let ack = async {
+                tokio::time::sleep(Duration::from_micros(250 * (i % 40))).await;
+                store.set_acked(key, &spec, "7").await
+            };
+            let (created, acked) = futures::join!(ensure, ack);
+            created.expect("ensure");
+            acked.expect("ack");
+        }
+    });
+    futures::future::join_all(races).await;
+    for key in &keys {
+        assert_eq!(
+            store.get(key).await.expect("get").as_deref(),
+            Some("7"),
+            "{}",
+            key.name()
+        );
+    }
+}

@@ -557,7 +557,7 @@ const NEEDS: &[Need] = &[
         resources: &["objectsyncs/status", "clusterobjectsyncs/status"],
         names: &[],
         verbs: &["patch"],
-        used_at: &["cloudhub/src/store.rs: .patch_status(&name, &pp, &status_patch(rv))"],
+        used_at: &["cloudhub/src/store.rs: .patch_status(&name, &pp, &patch)"],
     },
     Need {
         namespace: CLUSTER,

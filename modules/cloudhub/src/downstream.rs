@@ -215,6 +215,12 @@ impl Downstream {
             self.put(key, msg, info, false);
             return Intake::Queued;
         }
+        if delete && let Some(waiting) = self.lookups.get_mut(&key) {
+            // The update waiting for its record lookup is superseded: queued after the lookup,
+            // it would reach the edge after the delete and bring the object back.
+            *waiting = msg;
+            return Intake::Waiting;
+        }
         if self.full() {
             return dropped(DropReason::QueueFull, "node queue full", msg);
         }
@@ -256,13 +262,15 @@ impl Downstream {
             return Intake::Waiting;
         };
         let has_record = recorded.is_some();
+        let info = object_info(&msg);
+        let delete = is_delete(&msg, info.as_ref());
         if let Some(recorded) = recorded {
             let recorded = if recorded.is_empty() {
                 "0".to_owned()
             } else {
                 recorded
             };
-            let newer = is_newer(rv(&msg), &recorded);
+            let newer = delete || is_newer(rv(&msg), &recorded);
             self.acked.insert(key.to_owned(), recorded);
             if !newer {
                 return dropped(
@@ -272,7 +280,6 @@ impl Downstream {
                 );
             }
         }
-        let info = object_info(&msg);
         self.put(key.to_owned(), msg, info, has_record);
         Intake::Queued
     }
@@ -521,6 +528,25 @@ mod tests {
             .iter()
             .map(|m| m.header.resource_version.clone())
             .collect()
+    }
+
+    #[test]
+    fn a_delete_supersedes_an_update_waiting_for_its_lookup() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        let Intake::Lookup { key, .. } = d.intake_ack(pod("u1", "5", "update")) else {
+            panic!("lookup expected");
+        };
+        let delete = pod("u1", "", "delete");
+        assert_eq!(d.intake_ack(delete.clone()), Intake::Waiting);
+        // The lookup ends (record at "7": the update alone would have been stale): the delete
+        // is what goes out, and nothing for the object follows it.
+        assert_eq!(d.lookup_done(&key, Some("7".into())), Intake::Queued);
+        assert_eq!(d.pump(now, true).writes, vec![delete]);
+        assert!(
+            d.pump(now, true).writes.is_empty(),
+            "nothing after the delete"
+        );
     }
 
     #[test]

@@ -14,20 +14,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use kubeedge_api::reliablesyncs::ObjectSync;
 
+/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
 fn binary() -> PathBuf {
-    // target/<profile>/deps/<test> → target/<profile>/examples/cloudcore (cargo test builds it).
-    let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("examples/cloudcore");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo test` (which builds the examples)",
-        bin.display()
-    );
-    bin
+    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
 }
 
 /// A running cloudcore process and where it listens; killed on drop.

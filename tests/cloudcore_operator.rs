@@ -16,20 +16,9 @@ use edge::hub::{HubClient, HubClientConfig, HubEvent};
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
 fn binary() -> PathBuf {
-    // target/<profile>/deps/<test> → target/<profile>/examples/cloudcore.
-    let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("examples/cloudcore");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo test` (which builds the examples)",
-        bin.display()
-    );
-    bin
+    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
 }
 
 struct TempDir(PathBuf);

@@ -30,19 +30,9 @@ fn init_tracing() {
         .try_init();
 }
 
+/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
 fn binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("examples/cloudcore");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo test` (which builds the examples)",
-        bin.display()
-    );
-    bin
+    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
 }
 
 fn config(dir: &Path) -> CloudCoreConfig {

@@ -21,19 +21,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivateSec1KeyDer};
 use tokio::net::{TcpListener, TcpStream};
 
+/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
 fn binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("examples/cloudcore");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo test` (which builds the examples)",
-        bin.display()
-    );
-    bin
+    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
 }
 
 fn run(args: &[&str]) {

@@ -19,11 +19,10 @@ use anyhow::{Context, Result, bail, ensure};
 use base64::Engine;
 use beehive::{Content, Message};
 use cloudcore::config::CloudCoreConfig;
-use edgecore_interop::rbac::{client_of, manifests_dir, may, service_account_kubeconfig};
-use edgecore_interop::{CloudSpec, Cloudcore, EDGE_LABEL, Interop, Serial, kubectl_ok, store_key};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+use edgecore_interop::rbac::{
+    client_of, manifests_dir, may, may_named, service_account_kubeconfig,
 };
+use edgecore_interop::{CloudSpec, Cloudcore, EDGE_LABEL, Interop, Serial, kubectl_ok, store_key};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
@@ -173,41 +172,6 @@ fn rbac_without_verb(rule: &Rule, verb: &str) -> Result<String> {
         out.push_str(&serde_yaml::to_string(&doc)?);
     }
     Ok(out)
-}
-
-/// Whether the client's identity may `verb` `group`/`resource` (`resource/sub`) named `name`
-/// in `namespace`.
-async fn allowed(
-    client: &kube::Client,
-    verb: &str,
-    group: &str,
-    resource: &str,
-    namespace: &str,
-    name: &str,
-) -> Result<bool> {
-    let (resource, subresource) = match resource.split_once('/') {
-        Some((r, s)) => (r, Some(s.to_owned())),
-        None => (resource, None),
-    };
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                subresource,
-                namespace: (!namespace.is_empty()).then(|| namespace.into()),
-                name: (!name.is_empty()).then(|| name.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// A request only `rule` grants (no other rule of the manifests does), to see when the API
@@ -488,7 +452,7 @@ async fn run_without(rule: &Rule, all: &[Rule], kubeconfig: &Path, dir: &Path) -
     let sa = client_of(kubeconfig).await?;
     let (verb, group, resource, name) = probe(rule, all)?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while allowed(&sa, verb, group, resource, rule.namespace(), name).await? {
+    while may_named(&sa, verb, group, resource, rule.namespace(), name).await? {
         ensure!(
             Instant::now() < deadline,
             "{verb} {resource} still allowed 30 s after removing {}",
@@ -1327,7 +1291,7 @@ async fn wait_allowed(
     want: bool,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while allowed(client, verb, group, resource, namespace, name).await? != want {
+    while may_named(client, verb, group, resource, namespace, name).await? != want {
         ensure!(
             Instant::now() < deadline,
             "{verb} {resource} still not allowed={want} after 30 s"

@@ -114,6 +114,21 @@ pub async fn may(
     resource: &str,
     namespace: &str,
 ) -> Result<bool> {
+    may_named(client, verb, group, resource, namespace, "").await
+}
+
+/// [`may`] for the object named `name` (empty: any).
+///
+/// # Errors
+/// When the API server does not answer.
+pub async fn may_named(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<bool> {
     let (resource, subresource) = match resource.split_once('/') {
         Some((r, s)) => (r, Some(s.to_owned())),
         None => (resource, None),
@@ -126,6 +141,7 @@ pub async fn may(
                 resource: Some(resource.into()),
                 subresource,
                 namespace: (!namespace.is_empty()).then(|| namespace.into()),
+                name: (!name.is_empty()).then(|| name.into()),
                 ..Default::default()
             }),
             ..Default::default()

@@ -251,10 +251,24 @@ impl Downstream {
         }
     }
 
-    async fn send_model(&self, d: &Device, op: &str) {
+    async fn send_model(&mut self, d: &Device, op: &str) {
         let Some(name) = model_of(d) else { return };
         let ns = d.namespace();
-        match self.models.reader().get(&key(ns.as_deref(), name)) {
+        let mut model = self.models.reader().get(&key(ns.as_deref(), name));
+        if model.is_none() && op == operation::INSERT {
+            // The model's watch event may not have arrived yet (two watches, no common order):
+            // read it, so the edge gets the model before the device; cached, so its watch
+            // event sends nothing twice.
+            let api: Api<DeviceModel> = match ns.as_deref() {
+                Some(ns) => Api::namespaced(self.client.clone(), ns),
+                None => Api::all(self.client.clone()),
+            };
+            if let Ok(Some(fetched)) = api.get_opt(name).await {
+                self.models.upsert(fetched);
+                model = self.models.reader().get(&key(ns.as_deref(), name));
+            }
+        }
+        match model {
             Some(model) => {
                 if let Some(m) = object_message(node_of(d), "devicemodel", &*model, op) {
                     self.shared.send(m).await;

@@ -2,6 +2,8 @@
 //! cloudcore composed in-process against the real API server, real Rust edges connecting its
 //! hub and tunnel, and each failure the report names produced for real.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -36,37 +38,7 @@ fn binary() -> PathBuf {
 }
 
 fn config(dir: &Path) -> CloudCoreConfig {
-    let env = k8s_testenv::env();
-    let pki = env.pki();
-    let mut c = CloudCoreConfig::default();
-    c.kube_api_config.kube_config = env.kubeconfig().display().to_string();
-    let hub = &mut c.modules.cloud_hub;
-    hub.advertise_address = vec!["127.0.0.1".into()];
-    hub.websocket.address = "127.0.0.1".into();
-    hub.websocket.port = 0;
-    hub.https.address = "127.0.0.1".into();
-    hub.https.port = 0;
-    hub.tls_ca_file = dir.join("ca/rootCA.crt");
-    hub.tls_ca_key_file = dir.join("ca/rootCA.key");
-    hub.tls_cert_file = dir.join("certs/server.crt");
-    hub.tls_private_key_file = dir.join("certs/server.key");
-    let s = &mut c.modules.cloud_stream;
-    s.enable = true;
-    s.tunnel_port = 0;
-    s.stream_port = 0;
-    for f in [
-        &mut s.tls_tunnel_ca_file,
-        &mut s.tls_tunnel_cert_file,
-        &mut s.tls_tunnel_private_key_file,
-    ] {
-        *f = dir.join("none").display().to_string();
-    }
-    s.tls_stream_ca_file = pki.join("ca.crt").display().to_string();
-    s.tls_stream_cert_file = pki.join("stream.crt").display().to_string();
-    s.tls_stream_private_key_file = pki.join("stream.key").display().to_string();
-    // No DNAT in these tests: nodes advertise the stream port itself.
-    c.modules.iptables_manager.enable = false;
-    c
+    support::testenv_config(dir)
 }
 
 /// A cloudcore and its monitor server answering diagnostics.

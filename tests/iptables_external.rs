@@ -6,6 +6,8 @@
 //!
 //! Needs root (network namespaces, veth, iptables), as the internal-mode tests do.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -172,34 +174,7 @@ async fn kubelet_port(client: &kube::Client, node: &str) -> Option<i32> {
 }
 
 fn config(dir: &Path) -> CloudCoreConfig {
-    let env = k8s_testenv::env();
-    let pki = env.pki();
-    let mut c = CloudCoreConfig::default();
-    c.kube_api_config.kube_config = env.kubeconfig().display().to_string();
-    let hub = &mut c.modules.cloud_hub;
-    hub.advertise_address = vec!["127.0.0.1".into()];
-    hub.websocket.address = "127.0.0.1".into();
-    hub.websocket.port = 0;
-    hub.https.address = "127.0.0.1".into();
-    hub.https.port = 0;
-    hub.tls_ca_file = dir.join("ca/rootCA.crt");
-    hub.tls_ca_key_file = dir.join("ca/rootCA.key");
-    hub.tls_cert_file = dir.join("certs/server.crt");
-    hub.tls_private_key_file = dir.join("certs/server.key");
-    let s = &mut c.modules.cloud_stream;
-    s.enable = true;
-    s.tunnel_port = 0;
-    s.stream_port = 0;
-    for f in [
-        &mut s.tls_tunnel_ca_file,
-        &mut s.tls_tunnel_cert_file,
-        &mut s.tls_tunnel_private_key_file,
-    ] {
-        *f = dir.join("none").display().to_string();
-    }
-    s.tls_stream_ca_file = pki.join("ca.crt").display().to_string();
-    s.tls_stream_cert_file = pki.join("stream.crt").display().to_string();
-    s.tls_stream_private_key_file = pki.join("stream.key").display().to_string();
+    let mut c = support::testenv_config(dir);
     c.modules.iptables_manager.enable = true;
     c.modules.iptables_manager.mode = IptablesMode::External;
     c

@@ -481,11 +481,7 @@ pub enum FetchError {
 
 /// Asks the monitor server at `monitor` (`host:port`) about `node`.
 pub async fn fetch_report(monitor: &str, node: &str) -> Result<Report, FetchError> {
-    let valid = !node.is_empty()
-        && node
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
-    if !valid {
+    if !kubeedge_api::validation::is_dns1123_subdomain(node) {
         return Err(FetchError::InvalidNode(node.to_owned()));
     }
     let io = |source| FetchError::Io {

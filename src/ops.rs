@@ -139,6 +139,11 @@ pub fn serve_with(
                 web::get().to(move |name: web::Path<String>| {
                     let sources = diagnostics.sources();
                     async move {
+                        // The name reaches an API path: only a node name is looked up.
+                        if !kubeedge_api::validation::is_dns1123_subdomain(&name) {
+                            return HttpResponse::BadRequest()
+                                .body(format!("{:?} is not a node name", name.as_str()));
+                        }
                         match sources {
                             Some(s) => HttpResponse::Ok().json(diagnose(&s, &name).await),
                             None => HttpResponse::ServiceUnavailable()

@@ -86,6 +86,20 @@ impl Cloud {
         }
     }
 
+    /// The HTTP status the monitor server answers a GET of `path` with.
+    async fn status_of(&self, path: &str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(&self.monitor).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out.split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)
+    }
+
     async fn report(&self, node: &str) -> Report {
         fetch_report(&self.monitor, node)
             .await
@@ -199,6 +213,14 @@ impl Cloud {
 #[actix_rt::test]
 async fn a_node_not_connected_should_be_blamed_on_the_edge_hub_connection() {
     let cloud = Cloud::start("nohub").await;
+    // Only node names are looked up: anything else is refused before it reaches an API path.
+    for path in [
+        "/debug/nodes/a%2Fb",
+        "/debug/nodes/UPPER",
+        "/debug/nodes/a%3Fx%3D1",
+    ] {
+        assert_eq!(cloud.status_of(path).await, 400, "{path}");
+    }
     let r = cloud.report("diagnose-never-connected").await;
     assert_eq!(r.status, Status::Failing, "{r:?}");
     assert_eq!(r.check.as_deref(), Some("hub"), "{r:?}");

@@ -265,6 +265,16 @@ impl CloudCore {
                 ));
                 bus.register(dc)?;
             }
+            if m.dynamic_controller.enable {
+                let dc = dynamiccontroller::DynamicController::new(
+                    m.dynamic_controller.clone(),
+                    bus.endpoint(names::DYNAMICCONTROLLER),
+                    client.clone(),
+                )
+                .with_impersonation(impersonate);
+                metrics::dynamiccontroller(metrics, dc.metrics());
+                bus.register(dc)?;
+            }
             if m.sync_controller.enable {
                 let sc = synccontroller::SyncController::new(
                     m.sync_controller.clone(),

@@ -178,8 +178,8 @@ pub struct Modules {
     pub iptables_manager: cloudstream::IptablesManagerConfig,
     /// Not implemented.
     pub router: UnsupportedModule,
-    /// Not implemented.
-    pub dynamic_controller: UnsupportedModule,
+    /// The edge metaServer's list, get, write and watch requests.
+    pub dynamic_controller: dynamiccontroller::DynamicControllerConfig,
     /// Not implemented.
     pub task_manager: UnsupportedModule,
     /// Not implemented.
@@ -367,7 +367,6 @@ impl CloudCoreConfig {
         }
         for (field, module) in [
             ("modules.router.enable", &m.router),
-            ("modules.dynamicController.enable", &m.dynamic_controller),
             ("modules.taskManager.enable", &m.task_manager),
             (
                 "modules.nodeUpgradeJobController.enable",
@@ -528,7 +527,10 @@ impl CloudCoreConfig {
     /// True when a module that needs Kubernetes is enabled.
     pub fn needs_kubernetes(&self) -> bool {
         let m = &self.modules;
-        m.edge_controller.enable || m.device_controller.enable || m.sync_controller.enable
+        m.edge_controller.enable
+            || m.device_controller.enable
+            || m.sync_controller.enable
+            || m.dynamic_controller.enable
     }
 
     /// The full default configuration as YAML (`--defaultconfig`).

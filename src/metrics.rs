@@ -400,6 +400,55 @@ pub fn synccontroller(metrics: &Metrics, sc: synccontroller::SyncControllerMetri
     });
 }
 
+/// Requests, listeners and caches of dynamiccontroller.
+pub fn dynamiccontroller(metrics: &Metrics, dc: dynamiccontroller::DynamicControllerMetrics) {
+    metrics.register(move |out: &mut Exposition| {
+        let s = dc.snapshot();
+        let name = "dynamiccontroller_requests_total";
+        out.family(
+            name,
+            "counter",
+            "metaServer requests answered, by verb and outcome (approved, rejected).",
+        );
+        for (verb, outcome, n) in &s.requests {
+            out.sample(name, &[("verb", verb), ("outcome", outcome)], *n as f64);
+        }
+        for (name, help, v) in [
+            (
+                "dynamiccontroller_listeners",
+                "Edge watch listeners registered.",
+                s.listeners,
+            ),
+            (
+                "dynamiccontroller_listener_nodes",
+                "Nodes holding at least one watch listener.",
+                s.listener_nodes,
+            ),
+            (
+                "dynamiccontroller_informers",
+                "Resource types cached for edge watches (one API server watch each).",
+                s.informers,
+            ),
+        ] {
+            single(out, name, "gauge", help, v as f64);
+        }
+        for (name, help, v) in [
+            (
+                "dynamiccontroller_events_sent_total",
+                "Watch events handed to cloudhub.",
+                s.events_sent,
+            ),
+            (
+                "dynamiccontroller_events_failed_total",
+                "Watch events cloudhub did not take.",
+                s.events_failed,
+            ),
+        ] {
+            single(out, name, "counter", help, v as f64);
+        }
+    });
+}
+
 /// Tunnels and streams of cloudstream.
 pub fn cloudstream(metrics: &Metrics, stream: CloudStreamHandle) {
     metrics.register(move |out: &mut Exposition| {

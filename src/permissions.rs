@@ -149,6 +149,25 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
             ));
         }
     }
+    if m.dynamic_controller.enable {
+        // Reads for edges are decided by reviews as the node.
+        p.extend(each(
+            &["create"],
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "",
+            "",
+        ));
+        if m.dynamic_controller.persist_listeners {
+            p.extend(each(
+                &["get", "create", "patch", "delete"],
+                "",
+                "configmaps",
+                KUBEEDGE,
+                "",
+            ));
+        }
+    }
     if m.cloud_stream.enable {
         p.extend(each(READ, "", "pods", "", ""));
         p.extend(each(&["get"], "", "nodes", "", ""));

@@ -2683,3 +2683,10 @@ async fn an_edge_reports_twins_only_for_its_own_devices() {
     assert_eq!(after.resource_version(), before.resource_version());
     assert_eq!(device_denied("twinUpdate").await, was + 1.0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The edge metaServer (dynamiccontroller)
+// ---------------------------------------------------------------------------------------------
+
+#[path = "hostile_edge/metaserver.rs"]
+mod metaserver;

@@ -62,6 +62,34 @@ impl NodeClient {
         identity: Identity<'_>,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     ) -> Result<T, StatusError> {
+        let request = self.prepare(identity, request)?;
+        self.client
+            .request::<T>(request)
+            .await
+            .map_err(|e| StatusError::from_kube(&e))
+    }
+
+    /// [`NodeClient::request`] returning the body as the API server wrote it (successful
+    /// answers only; failures are decoded into the [`StatusError`]).
+    pub async fn request_text(
+        &self,
+        identity: Identity<'_>,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<String, StatusError> {
+        let request = self.prepare(identity, request)?;
+        self.client
+            .request_text(request)
+            .await
+            .map_err(|e| StatusError::from_kube(&e))
+    }
+
+    // The error is the shape the edge decodes, built only on failure paths.
+    #[allow(clippy::result_large_err)]
+    fn prepare(
+        &self,
+        identity: Identity<'_>,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<http::Request<Vec<u8>>, StatusError> {
         let mut request =
             request.map_err(|e| StatusError::bad_request(format!("cannot build request: {e}")))?;
         if let (Identity::Node(node), true) = (identity, self.impersonate) {
@@ -74,9 +102,6 @@ impl NodeClient {
                 HeaderValue::from_static("system:nodes"),
             );
         }
-        self.client
-            .request::<T>(request)
-            .await
-            .map_err(|e| StatusError::from_kube(&e))
+        Ok(request)
     }
 }

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Start with [`NodeResource`] for `node/<id>/<ns>/<type>/<name>` paths and [`names`] for the
-//! module and group names messages are routed by. Controllers share [`watch`] (watch caches
+//! module and group names messages are routed by. [`application`] is the edge metaServer's request envelope; [`access`] asks the API server what a node may do. Controllers share [`watch`] (watch caches
 //! that survive relists), [`client`] (calls made as an edge node), [`queue`] (bounded request
 //! queues) and [`lifecycle`] (background tasks and graceful stop); servers share [`listener`] (admission
 //! limits for edge-facing listeners); [`devices`] and [`rules`]
@@ -19,6 +19,8 @@
 //! assert_eq!(trim_node(&r), "default/pod/web");
 //! ```
 
+pub mod access;
+pub mod application;
 pub mod client;
 pub mod crds;
 pub mod devices;

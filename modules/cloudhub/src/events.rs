@@ -1,4 +1,4 @@
-//! `connected` / `disconnected` events to group `edgecontroller` (spec §2.4), published in
+//! `connected` / `disconnected` events to group `edgecontroller` and module `dynamiccontroller`, published in
 //! the order sessions report them.
 
 use std::sync::Mutex;
@@ -62,6 +62,8 @@ impl Events {
             return;
         };
         while let Some(msg) = rx.recv().await {
+            // dynamiccontroller resumes a reconnected node's watches; it may not be running.
+            let _ = endpoint.try_send(names::DYNAMICCONTROLLER, msg.clone());
             if let Err(e) = endpoint.send_to_group(names::EDGECONTROLLER, msg).await {
                 debug!(error = %e, "node event not published");
             }

@@ -1,0 +1,107 @@
+//! `modules.dynamicController` of CloudCoreConfig.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `modules.dynamicController`. KubeEdge has only `enable` (default `false` there); the other
+/// keys are Rust additions bounding what edges can make cloudcore hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct DynamicControllerConfig {
+    /// Whether the module runs (default `true`: without it every metaServer request on the
+    /// edge waits 10 s and then answers from the edge's local store).
+    #[serde(alias = "Enable")]
+    pub enable: bool,
+    /// Requests served at once, all nodes together (default 32); more wait their turn.
+    pub concurrency: usize,
+    /// Requests one node may have waiting or running (default 64); more are answered `429`.
+    pub node_requests: usize,
+    /// Seconds a watch registration waits for a new resource type's first list before it is
+    /// answered `504` (default 30). Other requests are not held up meanwhile.
+    pub informer_sync_timeout: u64,
+    /// Resource types edges may watch, as `<resource>` (core) or `<resource>.<group>`
+    /// (`services`, `endpointslices.discovery.k8s.io`); `*` or empty = any type the cluster
+    /// lets the node watch (default empty).
+    pub allowed_resources: Vec<String>,
+    /// Resource types watched at once for edges (default 64); a watch on another type is
+    /// answered `429` until one is released.
+    pub max_informers: usize,
+    /// Watch listeners one node may hold (default 256); more are answered `429`.
+    pub max_listeners_per_node: usize,
+    /// Keep each node's watch listeners in a ConfigMap (`kubeedge/dynamiccontroller.<node>`)
+    /// so a restarted cloudcore resumes pushing changes at once instead of waiting for the
+    /// edge's next watch sync (default `true`).
+    pub persist_listeners: bool,
+}
+
+impl Default for DynamicControllerConfig {
+    fn default() -> Self {
+        DynamicControllerConfig {
+            enable: true,
+            concurrency: 32,
+            node_requests: 64,
+            informer_sync_timeout: 30,
+            allowed_resources: Vec::new(),
+            max_informers: 64,
+            max_listeners_per_node: 256,
+            persist_listeners: true,
+        }
+    }
+}
+
+impl DynamicControllerConfig {
+    /// [`DynamicControllerConfig::informer_sync_timeout`] as a duration (at least 1 s).
+    pub fn sync_timeout(&self) -> Duration {
+        Duration::from_secs(self.informer_sync_timeout.max(1))
+    }
+
+    /// Whether edges may watch `resource` of `group`.
+    pub fn allows(&self, group: &str, resource: &str) -> bool {
+        self.allowed_resources.is_empty()
+            || self.allowed_resources.iter().any(|a| {
+                a == "*"
+                    || match a.split_once('.') {
+                        Some((r, g)) => r == resource && g == group,
+                        None => group.is_empty() && a == resource,
+                    }
+            })
+    }
+
+    /// The first setting that cannot work, as (key, why).
+    pub fn invalid(&self) -> Option<(&'static str, &'static str)> {
+        [
+            ("concurrency", self.concurrency),
+            ("nodeRequests", self.node_requests),
+            ("maxInformers", self.max_informers),
+            ("maxListenersPerNode", self.max_listeners_per_node),
+        ]
+        .into_iter()
+        .find(|(_, v)| *v == 0)
+        .map(|(k, _)| (k, "must be at least 1"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_keys() {
+        let c: DynamicControllerConfig = serde_yaml::from_str(
+            "enable: false\nconcurrency: 4\ninformerSyncTimeout: 5\nallowedResources: [services, endpointslices.discovery.k8s.io]\npersistListeners: false\n",
+        )
+        .unwrap();
+        assert!(!c.enable && !c.persist_listeners);
+        assert_eq!(
+            (c.concurrency, c.sync_timeout()),
+            (4, Duration::from_secs(5))
+        );
+        assert!(c.allows("", "services"));
+        assert!(c.allows("discovery.k8s.io", "endpointslices"));
+        assert!(!c.allows("", "secrets"));
+        assert!(!c.allows("apps", "services"));
+        assert!(DynamicControllerConfig::default().allows("x.io", "anything"));
+        assert_eq!(DynamicControllerConfig::default().invalid(), None);
+    }
+}

@@ -1,0 +1,416 @@
+//! The `dynamiccontroller` beehive module: takes Applications and watch syncs from cloudhub,
+//! serves them concurrently (one node's watch registrations and syncs in order), answers
+//! through cloudhub.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::{Actor, Context, Handler};
+use beehive::{Content, Endpoint, Message, Module};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kubeedge_api::application::{Application, REPLY_RESOURCE, WATCH_SYNC_RESOURCE, verb};
+use kubeedge_api::lifecycle::Lifecycle;
+use kubeedge_api::names::operation::{APPLICATION_RESPONSE, CONNECTED, DISCONNECTED};
+use kubeedge_api::names::{CLOUDHUB, DYNAMICCONTROLLER, GROUP_RESOURCE};
+use kubeedge_api::status::StatusError;
+use serde_json::Value;
+use tokio::sync::{Semaphore, mpsc};
+use tracing::{debug, info, warn};
+
+use crate::config::DynamicControllerConfig;
+use crate::informer::Informers;
+use crate::listeners::Registry;
+use crate::metrics::DynamicControllerMetrics;
+use crate::persist::Persist;
+use crate::requests;
+use crate::shared::Shared;
+use crate::watches;
+
+/// Changes waiting for the fan-out; the caches wait beyond this (back-pressure to the API
+/// server's watch).
+const CHANGE_QUEUE: usize = 1024;
+/// How long an unused type cache is kept (edge informers re-watch every few minutes).
+const INFORMER_LINGER: Duration = Duration::from_secs(300);
+/// How often deleted nodes' listeners and idle caches are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// The dynamiccontroller module: name and group `dynamiccontroller`.
+///
+/// * **Requests** (list, get, create, update, updatestatus, patch, delete, discovery) are
+///   answered from the API server with `Approved` or `Rejected` replies; each node may have
+///   `nodeRequests` waiting or running (more are refused `429`), `concurrency` run at once.
+/// * **Watches** register listeners on one shared cache per resource type; every change is
+///   sent to the nodes whose listeners select it, reliably (cloudhub's acknowledged path).
+///   A node's watch registrations and syncs are handled in the order they arrive.
+/// * **Authorization**: every read is decided for `system:node:<name>` (a cached
+///   SubjectAccessReview) unless it is made as the node; writes are always made as the node.
+///
+/// ```no_run
+/// # async fn demo(client: kube::Client) {
+/// use dynamiccontroller::{DynamicController, DynamicControllerConfig};
+/// let bus = beehive::Bus::new();
+/// let dc = DynamicController::new(
+///     DynamicControllerConfig::default(),
+///     bus.endpoint("dynamiccontroller"),
+///     client,
+/// );
+/// bus.register(dc).unwrap();
+/// bus.start().unwrap();
+/// # }
+/// ```
+pub struct DynamicController {
+    config: DynamicControllerConfig,
+    endpoint: Endpoint,
+    client: kube::Client,
+    impersonate: bool,
+    namespace: String,
+    metrics: DynamicControllerMetrics,
+    life: Lifecycle,
+    shared: Option<Arc<Shared>>,
+    gate: Arc<Gate>,
+}
+
+impl std::fmt::Debug for DynamicController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamicController")
+            .field("config", &self.config)
+            .field("impersonate", &self.impersonate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Admission of requests: the per-node count, the global limit, the per-node order lock and
+/// which nodes are connected.
+#[derive(Debug)]
+struct Gate {
+    running: Semaphore,
+    per_node: Mutex<HashMap<String, usize>>,
+    node_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    connected: Mutex<HashSet<String>>,
+    node_limit: usize,
+}
+
+impl Gate {
+    fn try_begin(&self, node: &str) -> bool {
+        let mut m = self.per_node.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(node.to_owned()).or_default();
+        if *n >= self.node_limit {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn end(&self, node: &str) {
+        let mut m = self.per_node.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(node) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(node);
+            }
+        }
+    }
+
+    fn node_lock(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.node_locks.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, l| Arc::strong_count(l) > 1);
+        m.entry(node.to_owned()).or_default().clone()
+    }
+}
+
+impl DynamicController {
+    /// A controller with `config`, sending as `endpoint` (normally
+    /// `bus.endpoint("dynamiccontroller")`) and talking to Kubernetes with `client`
+    /// (cloudcore's identity). Listener records go to namespace `kubeedge`.
+    pub fn new(config: DynamicControllerConfig, endpoint: Endpoint, client: kube::Client) -> Self {
+        let gate = Arc::new(Gate {
+            running: Semaphore::new(config.concurrency.max(1)),
+            per_node: Mutex::default(),
+            node_locks: Mutex::default(),
+            connected: Mutex::default(),
+            node_limit: config.node_requests.max(1),
+        });
+        DynamicController {
+            config,
+            endpoint,
+            client,
+            impersonate: false,
+            namespace: "kubeedge".into(),
+            metrics: DynamicControllerMetrics::default(),
+            life: Lifecycle::new(),
+            shared: None,
+            gate,
+        }
+    }
+
+    /// Reads also go to the API server as the node (cloudhub's `authorization.enable &&
+    /// !authorization.debug`). Writes always do.
+    pub fn with_impersonation(mut self, on: bool) -> Self {
+        self.impersonate = on;
+        self
+    }
+
+    /// The namespace of the listener records (cloudcore's own, default `kubeedge`).
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> DynamicControllerMetrics {
+        self.metrics.clone()
+    }
+
+    /// The background tasks, for a graceful stop after `bus.shutdown()`.
+    pub fn lifecycle(&self) -> Lifecycle {
+        self.life.clone()
+    }
+}
+
+fn reply(req: &Message, node: &str, resource: &str, content: Content) -> Message {
+    Message::with_parent(req.header.id.clone())
+        .with_route(
+            DYNAMICCONTROLLER,
+            GROUP_RESOURCE,
+            format!("node/{node}/{resource}"),
+            APPLICATION_RESPONSE,
+        )
+        .with_content(content)
+}
+
+fn json(v: &impl serde::Serialize) -> Content {
+    Content::json(v).unwrap_or_else(|e| Content::string(format!("cannot encode reply: {e}")))
+}
+
+/// The request's Application, or the parts of it that decode and why the rest did not.
+fn decode(msg: &Message) -> Result<Application, (Application, StatusError)> {
+    match msg.content.parse::<Application>() {
+        Ok(app) => Ok(app),
+        Err(e) => {
+            let v: Value = msg.content.parse().unwrap_or(Value::Null);
+            let text = |k: &str| {
+                v.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .chars()
+                    .take(256)
+                    .collect()
+            };
+            let partial = Application {
+                id: text("ID"),
+                key: text("Key"),
+                verb: text("Verb"),
+                ..Application::default()
+            };
+            Err((
+                partial,
+                StatusError::bad_request(format!("the content is not an Application: {e}")),
+            ))
+        }
+    }
+}
+
+async fn serve_application(shared: &Shared, gate: &Gate, node: &str, msg: &Message) -> Message {
+    let (app, result) = match decode(msg) {
+        Ok(mut app) => {
+            app.node_name = node.to_owned();
+            let result = if app.verb == verb::WATCH {
+                let lock = gate.node_lock(node);
+                let _order = lock.lock().await;
+                watches::register(shared, node, &app).await.map(|()| None)
+            } else {
+                requests::serve(shared, node, &app).await
+            };
+            (app, result)
+        }
+        Err((app, e)) => (app, Err(e)),
+    };
+    shared.metrics.answered(&app.verb, result.is_ok());
+    let answer = match result {
+        Ok(body) => app.approved(body),
+        Err(e) => {
+            debug!(node, verb = %app.verb, key = %app.key, code = e.code(), error = %e, "application rejected");
+            app.rejected(e)
+        }
+    };
+    reply(msg, node, REPLY_RESOURCE, json(&answer))
+}
+
+async fn serve_sync(shared: &Shared, gate: &Gate, node: &str, msg: &Message) -> Message {
+    let failed = match msg.content.parse::<BTreeMap<String, Application>>() {
+        Ok(apps) => {
+            let lock = gate.node_lock(node);
+            let _order = lock.lock().await;
+            watches::sync(shared, node, apps).await
+        }
+        Err(e) => {
+            warn!(node, error = %e, "watch sync content is not a map of Applications");
+            BTreeMap::new()
+        }
+    };
+    shared.metrics.answered("watchsync", failed.is_empty());
+    reply(msg, node, WATCH_SYNC_RESOURCE, json(&failed))
+}
+
+impl Actor for DynamicController {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Self::Context) {
+        let (tx, rx) = mpsc::channel(CHANGE_QUEUE);
+        let informers = Arc::new(Informers::new(
+            self.client.clone(),
+            tx,
+            self.config.max_informers,
+            INFORMER_LINGER,
+        ));
+        let registry = Arc::new(Registry::default());
+        let _ = self.metrics.0.registry.set(registry.clone());
+        let _ = self.metrics.0.informers.set(informers.clone());
+        let persist = self
+            .config
+            .persist_listeners
+            .then(|| Arc::new(Persist::new(self.client.clone(), &self.namespace)));
+        let shared = Arc::new(Shared::new(
+            self.config.clone(),
+            self.client.clone(),
+            self.impersonate,
+            informers.clone(),
+            registry.clone(),
+            self.endpoint.clone(),
+            self.metrics.clone(),
+            persist.clone(),
+        ));
+        self.life
+            .spawn_cancellable(watches::dispatch(shared.clone(), rx));
+        if let Some(p) = persist {
+            self.life
+                .spawn(p.run(registry.clone(), self.life.stop_signal()));
+        }
+        self.life
+            .spawn_cancellable(sweep(shared.clone(), self.gate.clone()));
+        self.shared = Some(shared);
+        info!(
+            impersonate = self.impersonate,
+            persist_listeners = self.config.persist_listeners,
+            "dynamiccontroller started"
+        );
+    }
+}
+
+/// Every [`SWEEP_EVERY`]: drops the listeners of deleted nodes and stops idle caches.
+async fn sweep(shared: Arc<Shared>, gate: Arc<Gate>) {
+    let nodes: Api<Node> = Api::all(shared.client.clone());
+    loop {
+        tokio::time::sleep(SWEEP_EVERY).await;
+        shared.informers.sweep();
+        let offline: Vec<String> = {
+            let connected = gate.connected.lock().unwrap_or_else(|p| p.into_inner());
+            shared
+                .registry
+                .nodes()
+                .into_iter()
+                .filter(|n| !connected.contains(n))
+                .collect()
+        };
+        for node in offline {
+            if let Ok(None) = nodes.get_metadata_opt(&node).await {
+                watches::forget_node(&shared, &node).await;
+            }
+        }
+    }
+}
+
+impl Handler<Message> for DynamicController {
+    type Result = ();
+
+    fn handle(&mut self, msg: Message, _ctx: &mut Self::Context) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let gate = self.gate.clone();
+        if msg.route.source == CLOUDHUB {
+            let Some(node) = kubeedge_api::node_of(&msg.route.resource).map(str::to_owned) else {
+                return;
+            };
+            match msg.route.operation.as_str() {
+                CONNECTED => {
+                    gate.connected
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(node.clone());
+                    self.life.spawn_cancellable(async move {
+                        let lock = gate.node_lock(&node);
+                        let _order = lock.lock().await;
+                        watches::connected(&shared, &node).await;
+                    });
+                }
+                DISCONNECTED => {
+                    gate.connected
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&node);
+                }
+                _ => {}
+            }
+            return;
+        }
+        let Some(node) = kubeedge_api::node_of(&msg.route.resource).map(str::to_owned) else {
+            debug!(resource = %msg.route.resource, "message without a node ignored");
+            return;
+        };
+        let is_sync = msg.route.resource.ends_with(WATCH_SYNC_RESOURCE);
+        if !gate.try_begin(&node) {
+            debug!(node, "node over its request limit; refused");
+            if !is_sync {
+                let app = decode(&msg).unwrap_or_else(|(app, _)| app);
+                let e = StatusError::too_many_requests(format!(
+                    "node {node} has {} metaServer requests waiting or running already",
+                    gate.node_limit
+                ));
+                shared.metrics.answered(&app.verb, false);
+                let out = reply(&msg, &node, REPLY_RESOURCE, json(&app.rejected(e)));
+                tokio::spawn(async move { shared.send(out).await });
+            }
+            return;
+        }
+        self.life.spawn(async move {
+            let answer = match gate.running.acquire().await {
+                Ok(_permit) => Some(if is_sync {
+                    serve_sync(&shared, &gate, &node, &msg).await
+                } else {
+                    serve_application(&shared, &gate, &node, &msg).await
+                }),
+                Err(_) => None,
+            };
+            gate.end(&node);
+            if let Some(answer) = answer {
+                shared.send(answer).await;
+            }
+        });
+    }
+}
+
+impl Module for DynamicController {
+    fn name(&self) -> &str {
+        DYNAMICCONTROLLER
+    }
+
+    fn group(&self) -> &str {
+        DYNAMICCONTROLLER
+    }
+
+    fn enabled(&self) -> bool {
+        self.config.enable
+    }
+
+    fn shutdown(&mut self, _ctx: &mut Self::Context) {
+        info!("dynamiccontroller stopping");
+        self.life.stop();
+        self.gate.running.close();
+        if let Some(s) = &self.shared {
+            s.informers.stop_all();
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Which resource types the API server serves: resolved from its discovery documents on first
+//! use, refreshed when a type is not found (so CRDs created later are found without a restart).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
+use kube::core::{ApiResource, GroupVersionKind};
+use kubeedge_api::status::StatusError;
+
+use crate::key::ResourceKey;
+
+/// A group/version is asked again at most this often when a type is missing from it.
+const REFRESH_MIN: Duration = Duration::from_secs(5);
+
+/// A served resource type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ResourceInfo {
+    /// Group, version, kind and plural.
+    pub resource: ApiResource,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// The verbs the API server serves for it.
+    pub verbs: Vec<String>,
+}
+
+impl ResourceInfo {
+    /// The message type segment of objects of this type: the kind, lower-cased.
+    pub(crate) fn type_name(&self) -> String {
+        self.resource.kind.to_lowercase()
+    }
+
+    pub(crate) fn serves(&self, verb: &str) -> bool {
+        self.verbs.iter().any(|v| v == verb)
+    }
+}
+
+type Types = HashMap<String, Arc<ResourceInfo>>;
+
+/// Discovery answers per group/version, shared by every request.
+pub(crate) struct Resolver {
+    client: kube::Client,
+    cache: Mutex<HashMap<String, (Arc<Types>, Instant)>>,
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolver").finish_non_exhaustive()
+    }
+}
+
+fn not_found(key: &ResourceKey) -> StatusError {
+    StatusError::new(
+        404,
+        "NotFound",
+        format!(
+            "the server could not find the requested resource ({} {})",
+            key.api_version(),
+            key.resource
+        ),
+    )
+}
+
+impl Resolver {
+    pub(crate) fn new(client: kube::Client) -> Self {
+        Resolver {
+            client,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The type `key` names: `404 NotFound` when the API server does not serve it,
+    /// `500` when discovery fails.
+    pub(crate) async fn resolve(
+        &self,
+        key: &ResourceKey,
+    ) -> Result<Arc<ResourceInfo>, StatusError> {
+        let gv = key.api_version();
+        let cached = {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            cache.get(&gv).cloned()
+        };
+        if let Some((types, at)) = &cached {
+            if let Some(info) = types.get(&key.resource) {
+                return Ok(info.clone());
+            }
+            if at.elapsed() < REFRESH_MIN {
+                return Err(not_found(key));
+            }
+        }
+        let types = Arc::new(self.fetch(key).await?);
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(gv, (types.clone(), Instant::now()));
+        types
+            .get(&key.resource)
+            .cloned()
+            .ok_or_else(|| not_found(key))
+    }
+
+    async fn fetch(&self, key: &ResourceKey) -> Result<Types, StatusError> {
+        let path = if key.group.is_empty() {
+            format!("/api/{}", key.version)
+        } else {
+            format!("/apis/{}/{}", key.group, key.version)
+        };
+        let request = http::Request::get(&path)
+            .header(http::header::ACCEPT, "application/json")
+            .body(Vec::new())
+            .map_err(|e| StatusError::internal(format!("discovery request: {e}")))?;
+        let list: APIResourceList = match self.client.request(request).await {
+            Ok(list) => list,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Types::new()),
+            Err(e) => return Err(StatusError::from_kube(&e)),
+        };
+        Ok(list
+            .resources
+            .into_iter()
+            .filter(|r| !r.name.contains('/'))
+            .map(|r| {
+                let gvk = GroupVersionKind::gvk(&key.group, &key.version, &r.kind);
+                let info = ResourceInfo {
+                    resource: ApiResource::from_gvk_with_plural(&gvk, &r.name),
+                    namespaced: r.namespaced,
+                    verbs: r.verbs,
+                };
+                (r.name, Arc::new(info))
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,177 @@
+//! Each node's watch listeners kept in a ConfigMap, so a restarted cloudcore pushes changes to
+//! open edge watches as soon as the edge reconnects (the edge re-sends its watches only when
+//! one of them ends, which can take an hour).
+//!
+//! ConfigMap `<namespace>/dynamiccontroller.<node>`, key `watches`: the node's watch
+//! Applications as the edge sent them, by id. Written at most every two seconds per node, and
+//! deleted when the node has no listener left.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
+use kubeedge_api::application::Application;
+use kubeedge_api::lifecycle::StopSignal;
+use tokio::sync::Notify;
+use tracing::{debug, warn};
+
+use crate::listeners::Registry;
+
+const DATA_KEY: &str = "watches";
+const FIELD_MANAGER: &str = "cloudcore-dynamiccontroller";
+/// Changes of one node within this time are written once.
+const DEBOUNCE: Duration = Duration::from_secs(2);
+
+/// The ConfigMap name of `node`'s listeners; `None` when it would be too long.
+fn name(node: &str) -> Option<String> {
+    let n = format!("dynamiccontroller.{node}");
+    (n.len() <= kubeedge_api::validation::SUBDOMAIN_MAX).then_some(n)
+}
+
+/// Reads and writes the listener records.
+pub(crate) struct Persist {
+    api: Api<ConfigMap>,
+    dirty: Mutex<HashSet<String>>,
+    wake: Notify,
+}
+
+impl std::fmt::Debug for Persist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Persist").finish_non_exhaustive()
+    }
+}
+
+impl Persist {
+    /// Records in `namespace`, written with `client`.
+    pub(crate) fn new(client: kube::Client, namespace: &str) -> Self {
+        Persist {
+            api: Api::namespaced(client, namespace),
+            dirty: Mutex::new(HashSet::new()),
+            wake: Notify::new(),
+        }
+    }
+
+    /// `node`'s listeners changed: write them soon.
+    pub(crate) fn mark(&self, node: &str) {
+        self.dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node.to_owned());
+        self.wake.notify_one();
+    }
+
+    /// The watch Applications recorded for `node` (none when there is no record or it cannot
+    /// be read; the edge's next watch sync then restores them).
+    pub(crate) async fn load(&self, node: &str) -> Vec<Application> {
+        let Some(name) = name(node) else {
+            return Vec::new();
+        };
+        let cm = match self.api.get_opt(&name).await {
+            Ok(Some(cm)) => cm,
+            Ok(None) => return Vec::new(),
+            Err(e) => {
+                warn!(node, error = %e, "cannot read the node's recorded watches");
+                return Vec::new();
+            }
+        };
+        let text = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(DATA_KEY))
+            .map(String::as_str)
+            .unwrap_or("{}");
+        match serde_json::from_str::<BTreeMap<String, Application>>(text) {
+            Ok(apps) => apps.into_values().collect(),
+            Err(e) => {
+                warn!(node, error = %e, "the node's recorded watches cannot be read; ignored");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Forgets `node`'s record (the Node was deleted).
+    pub(crate) async fn delete(&self, node: &str) {
+        let Some(name) = name(node) else { return };
+        match self.api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => warn!(node, error = %e, "cannot delete the node's recorded watches"),
+        }
+    }
+
+    async fn write(&self, node: &str, registry: &Registry) {
+        let Some(name) = name(node) else {
+            debug!(node, "node name too long for a watch record; not recorded");
+            return;
+        };
+        let apps: BTreeMap<String, &Application> = Default::default();
+        let listeners = registry.of_node(node);
+        if listeners.is_empty() {
+            self.delete(node).await;
+            return;
+        }
+        let mut apps = apps;
+        for l in &listeners {
+            apps.insert(l.id.clone(), &l.app);
+        }
+        let text = match serde_json::to_string(&apps) {
+            Ok(t) => t,
+            Err(e) => {
+                warn!(node, error = %e, "cannot encode the node's watches");
+                return;
+            }
+        };
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(
+                    [
+                        ("k8s-app".to_owned(), "kubeedge".to_owned()),
+                        (
+                            "kubeedge.io/dynamiccontroller-node".to_owned(),
+                            node.to_owned(),
+                        ),
+                    ]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            data: Some([(DATA_KEY.to_owned(), text)].into()),
+            ..ConfigMap::default()
+        };
+        let mut cm_value = serde_json::to_value(&cm).unwrap_or_default();
+        cm_value["apiVersion"] = "v1".into();
+        cm_value["kind"] = "ConfigMap".into();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if let Err(e) = self
+            .api
+            .patch(&name, &params, &Patch::Apply(cm_value))
+            .await
+        {
+            warn!(node, error = %e, "cannot record the node's watches");
+        }
+    }
+
+    /// Writes changed records until `stop`.
+    pub(crate) async fn run(self: Arc<Self>, registry: Arc<Registry>, mut stop: StopSignal) {
+        loop {
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = stop.wait() => return,
+            }
+            tokio::time::sleep(DEBOUNCE).await;
+            let nodes: Vec<String> = self
+                .dirty
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain()
+                .collect();
+            for node in nodes {
+                self.write(&node, &registry).await;
+            }
+        }
+    }
+}

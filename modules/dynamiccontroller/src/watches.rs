@@ -1,0 +1,359 @@
+//! Edge watches: registering listeners, the edge's watch sync, reconnects, and fanning every
+//! change of a watched type out to the nodes whose listeners select it.
+//!
+//! Watch events are ordinary `insert`/`update`/`delete` resource messages that cloudhub
+//! delivers reliably (acknowledged, retried, recorded in ObjectSyncs); cloudhub also drops an
+//! object version a node already acknowledged, so re-sending a listener's objects after a
+//! reconnect or a re-registration costs the edge nothing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use beehive::constants::operation as op;
+use beehive::{Content, Message};
+use kube::api::DynamicObject;
+use kubeedge_api::access::Attributes;
+use kubeedge_api::application::{Application, ListOptions, verb};
+use kubeedge_api::names::{DYNAMICCONTROLLER, GROUP_RESOURCE, NULL_NAMESPACE};
+use kubeedge_api::status::StatusError;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::discovery::ResourceInfo;
+use crate::filter;
+use crate::informer::AcquireError;
+use crate::informer::{Change, Informer, TypeChange, type_key};
+use crate::key::ResourceKey;
+use crate::listeners::Listener;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::shared::{Shared, TopologyLookup};
+
+/// The watch message of `obj` for `node`: no parent (the edge stores it rather than taking
+/// it for a reply), header resource version = the object's, content the whole object with
+/// `apiVersion` and `kind`, filtered for the node.
+fn event_message(
+    node: &str,
+    info: &ResourceInfo,
+    operation: &str,
+    obj: &DynamicObject,
+    lookup: Option<&TopologyLookup>,
+) -> Option<Message> {
+    let ns = obj.metadata.namespace.as_deref().unwrap_or(NULL_NAMESPACE);
+    let name = obj.metadata.name.as_deref()?;
+    let resource = format!("node/{node}/{ns}/{}/{name}", info.type_name());
+    let content = if filter::filters_kind(&info.resource.kind) {
+        let mut v = serde_json::to_value(obj).ok()?;
+        match lookup {
+            Some(l) => filter::filter(&mut v, &info.resource.kind, node, l),
+            None => filter::filter(&mut v, &info.resource.kind, node, &filter::NoLookup),
+        }
+        Content::json(&v).ok()?
+    } else {
+        Content::json(obj).ok()?
+    };
+    Some(
+        Message::new()
+            .with_route(DYNAMICCONTROLLER, GROUP_RESOURCE, resource, operation)
+            .with_content(content)
+            .with_resource_version(obj.metadata.resource_version.clone().unwrap_or_default()),
+    )
+}
+
+async fn lookup_for(shared: &Shared, info: &ResourceInfo) -> Option<TopologyLookup> {
+    if filter::filters_kind(&info.resource.kind) {
+        shared.topology().await
+    } else {
+        None
+    }
+}
+
+/// Sends every cached object `l` selects to its node as `insert`.
+async fn send_all(shared: &Shared, l: &Listener, informer: &Informer) {
+    let lookup = lookup_for(shared, &l.info).await;
+    for obj in informer.list() {
+        if !l.matches(&obj) {
+            continue;
+        }
+        if let Some(msg) = event_message(&l.node, &l.info, op::INSERT, &obj, lookup.as_ref()) {
+            let sent = shared.send(msg).await;
+            shared.metrics.event(sent);
+            if !sent {
+                return;
+            }
+        }
+    }
+}
+
+/// The request as it is kept: what the edge asked, not what was answered.
+fn recorded(app: &Application, node: &str) -> Application {
+    Application {
+        node_name: node.to_owned(),
+        resp_body: None,
+        status: String::new(),
+        reason: String::new(),
+        error: None,
+        ..app.clone()
+    }
+}
+
+/// Registers the watch `app` of `node` and sends the objects it selects. An identical watch
+/// (same id) already registered is kept as it is.
+pub(crate) async fn register(
+    shared: &Shared,
+    node: &str,
+    app: &Application,
+) -> Result<(), StatusError> {
+    let key = ResourceKey::parse(&app.key)?;
+    let options: ListOptions = app
+        .options()
+        .map_err(|e| StatusError::bad_request(format!("failed to parse Option bytes: {e}")))?;
+    let labels = LabelSelector::parse(&options.label_selector)?;
+    let fields = FieldSelector::parse(&options.field_selector)?;
+    let info = shared.resolver.resolve(&key).await?;
+    if !info.serves(verb::WATCH) {
+        return Err(StatusError::new(
+            405,
+            "MethodNotAllowed",
+            format!("{} cannot be watched", key.resource),
+        ));
+    }
+    if !shared.config.allows(&key.group, &key.resource) {
+        return Err(StatusError::forbidden(format!(
+            "{} may not be watched through cloudcore (modules.dynamicController.allowedResources)",
+            key.resource
+        )));
+    }
+    if shared.registry.contains(node, &app.id) {
+        return Ok(());
+    }
+    if shared.registry.node_count(node) >= shared.config.max_listeners_per_node {
+        return Err(StatusError::too_many_requests(format!(
+            "node {node} holds {} watches already (maxListenersPerNode)",
+            shared.config.max_listeners_per_node
+        )));
+    }
+    let namespace = if info.namespaced {
+        key.namespace.clone()
+    } else {
+        None
+    };
+    let attrs = Attributes {
+        verb: verb::WATCH.into(),
+        group: key.group.clone(),
+        version: key.version.clone(),
+        resource: key.resource.clone(),
+        namespace: namespace.clone().unwrap_or_default(),
+        name: key.name.clone().unwrap_or_default(),
+        field_selector: options.field_selector.clone(),
+        label_selector: options.label_selector.clone(),
+        ..Attributes::default()
+    };
+    shared.authorize(node, &attrs).await?;
+    let informer = shared.informers.acquire(&info).map_err(|e| match e {
+        AcquireError::Full(_) => StatusError::too_many_requests(e.to_string()),
+    })?;
+    if let Err(e) = informer.wait_ready(shared.config.sync_timeout()).await {
+        shared.informers.release(&info);
+        return Err(e);
+    }
+    let mut fields = fields;
+    if let Some(name) = &key.name {
+        // A watch of one object (`/namespaces/ns/configmaps/x?watch`): select it by name.
+        fields = FieldSelector::parse(&format!("metadata.name={name}"))?.and(fields);
+    }
+    let listener = Arc::new(Listener {
+        id: app.id.clone(),
+        node: node.to_owned(),
+        info: info.clone(),
+        namespace,
+        labels,
+        fields,
+        app: recorded(app, node),
+    });
+    if let Some(old) = shared.registry.add(listener.clone()) {
+        shared.informers.release(&old.info);
+    }
+    if let Some(p) = &shared.persist {
+        p.mark(node);
+    }
+    debug!(node, id = %app.id, r#type = %type_key(&info), "edge watch registered");
+    send_all(shared, &listener, &informer).await;
+    Ok(())
+}
+
+/// Removes listener `id` of `node`.
+pub(crate) fn unregister(shared: &Shared, node: &str, id: &str) {
+    if let Some(gone) = shared.registry.remove(node, id) {
+        shared.informers.release(&gone.info);
+        if let Some(p) = &shared.persist {
+            p.mark(node);
+        }
+        debug!(node, id, "edge watch removed");
+    }
+}
+
+/// The edge's list of its open watches: listeners it no longer lists are removed, watches
+/// not registered are registered. Returns the watches that failed, `Rejected`.
+pub(crate) async fn sync(
+    shared: &Shared,
+    node: &str,
+    apps: BTreeMap<String, Application>,
+) -> BTreeMap<String, Application> {
+    let mut failed = BTreeMap::new();
+    for l in shared.registry.of_node(node) {
+        if !apps.contains_key(&l.id) {
+            unregister(shared, node, &l.id);
+        }
+    }
+    for (id, mut app) in apps {
+        if !app.node_name.is_empty() && app.node_name != node {
+            // An edge may only watch for itself.
+            let e = StatusError::forbidden(format!(
+                "node {node} cannot register a watch for node {:?}",
+                app.node_name.chars().take(253).collect::<String>()
+            ));
+            failed.insert(id, app.rejected(e));
+            continue;
+        }
+        if app.verb != verb::WATCH {
+            let e = StatusError::bad_request(format!(
+                "a watch sync lists watches only, not {:?}",
+                app.verb.chars().take(32).collect::<String>()
+            ));
+            failed.insert(id, app.rejected(e));
+            continue;
+        }
+        if app.id != id {
+            app.id = id.clone();
+        }
+        if let Err(e) = register(shared, node, &app).await {
+            failed.insert(id, app.rejected(e));
+        }
+    }
+    failed
+}
+
+/// `node` (re)connected: its listeners' objects are sent again (what it acknowledged is not
+/// written twice), or, when this process holds none, the recorded ones are restored.
+pub(crate) async fn connected(shared: &Shared, node: &str) {
+    let listeners = shared.registry.of_node(node);
+    if listeners.is_empty() {
+        let Some(p) = &shared.persist else { return };
+        let apps = p.load(node).await;
+        if apps.is_empty() {
+            return;
+        }
+        let mut restored = 0;
+        for app in apps {
+            match register(shared, node, &app).await {
+                Ok(()) => restored += 1,
+                Err(e) => debug!(node, id = %app.id, error = %e, "recorded watch not restored"),
+            }
+        }
+        info!(node, restored, "edge watches restored from their record");
+        return;
+    }
+    for l in listeners {
+        if let Some(informer) = shared.informers.get(&type_key(&l.info)) {
+            send_all(shared, &l, &informer).await;
+        }
+    }
+}
+
+/// Drops every listener of `node` and its record (the Node is gone).
+pub(crate) async fn forget_node(shared: &Shared, node: &str) {
+    let listeners = shared.registry.of_node(node);
+    for l in &listeners {
+        if let Some(gone) = shared.registry.remove(node, &l.id) {
+            shared.informers.release(&gone.info);
+        }
+    }
+    if let Some(p) = &shared.persist {
+        p.delete(node).await;
+    }
+    if !listeners.is_empty() {
+        info!(
+            node,
+            listeners = listeners.len(),
+            "node deleted: its edge watches are dropped"
+        );
+    }
+}
+
+/// What one node gets for one change.
+fn decide(change: &Change, was: bool, now: bool) -> Option<&'static str> {
+    match change {
+        Change::Deleted(_) => was.then_some(op::DELETE),
+        Change::Added(_) => now.then_some(op::INSERT),
+        Change::Modified { .. } => match (was, now) {
+            (true, true) => Some(op::UPDATE),
+            (false, true) => Some(op::INSERT),
+            // Left the selection: the edge's watch shows it as deleted.
+            (true, false) => Some(op::DELETE),
+            (false, false) => None,
+        },
+    }
+}
+
+/// Fans changes out to the nodes whose listeners select them, in the order they arrive.
+pub(crate) async fn dispatch(shared: Arc<Shared>, mut changes: mpsc::Receiver<TypeChange>) {
+    while let Some(TypeChange { info, change }) = changes.recv().await {
+        let listeners = shared.registry.of_type(&type_key(&info));
+        if listeners.is_empty() {
+            continue;
+        }
+        let (old, new): (Option<&DynamicObject>, Option<&DynamicObject>) = match &change {
+            Change::Added(n) => (None, Some(n)),
+            Change::Modified { old, new } => (Some(old), Some(new)),
+            Change::Deleted(o) => (Some(o), None),
+        };
+        let mut per_node: HashMap<&str, (bool, bool)> = HashMap::new();
+        for l in &listeners {
+            let was = old.is_some_and(|o| l.matches(o));
+            let now = new.is_some_and(|n| l.matches(n));
+            let e = per_node.entry(l.node.as_str()).or_default();
+            e.0 |= was;
+            e.1 |= now;
+        }
+        let lookup = lookup_for(&shared, &info).await;
+        let obj = new.or(old).expect("a change has an object");
+        for (node, (was, now)) in per_node {
+            let Some(operation) = decide(&change, was, now) else {
+                continue;
+            };
+            let Some(msg) = event_message(node, &info, operation, obj, lookup.as_ref()) else {
+                warn!(r#type = %type_key(&info), "an object without a name cannot be sent");
+                continue;
+            };
+            let sent = shared.send(msg).await;
+            shared.metrics.event(sent);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_node_gets_the_operation_its_selection_implies() {
+        let o = Arc::new(DynamicObject::new(
+            "a",
+            &kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+        ));
+        let added = Change::Added(o.clone());
+        let modified = Change::Modified {
+            old: o.clone(),
+            new: o.clone(),
+        };
+        let deleted = Change::Deleted(o);
+        assert_eq!(decide(&added, false, true), Some("insert"));
+        assert_eq!(decide(&added, false, false), None);
+        assert_eq!(decide(&modified, true, true), Some("update"));
+        assert_eq!(decide(&modified, false, true), Some("insert"));
+        assert_eq!(decide(&modified, true, false), Some("delete"));
+        assert_eq!(decide(&modified, false, false), None);
+        assert_eq!(decide(&deleted, true, false), Some("delete"));
+        assert_eq!(decide(&deleted, false, false), None);
+    }
+}

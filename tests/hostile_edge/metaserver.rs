@@ -1,0 +1,442 @@
+//! The edge metaServer's requests (module dynamiccontroller) from an edge that sends them
+//! itself, as edgecore's metaServer does: Applications under route `metaserver` /
+//! `dynamiccontroller`, answered `Approved` or `Rejected` in the Application shape. The node
+//! reads what the cluster lets `system:node:<name>` read, writes only as the node, and
+//! malformed requests get a `400` at once while cloudcore keeps serving.
+
+use super::*;
+use k8s_openapi::api::core::v1::Service;
+
+/// An Application as edgecore's metaServer writes it.
+fn application(verb: &str, key: &str, option: Option<Value>, body: Option<Value>) -> Value {
+    let b64 =
+        |v: Value| Value::String(base64::engine::general_purpose::STANDARD.encode(v.to_string()));
+    json!({
+        "ID": format!("{}{}", short_id(), short_id()),
+        "Key": key,
+        "Verb": verb,
+        "Nodename": "",
+        "Option": option.map_or(Value::Null, b64),
+        "ReqBody": body.map_or(Value::Null, b64),
+        "Subresource": "",
+        "RespBody": null,
+        "Status": "InApplying",
+        "Reason": "",
+        "Error": {"ErrStatus": {"metadata": {}}},
+        "Timestamp": "0001-01-01T00:00:00Z"
+    })
+}
+
+/// The answer to one metaServer message.
+struct Answer {
+    msg: Message,
+    app: Value,
+}
+
+impl Answer {
+    fn status(&self) -> &str {
+        self.app["Status"].as_str().unwrap_or("")
+    }
+
+    fn code(&self) -> u64 {
+        self.app["Error"]["ErrStatus"]["code"].as_u64().unwrap_or(0)
+    }
+
+    /// `RespBody` decoded as JSON (`Null` when absent).
+    fn body(&self) -> Value {
+        match self.app["RespBody"].as_str() {
+            Some(b) => serde_json::from_slice(
+                &base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .expect("RespBody is base64"),
+            )
+            .expect("RespBody is JSON"),
+            None => Value::Null,
+        }
+    }
+
+    fn approved(&self) -> Value {
+        assert_eq!(self.status(), "Approved", "expected Approved: {}", self.app);
+        self.body()
+    }
+
+    fn rejected(&self, code: u64) {
+        assert_eq!(self.status(), "Rejected", "expected Rejected: {}", self.app);
+        assert_eq!(self.code(), code, "{}", self.app);
+        let e = &self.app["Error"]["ErrStatus"];
+        assert_eq!(e["status"], "Failure", "{}", self.app);
+        assert!(
+            !e["message"].as_str().unwrap_or("").is_empty() && self.app["Reason"] == e["message"],
+            "a rejection says why: {}",
+            self.app
+        );
+    }
+}
+
+impl Edge {
+    /// Sends `content` as the metaServer does (resource `resource`) and waits for the answer.
+    async fn meta(&self, resource: &str, content: Content) -> Answer {
+        let what = format!("metaServer {resource} {}", content.as_json());
+        let pending = self
+            .send_as("metaserver", "dynamiccontroller", resource, "null", content)
+            .await;
+        let msg = match tokio::time::timeout(REPLY_WAIT, pending.rx).await {
+            Ok(Ok(m)) => m,
+            _ => panic!("no answer within {REPLY_WAIT:?} to {what}"),
+        };
+        assert_eq!(msg.route.source, "dynamiccontroller");
+        assert_eq!(msg.route.operation, "applicationResponse");
+        let app = serde_json::from_str(msg.content.as_json()).expect("an Application");
+        Answer { msg, app }
+    }
+
+    async fn apply(&self, app: Value) -> Answer {
+        let answer = self.meta("null", json_content(&app)).await;
+        assert_eq!(answer.msg.route.resource, "ignore/Application/ignore");
+        assert_eq!(
+            answer.app["ID"], app["ID"],
+            "the reply is the request's Application"
+        );
+        answer
+    }
+
+    /// The pushes so far whose resource contains `part`.
+    fn pushes_with(&self, part: &str) -> Vec<String> {
+        self.pushed
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m.route.resource.contains(part))
+            .map(|m| format!("{} {}", m.route.operation, m.route.resource))
+            .collect()
+    }
+}
+
+async fn service(s: &Scenario, name: &str, labels: Value) -> Service {
+    let svc: Service = from(json!({
+        "metadata": {"name": name, "namespace": s.ns, "labels": labels},
+        "spec": {"ports": [{"port": 80}]}
+    }));
+    create(Api::namespaced(s.client.clone(), &s.ns), &svc).await
+}
+
+#[tokio::test]
+async fn metaserver_lists_gets_and_discovery_are_answered_for_the_node() {
+    let s = Scenario::new("meta-read").await;
+    let app_label = unique("app");
+    let a = service(&s, "svc-a", json!({"app": app_label})).await;
+    service(&s, "svc-b", json!({})).await;
+
+    let list = s
+        .edge
+        .apply(application(
+            "list",
+            &format!("/core/v1/services/{}/null", s.ns),
+            Some(json!({"labelSelector": format!("app={app_label}"), "limit": 500})),
+            None,
+        ))
+        .await
+        .approved();
+    assert_eq!(
+        (&list["kind"], &list["apiVersion"]),
+        (&json!("ServiceList"), &json!("v1"))
+    );
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["svc-a"]);
+
+    let got = s
+        .edge
+        .apply(application(
+            "get",
+            &format!("/core/v1/services/{}/svc-a", s.ns),
+            Some(json!({})),
+            None,
+        ))
+        .await
+        .approved();
+    assert_eq!(got["metadata"]["uid"].as_str(), a.metadata.uid.as_deref());
+    assert_eq!(got["kind"], "Service");
+
+    let api = s
+        .edge
+        .apply(application("get", "/api", None, None))
+        .await
+        .approved();
+    assert_eq!(api["kind"], "APIVersions", "discovery is JSON: {api}");
+    let groups = s
+        .edge
+        .apply(application("get", "/apis", None, None))
+        .await
+        .approved();
+    assert_eq!(groups["kind"], "APIGroupList");
+    let version = s
+        .edge
+        .apply(application("get", "/version", None, None))
+        .await
+        .approved();
+    assert!(
+        version["gitVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with('v')),
+        "{version}"
+    );
+}
+
+#[tokio::test]
+async fn metaserver_reads_beyond_the_node_are_rejected_with_403() {
+    let s = Scenario::new("meta-deny").await;
+    let secret: Secret =
+        from(json!({"metadata": {"name": "private", "namespace": s.ns}, "stringData": {"k": "v"}}));
+    create(Api::namespaced(s.client.clone(), &s.ns), &secret).await;
+
+    let get = s
+        .edge
+        .apply(application(
+            "get",
+            &format!("/core/v1/secrets/{}/private", s.ns),
+            Some(json!({})),
+            None,
+        ))
+        .await;
+    get.rejected(403);
+    assert!(
+        get.app["RespBody"].is_null(),
+        "nothing of the secret: {}",
+        get.app
+    );
+    s.edge
+        .apply(application(
+            "list",
+            "/core/v1/secrets/null/null",
+            Some(json!({})),
+            None,
+        ))
+        .await
+        .rejected(403);
+    // A watch is served from cloudcore's caches: refused before anything is sent.
+    s.edge
+        .apply(application(
+            "watch",
+            "/core/v1/secrets/null/null",
+            Some(json!({"watch": true})),
+            None,
+        ))
+        .await
+        .rejected(403);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(s.edge.pushes_with("/secret/"), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn metaserver_writes_are_made_as_the_node() {
+    let s = Scenario::new("meta-write").await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "planted"}, "data": {"a": "b"}});
+    s.edge
+        .apply(application(
+            "create",
+            &format!("/core/v1/configmaps/{}/null", s.ns),
+            Some(json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"})),
+            Some(cm),
+        ))
+        .await
+        .rejected(403);
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns);
+    assert!(
+        cms.get_opt("planted").await.unwrap().is_none(),
+        "nothing created"
+    );
+
+    // A node may annotate itself (NodeRestriction), through the metaServer too.
+    let patch = |node: &str, value: &str| {
+        let info = json!({
+            "Name": node,
+            "PatchType": "application/merge-patch+json",
+            "Data": base64::engine::general_purpose::STANDARD
+                .encode(json!({"metadata": {"annotations": {"metaserver.test/written": value}}}).to_string()),
+            "Options": {"kind": "PatchOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl-patch"},
+            "Subresources": [""]
+        });
+        application(
+            "patch",
+            &format!("/core/v1/nodes/null/{node}"),
+            Some(info),
+            None,
+        )
+    };
+    let own = s.edge.apply(patch(&s.node, "yes")).await.approved();
+    assert_eq!(
+        own["metadata"]["annotations"]["metaserver.test/written"],
+        "yes"
+    );
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    let node = nodes.get(&s.node).await.unwrap();
+    assert_eq!(
+        node.annotations()
+            .get("metaserver.test/written")
+            .map(String::as_str),
+        Some("yes")
+    );
+
+    let other = unique("other");
+    edge_node(&s.client, &other).await;
+    s.edge.apply(patch(&other, "no")).await.rejected(403);
+    let node = nodes.get(&other).await.unwrap();
+    assert!(
+        node.annotations().get("metaserver.test/written").is_none(),
+        "other node unchanged"
+    );
+}
+
+#[tokio::test]
+async fn malformed_metaserver_requests_are_rejected_400_at_once() {
+    let s = Scenario::new("meta-bad").await;
+    let started = std::time::Instant::now();
+    let a = s
+        .edge
+        .meta("null", Content::string("not an application"))
+        .await;
+    a.rejected(400);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "answered at once, not after the edge's 10 s"
+    );
+
+    let bad_base64 = {
+        let mut app = application("list", "/core/v1/services/null/null", None, None);
+        app["Option"] = json!("%%%");
+        app
+    };
+    s.edge.apply(bad_base64).await.rejected(400);
+    for key in [
+        "/core/v1/pods/../x",
+        "/core/v1/pods/default/a%2Fb",
+        "core/v1/pods/null/null",
+    ] {
+        s.edge
+            .apply(application("get", key, Some(json!({})), None))
+            .await
+            .rejected(400);
+    }
+    let svc = format!("/core/v1/services/{}/null", s.ns);
+    for option in [
+        json!({"labelSelector": "!!"}),
+        json!({"fieldSelector": "a=b=c"}),
+    ] {
+        s.edge
+            .apply(application("watch", &svc, Some(option), None))
+            .await
+            .rejected(400);
+    }
+    s.edge
+        .apply(application(
+            "watch",
+            "/foo.example/v1/bars/null/null",
+            Some(json!({})),
+            None,
+        ))
+        .await
+        .rejected(404);
+    s.edge
+        .apply(application("explode", &svc, Some(json!({})), None))
+        .await
+        .rejected(400);
+    // Still serving.
+    s.edge
+        .apply(application("list", &svc, Some(json!({})), None))
+        .await
+        .approved();
+}
+
+#[tokio::test]
+async fn watch_events_follow_the_selection() {
+    let s = Scenario::new("meta-watch").await;
+    let app_label = unique("app");
+    let watch = s
+        .edge
+        .apply(application(
+            "watch",
+            &format!("/core/v1/services/{}/null", s.ns),
+            Some(json!({"labelSelector": format!("app={app_label}"), "watch": true, "timeoutSeconds": 431})),
+            None,
+        ))
+        .await;
+    assert!(watch.approved().is_null(), "a watch answer has no body");
+
+    let svc = service(&s, "watched", json!({"app": app_label})).await;
+    service(&s, "unwatched", json!({})).await;
+    let resource = format!("{}/service/watched", s.ns);
+    let insert = s.edge.pushed(&resource, "insert").await;
+    assert_eq!(insert.route.source, "dynamiccontroller");
+    assert!(insert.header.parent_id.is_empty());
+    assert_eq!(
+        Some(insert.header.resource_version.as_str()),
+        svc.metadata.resource_version.as_deref()
+    );
+    let content: Value = serde_json::from_str(insert.content.as_json()).unwrap();
+    assert_eq!(
+        (&content["kind"], &content["apiVersion"]),
+        (&json!("Service"), &json!("v1"))
+    );
+
+    // Leaving the selection is a delete for this node.
+    let services: Api<Service> = Api::namespaced(s.client.clone(), &s.ns);
+    services
+        .patch(
+            "watched",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})),
+        )
+        .await
+        .unwrap();
+    s.edge.pushed(&resource, "delete").await;
+    assert_eq!(
+        s.edge.pushes_with("/service/unwatched"),
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test]
+async fn a_watch_sync_registers_only_the_edges_own_watches() {
+    let s = Scenario::new("meta-sync").await;
+    let app_label = unique("app");
+    let key = format!("/core/v1/services/{}/null", s.ns);
+    let option = json!({"labelSelector": format!("app={app_label}"), "watch": true});
+
+    let mut foreign = application("watch", &key, Some(option.clone()), None);
+    foreign["Nodename"] = json!(unique("victim"));
+    let id = foreign["ID"].as_str().unwrap().to_owned();
+    let sync = s
+        .edge
+        .meta(
+            "watchapp/sync",
+            json_content(&json!({ id.clone(): foreign })),
+        )
+        .await;
+    assert_eq!(sync.msg.route.resource, "watchapp/sync");
+    assert_eq!(sync.app[&id]["Status"], "Rejected", "{}", sync.app);
+    assert_eq!(sync.app[&id]["Error"]["ErrStatus"]["code"], 403);
+
+    let own = application("watch", &key, Some(option), None);
+    let own_id = own["ID"].as_str().unwrap().to_owned();
+    let sync = s
+        .edge
+        .meta("watchapp/sync", json_content(&json!({ own_id: own })))
+        .await;
+    assert_eq!(sync.app, json!({}), "all registered");
+    service(&s, "first", json!({"app": app_label})).await;
+    s.edge
+        .pushed(&format!("{}/service/first", s.ns), "insert")
+        .await;
+
+    // The edge lists no watch any more: the listener goes, later changes are not sent.
+    let sync = s.edge.meta("watchapp/sync", json_content(&json!({}))).await;
+    assert_eq!(sync.app, json!({}));
+    service(&s, "second", json!({"app": app_label})).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(s.edge.pushes_with("/service/second"), Vec::<String>::new());
+}

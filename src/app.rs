@@ -138,6 +138,8 @@ pub struct CloudCore {
     stream: Option<CloudStreamHandle>,
     addresses: Addresses,
     diagnostics: crate::diagnose::Sources,
+    /// Background tasks that finish work on stop (dynamiccontroller's listener records).
+    lifecycles: Vec<kubeedge_api::lifecycle::Lifecycle>,
 }
 
 /// cloudhub's certificate for the tunnel; its key in whatever form it was given (PKCS#8,
@@ -224,6 +226,7 @@ impl CloudCore {
             bus.register(module)?;
         }
         let mut denials: Vec<metrics::Denials> = Vec::new();
+        let mut lifecycles: Vec<kubeedge_api::lifecycle::Lifecycle> = Vec::new();
         if let Some(client) = kube.clone() {
             let auth = &m.cloud_hub.authorization;
             let impersonate = auth.enable && !auth.debug;
@@ -273,6 +276,7 @@ impl CloudCore {
                 )
                 .with_impersonation(impersonate);
                 metrics::dynamiccontroller(metrics, dc.metrics());
+                lifecycles.push(dc.lifecycle());
                 bus.register(dc)?;
             }
             if m.sync_controller.enable {
@@ -394,6 +398,7 @@ impl CloudCore {
             stream,
             addresses,
             diagnostics,
+            lifecycles,
         })
     }
 
@@ -434,6 +439,11 @@ impl CloudCore {
     /// closes sessions and writes every acknowledgement record; cloudstream closes tunnels.
     pub async fn shutdown(&self) {
         self.bus.shutdown().await;
+        for life in &self.lifecycles {
+            if !life.join(Duration::from_secs(5)).await {
+                warn!("a controller's tasks did not finish within 5 s");
+            }
+        }
         if let Some(hub) = &self.hub {
             hub.shutdown().await;
         }

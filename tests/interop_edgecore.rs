@@ -991,3 +991,213 @@ async fn a_node_recreated_while_away_keeps_its_edge_connected_and_served() -> Re
     it.finish();
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// Edge applications through edgecore's metaServer (dynamiccontroller)
+// ---------------------------------------------------------------------------------------------
+
+/// A kubeconfig for the edge's metaServer (plain HTTP, no credentials), as an edge host uses.
+fn metaserver_kubeconfig(dir: &std::path::Path) -> Result<std::path::PathBuf> {
+    let path = dir.join("metaserver.kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: edge\n  cluster:\n    server: http://{}\n\
+             contexts:\n- name: edge\n  context:\n    cluster: edge\ncurrent-context: edge\n",
+            edgecore_interop::META_SERVER
+        ),
+    )?;
+    Ok(path)
+}
+
+/// `kubectl` on the edge host, against the metaServer.
+async fn edge_kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Result<Vec<u8>> {
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .context("kubectl through the metaServer timed out")??;
+    ensure!(
+        out.status.success(),
+        "kubectl {args:?} via the metaServer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out.stdout)
+}
+
+/// An EdgeMesh-like client: a kube-rs reflector on Services through the metaServer, with
+/// EdgeMesh's label selector. Returns the store and the task driving it.
+fn edge_reflector() -> Result<(
+    kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Service>,
+    tokio::task::JoinHandle<()>,
+)> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let config = kube::Config::new(format!("http://{}", edgecore_interop::META_SERVER).parse()?);
+    let client = kube::Client::try_from(config)?;
+    let api: Api<k8s_openapi::api::core::v1::Service> = Api::all(client);
+    let selector = "!service.kubernetes.io/service-proxy-name,!service.edgemesh.kubeedge.io/service-proxy-name,!service.kubernetes.io/headless";
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(api, watcher::Config::default().labels(selector)),
+    )
+    .default_backoff()
+    .applied_objects();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while stream.next().await.is_some() {}
+    });
+    Ok((reader, task))
+}
+
+/// Waits until the reflector holds Service `ns/name`; returns how long that took.
+async fn reflected(
+    store: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Service>,
+    ns: &str,
+    name: &str,
+    limit: Duration,
+) -> Result<Duration> {
+    let started = Instant::now();
+    let key = kube::runtime::reflector::ObjectRef::new(name).within(ns);
+    edgecore_interop::eventually(limit, &format!("service {ns}/{name} reflected"), || async {
+        store.get(&key).map(|_| ())
+    })
+    .await?;
+    Ok(started.elapsed())
+}
+
+async fn create_service(ns: &str, name: &str) -> Result<()> {
+    apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels:\n    app: {name}\nspec:\n  ports:\n  - port: 80\n"
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -> Result<()> {
+    let node = "interop-metaserver";
+    let mut it = cloud_as_deployed(node).start().await?;
+    let ns = k8s_testenv::namespace("interop-meta").await;
+    let ns = ns.as_str();
+    create_service(ns, "demo").await?;
+    let kubeconfig = metaserver_kubeconfig(it.dir())?;
+
+    // kubectl on the edge lists the cluster's services, answered by the cloud.
+    let started = Instant::now();
+    let out = edge_kubectl(&kubeconfig, &["get", "services", "-A", "-o", "json"]).await?;
+    let listed = started.elapsed();
+    let list: serde_json::Value = serde_json::from_slice(&out)?;
+    let names: Vec<String> = list["items"]
+        .as_array()
+        .context("items")?
+        .iter()
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s["metadata"]["namespace"].as_str().unwrap_or(""),
+                s["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    ensure!(
+        names.contains(&"default/kubernetes".to_owned()) && names.contains(&format!("{ns}/demo")),
+        "services via the metaServer: {names:?}"
+    );
+    eprintln!("kubectl get services -A through the metaServer: {listed:?} (cold discovery)");
+    ensure!(
+        listed < Duration::from_secs(5),
+        "listed in {listed:?}, not after the edge's 10 s fall-back"
+    );
+
+    // Discovery is the API server's.
+    let version: serde_json::Value = serde_json::from_slice(
+        &edge_kubectl(&kubeconfig, &["version", "-o", "json"])
+            .await
+            .unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    ensure!(
+        version["serverVersion"]["gitVersion"] == "v1.37.2",
+        "server version via the metaServer: {version}"
+    );
+
+    // In-cluster clients on the edge reach the metaServer through default/kubernetes. Nodes
+    // may read EndpointSlices only once the cluster lets them (the Node authorizer does not).
+    let readers = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/manifests/optional/metaserver-readers.yaml"
+    );
+    kubectl_ok(&["apply", "-f", readers], None).await?;
+    // The test API server runs no endpointslice controller: write the slice a cluster has.
+    apply(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: kubernetes\n  namespace: default\n  labels:\n    kubernetes.io/service-name: kubernetes\n\
+         addressType: IPv4\nendpoints:\n- addresses: [10.0.0.5]\n- addresses: [10.0.0.6]\nports:\n- name: https\n  port: 6443\n  protocol: TCP\n",
+    )
+    .await?;
+    let slice: serde_json::Value = serde_json::from_slice(
+        &edge_kubectl(
+            &kubeconfig,
+            &[
+                "get",
+                "endpointslice",
+                "kubernetes",
+                "-n",
+                "default",
+                "-o",
+                "json",
+            ],
+        )
+        .await?,
+    )?;
+    ensure!(
+        slice["endpoints"].as_array().map(Vec::len) == Some(1)
+            && slice["endpoints"][0]["addresses"] == serde_json::json!(["127.0.0.1"])
+            && slice["ports"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["name"] == "https" && p["port"] == 10550)),
+        "default/kubernetes slice as the edge sees it: {slice}"
+    );
+
+    // An EdgeMesh-like informer syncs, then sees new services as they are created.
+    let (store, task) = edge_reflector()?;
+    let took = reflected(&store, ns, "demo", Duration::from_secs(10)).await?;
+    eprintln!("edge reflector synced in {took:?}");
+    create_service(ns, "late").await?;
+    let took = reflected(&store, ns, "late", Duration::from_secs(10)).await?;
+    eprintln!("a new service reached the edge reflector in {took:?}");
+    ensure!(took < Duration::from_secs(2), "new service took {took:?}");
+
+    // Cloudcore restarts: the node's watches are restored from their record, so a service
+    // created afterwards arrives without waiting for the edge's next watch sync.
+    ensure!(it.stop_cloud().await, "cloudcore stops gracefully");
+    it.start_cloud().await?;
+    it.wait_connected(Duration::from_secs(90)).await?;
+    let reconnected = Instant::now();
+    create_service(ns, "after-cloud-restart").await?;
+    reflected(&store, ns, "after-cloud-restart", Duration::from_secs(20)).await?;
+    eprintln!(
+        "after a cloud restart, a new service arrived {:?} after reconnecting",
+        reconnected.elapsed()
+    );
+
+    // Edgecore restarts: the client re-lists and re-watches, and keeps up.
+    it.kill_edge();
+    it.start_edge()?;
+    it.wait_connected(Duration::from_secs(90)).await?;
+    create_service(ns, "after-edge-restart").await?;
+    reflected(&store, ns, "after-edge-restart", Duration::from_secs(60)).await?;
+    let m = it.metrics().await?;
+    ensure!(
+        m.value("dynamiccontroller_informers", &[])
+            .is_some_and(|v| v >= 1.0),
+        "one shared cache per watched type"
+    );
+    task.abort();
+    it.finish();
+    Ok(())
+}

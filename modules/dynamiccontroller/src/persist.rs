@@ -155,14 +155,20 @@ impl Persist {
         }
     }
 
-    /// Writes changed records until `stop`.
+    /// Writes changed records until `stop`, then writes what is still pending.
     pub(crate) async fn run(self: Arc<Self>, registry: Arc<Registry>, mut stop: StopSignal) {
         loop {
-            tokio::select! {
-                _ = self.wake.notified() => {}
-                _ = stop.wait() => return,
-            }
-            tokio::time::sleep(DEBOUNCE).await;
+            let stopping = tokio::select! {
+                _ = self.wake.notified() => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(DEBOUNCE) => false,
+                        _ = stop.wait() => true,
+                    }
+                }
+                _ = stop.wait() => true,
+            };
+            // On stop, what changed since the last write is written before returning, so a
+            // restart right after a watch was registered still restores it.
             let nodes: Vec<String> = self
                 .dirty
                 .lock()
@@ -171,6 +177,9 @@ impl Persist {
                 .collect();
             for node in nodes {
                 self.write(&node, &registry).await;
+            }
+            if stopping {
+                return;
             }
         }
     }

@@ -41,6 +41,8 @@ use tracing::{debug, info, warn};
 use crate::kinds;
 use crate::record::{Decision, Record, RecordKey, decide};
 
+/// Kinds whose content differs per node (filtered by dynamiccontroller): never re-sent here.
+const FILTERED_PER_NODE: [&str; 2] = ["Endpoints", "EndpointSlice"];
 /// How long a kind that discovery could not resolve is left alone.
 const DISCOVERY_RETRY: Duration = Duration::from_secs(30);
 /// Record deletions are tried this many times, 1 s apart (spec §4.6).
@@ -582,6 +584,13 @@ impl Reconciler {
             return;
         };
         let s = &self.slots[slot];
+        if FILTERED_PER_NODE.contains(&s.resource.kind.as_str()) {
+            // What a node sees of these depends on the node (dynamiccontroller filters them by
+            // node group, and rewrites default/kubernetes); dynamiccontroller re-sends its
+            // listeners' objects itself, so the unfiltered object is never sent from here.
+            debug!(record = record.key.name(), "left to dynamiccontroller");
+            return;
+        }
         // A copy with apiVersion/kind set, on both record kinds (cached objects stay untouched).
         let mut obj = obj.clone();
         obj.types = Some(TypeMeta {
@@ -617,7 +626,11 @@ impl Reconciler {
         if let RecordKey::Namespaced { namespace, .. } = &record.key {
             meta["namespace"] = namespace.clone().into();
         }
-        let Ok(content) = Content::json(&serde_json::json!({"metadata": meta})) else {
+        // apiVersion and kind let the edge's metaServer find and drop its copy too.
+        let r = &self.slots[slot].resource;
+        let body =
+            serde_json::json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": meta});
+        let Ok(content) = Content::json(&body) else {
             return;
         };
         let msg = Message::new()

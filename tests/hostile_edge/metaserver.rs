@@ -440,3 +440,36 @@ async fn a_watch_sync_registers_only_the_edges_own_watches() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(s.edge.pushes_with("/service/second"), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_nodes_watches_are_recorded_and_dropped_with_the_node() {
+    let s = Scenario::new("meta-gone").await;
+    s.edge
+        .apply(application(
+            "watch",
+            &format!("/core/v1/services/{}/null", s.ns),
+            Some(json!({"watch": true})),
+            None,
+        ))
+        .await
+        .approved();
+    let records: Api<ConfigMap> = Api::namespaced(s.client.clone(), "kubeedge");
+    let name = format!("dynamiccontroller.{}", s.node);
+    let record = eventually(WAIT, "the node's watches recorded", || async {
+        records.get_opt(&name).await.ok().flatten()
+    })
+    .await
+    .expect("record written");
+    let watches: Value = serde_json::from_str(&record.data.unwrap()["watches"]).unwrap();
+    assert_eq!(watches.as_object().map(|w| w.len()), Some(1), "{watches}");
+
+    Api::<Node>::all(s.client.clone())
+        .delete(&s.node, &Default::default())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(60), "the record of a deleted node dropped", || async {
+        matches!(records.get_opt(&name).await, Ok(None)).then_some(())
+    })
+    .await
+    .expect("record deleted with the node");
+}

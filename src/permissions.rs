@@ -82,7 +82,7 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
         p.extend(each(&["patch"], "", "secrets", KUBEEDGE, "tokensecret"));
         p.extend(each(&["get", "create"], "", "configmaps", KUBEEDGE, ""));
         p.extend(each(
-            &["update"],
+            &["update", "patch"],
             "",
             "configmaps",
             KUBEEDGE,

@@ -4,7 +4,8 @@
 //! ClusterRole or Role taken away it exits non-zero at start naming what it lacks, unless the
 //! rule serves only requests made on behalf of edges; those are listed with what needs them.
 //! A Rust edge of a real Node then sends each such request (and those of the verbs the start-up
-//! check does not ask about) through the WebSocket, with the rule (or verb) and without it: it
+//! check does not ask about, and of the uses it sees only through the dynamiccontroller) through
+//! the WebSocket, or the metaServer's Applications, with the rule (or verb) and without it: it
 //! succeeds, then the API server refuses cloudcore's identity and shows nothing changed.
 //! (`interop_edgecore` runs every real-edgecore scenario with the same ServiceAccount.)
 //!
@@ -222,6 +223,11 @@ enum EdgeCase {
     Event,
     Lease,
     Csr,
+    /// An edge application lists the Services of a namespace through edgecore's metaServer
+    /// (an Application to dynamiccontroller).
+    MetaServiceList,
+    /// An edge application lists the EndpointSlices of a namespace through the metaServer.
+    MetaEndpointSliceList,
     /// Not an edge request: the API server asking the stream server for a pod's logs, which
     /// cloudcore authorizes with a SubjectAccessReview.
     StreamAuthorization,
@@ -282,11 +288,39 @@ const EDGE_ONLY: &[(&str, EdgeProof)] = &[
         ),
     ),
     (
-        "subjectaccessreviews",
+        "services",
         EdgeProof::Scenario(
-            EdgeCase::StreamAuthorization,
-            "the API server's `kubectl logs` request to the stream server (Webhook authorization)",
+            EdgeCase::MetaServiceList,
+            "an edge application lists the Services of a namespace through the metaServer",
         ),
+    ),
+    (
+        "endpointslices",
+        EdgeProof::Scenario(
+            EdgeCase::MetaEndpointSliceList,
+            "an edge application lists the EndpointSlices of a namespace through the metaServer",
+        ),
+    ),
+];
+/// Rules and verbs the start-up check asks about only for the dynamiccontroller
+/// (`modules.dynamicController`, enabled by default and here) that another module needs too,
+/// for requests made on behalf of edges: with the dynamiccontroller disabled nothing at start
+/// checks them, so that use is shown by its request as well (rule or verb taken away while
+/// cloudcore runs). (resource, the verb or none for the whole rule, request, what it is)
+const ALSO_NEEDED_BY: &[(&str, Option<&str>, EdgeCase, &str)] = &[
+    (
+        "subjectaccessreviews",
+        None,
+        EdgeCase::StreamAuthorization,
+        "cloudstream: the API server's `kubectl logs` request to the stream server (Webhook \
+         authorization)",
+    ),
+    (
+        "configmaps",
+        Some("patch"),
+        EdgeCase::Revocation,
+        "cloudhub: deleting an edge Node records the revocation of its certificates in \
+         kubeedge/revokedcerts",
     ),
 ];
 /// Verbs of rules the start-up check covers that it does not ask about itself, because only
@@ -323,13 +357,22 @@ const EDGE_VERBS: &[(&str, &str, EdgeCase, &str)] = &[
         EdgeCase::LegacyPodStatus,
         "an edge writes its pod's status the legacy way (podstatus update)",
     ),
-    (
-        "configmaps",
-        "patch",
-        EdgeCase::Revocation,
-        "deleting an edge Node records the revocation of its certificates in kubeedge/revokedcerts",
-    ),
 ];
+
+/// The [`ALSO_NEEDED_BY`] entries of `rule`: what else needs it (or one of its verbs).
+fn also_needed_by(rule: &Rule) -> Vec<String> {
+    ALSO_NEEDED_BY
+        .iter()
+        .filter(|(r, v, _, _)| {
+            rule.resources.iter().any(|x| x == r)
+                && v.is_none_or(|v| rule.verbs.iter().any(|x| x == v))
+        })
+        .map(|(_, v, _, what)| match v {
+            Some(v) => format!("{v} also: {what}"),
+            None => format!("also: {what}"),
+        })
+        .collect()
+}
 
 /// The [`EDGE_VERBS`] entry proving `verb` of `rule`, if any.
 fn edge_verb(rule: &Rule, verb: &str) -> Option<&'static str> {
@@ -571,6 +614,29 @@ async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_
                     .resources
                     .iter()
                     .any(|r| r == "customresourcedefinitions");
+                // An edge-only listing or an edge-verb entry the start-up check now covers is
+                // stale: the table would claim a proof by an edge request where the check is one.
+                if edge_only.is_some() {
+                    failures.push(format!(
+                        "{}: listed in EDGE_ONLY, yet cloudcore names it at start",
+                        rule.label()
+                    ));
+                    how.push_str(" [listed in EDGE_ONLY: stale]");
+                }
+                for verb in &covered {
+                    if edge_verb(rule, verb).is_some() {
+                        failures.push(format!(
+                            "{}: EDGE_VERBS lists {verb}, yet the start-up check asks for it",
+                            rule.label()
+                        ));
+                        how.push_str(&format!(" [{verb} listed in EDGE_VERBS: stale]"));
+                    }
+                }
+                for also in also_needed_by(rule) {
+                    how.push_str(&format!(
+                        " [{also}; proven by its request (see the edge-rule table)]"
+                    ));
+                }
                 if edge_only.is_none() && !crds {
                     for verb in &uncovered {
                         match edge_verb(rule, verb) {
@@ -685,9 +751,14 @@ impl Edge {
         operation: &str,
         content: &Value,
     ) -> Result<oneshot::Receiver<Message>> {
-        let mut msg = Message::new()
+        let msg = Message::new()
             .with_route("edged", "meta", resource, operation)
             .with_content(Content::json(content)?);
+        self.send_message(msg).await
+    }
+
+    /// Sends `msg` as a synchronous request; returns the receiver of its answer.
+    async fn send_message(&self, mut msg: Message) -> Result<oneshot::Receiver<Message>> {
         msg.header.sync = true;
         let (tx, rx) = oneshot::channel();
         self.waiting
@@ -706,6 +777,26 @@ impl Edge {
             .with_context(|| format!("no answer to {operation} {resource}"))??;
         let text = answer.content.as_json();
         Ok(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned())))
+    }
+
+    /// Sends an Application as edgecore's metaServer does (route `metaserver` /
+    /// `dynamiccontroller`, resource and operation `null`) and waits for the Application the
+    /// dynamiccontroller answers (`Status` `Approved` or `Rejected`).
+    async fn application(&self, verb: &str, key: &str, option: &Value) -> Result<Value> {
+        let b64 = |v: &Value| base64::engine::general_purpose::STANDARD.encode(v.to_string());
+        let app = json!({"ID": format!("lp{}{}", suffix(), suffix()), "Key": key, "Verb": verb,
+            "Nodename": "", "Option": b64(option), "ReqBody": null, "Subresource": "",
+            "RespBody": null, "Status": "InApplying", "Reason": "",
+            "Error": {"ErrStatus": {"metadata": {}}}, "Timestamp": "0001-01-01T00:00:00Z"});
+        let msg = Message::new()
+            .with_route("metaserver", "dynamiccontroller", "null", "null")
+            .with_content(Content::json(&app)?);
+        let rx = self.send_message(msg).await?;
+        let answer = tokio::time::timeout(Duration::from_secs(15), rx)
+            .await
+            .with_context(|| format!("no answer to the Application {verb} {key}"))??;
+        serde_json::from_str(answer.content.as_json())
+            .with_context(|| format!("not an Application: {}", answer.content.as_json()))
     }
 
     /// Waits until the cloud has sent the edge a message for `resource`.
@@ -743,7 +834,8 @@ fn error_status(answer: &Value) -> Option<&Value> {
 
 /// The edge's world: its Node and, in `ns`, pod `web` bound to it that uses claim `data`
 /// (bound to PersistentVolume `pv`) and a projected token of ServiceAccount `app`, and a
-/// VolumeAttachment `va` to the node, and pod `gone` bound to it too; and a second edge,
+/// VolumeAttachment `va` to the node, and pod `gone` bound to it too, Service `lp-svc` and
+/// EndpointSlice `lp-slice` (which a Role there lets the node read); and a second edge,
 /// `newcomer`, whose Node `new_node` does not exist yet.
 struct EdgeWorld {
     admin: kube::Client,
@@ -800,6 +892,26 @@ impl EdgeWorld {
             json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
                 "metadata": {"name": va}, "spec": {"attacher": "csi.example.com",
                     "nodeName": node, "source": {"persistentVolumeName": pv}}}),
+            // What edge applications read through the metaServer. The cluster lets a node read
+            // Services, but not EndpointSlices: granted to this node here, as deployments of
+            // edge applications that read them do, so that the review as the node allows the
+            // read and what is left to decide is cloudcore's own permission.
+            json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "lp-svc", "namespace": ns},
+                "spec": {"ports": [{"port": 80}]}}),
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "lp-slice", "namespace": ns},
+                "addressType": "IPv4", "endpoints": []}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "edge-reads", "namespace": ns},
+                "rules": [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "edge-reads", "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "edge-reads"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                    "name": format!("system:node:{node}")}]}),
         ];
         for obj in objects {
             create_as_admin(&admin, obj).await?;
@@ -1080,6 +1192,52 @@ impl EdgeWorld {
                 }
                 answer
             }
+            EdgeCase::MetaServiceList | EdgeCase::MetaEndpointSliceList => {
+                let (key, kind, name) = match case {
+                    EdgeCase::MetaServiceList => ("core/v1/services", "ServiceList", "lp-svc"),
+                    _ => (
+                        "discovery.k8s.io/v1/endpointslices",
+                        "EndpointSliceList",
+                        "lp-slice",
+                    ),
+                };
+                let app = self
+                    .edge
+                    .application("list", &format!("/{key}/{ns}/null"), &json!({}))
+                    .await?;
+                match app["Status"].as_str() {
+                    Some("Approved") => {
+                        let body = app["RespBody"].as_str().context("no RespBody")?;
+                        let list: Value = serde_json::from_slice(
+                            &base64::engine::general_purpose::STANDARD.decode(body)?,
+                        )?;
+                        let names: Vec<&str> = list["items"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|i| i["metadata"]["name"].as_str())
+                            .collect();
+                        ensure!(
+                            list["kind"] == kind && names.contains(&name),
+                            "list {key} approved with {list}"
+                        );
+                        return Ok(None);
+                    }
+                    Some("Rejected") => {
+                        // The API server refusing cloudcore's own identity, not the review as
+                        // the node refusing the edge.
+                        let status = &app["Error"]["ErrStatus"];
+                        let message = status["message"].as_str().unwrap_or_default();
+                        ensure!(
+                            status["code"] == 403
+                                && message.contains("system:serviceaccount:kubeedge:cloudcore"),
+                            "list {key} rejected otherwise: {app}"
+                        );
+                        return Ok(Some(message.to_owned()));
+                    }
+                    _ => bail!("list {key} answered {app}"),
+                }
+            }
             EdgeCase::StreamAuthorization => {
                 let (status, body) = logs_as_apiserver(&self.core, ns, node).await?;
                 // Authorized: the request goes on to the node (which has no tunnel here).
@@ -1224,6 +1382,7 @@ async fn edge_only_rules_and_verbs_are_each_needed_by_an_edge_request() -> Resul
             .iter()
             .map(|(resource, verb, case, what)| (*resource, Some(*verb), *case, *what)),
     );
+    checks.extend(ALSO_NEEDED_BY.iter().copied());
     let mut table = Vec::new();
     let mut failures = Vec::new();
     for (round, (resource, verb, case, what)) in (1..).zip(checks) {

@@ -508,11 +508,37 @@ const NEEDS: &[Need] = &[
     },
     Need {
         namespace: CLUSTER,
+        group: "",
+        resources: &["services", "endpoints"],
+        names: &[],
+        verbs: &["get", "list", "watch"],
+        used_at: &[
+            "dynamiccontroller/src/requests.rs: key.collection_path(info.namespaced)",
+            "dynamiccontroller/src/informer.rs: Api::all_with(client, &self.info.resource)",
+            "dynamiccontroller/src/shared.rs: core_type(\"Service\", \"services\", true)",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "discovery.k8s.io",
+        resources: &["endpointslices"],
+        names: &[],
+        verbs: &["get", "list", "watch"],
+        used_at: &[
+            "dynamiccontroller/src/requests.rs: key.collection_path(info.namespaced)",
+            "dynamiccontroller/src/informer.rs: Api::all_with(client, &self.info.resource)",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
         group: "authorization.k8s.io",
         resources: &["subjectaccessreviews"],
         names: &[],
         verbs: &["create"],
-        used_at: &["cloudstream/src/stream/authz.rs: api: Api<SubjectAccessReview>"],
+        used_at: &[
+            "cloudstream/src/stream/authz.rs: api: Api<SubjectAccessReview>",
+            "api/src/access.rs: api: Api<SubjectAccessReview>",
+        ],
     },
     Need {
         namespace: CLUSTER,
@@ -646,10 +672,21 @@ const NEEDS: &[Need] = &[
         group: "",
         resources: &["configmaps"],
         names: &["revokedcerts"],
-        verbs: &["update", "patch"],
+        verbs: &["update"],
         used_at: &[
             "cloudhub/src/revocation.rs: .replace(REVOKED_CERTS, &PostParams::default(), &cm)",
+        ],
+    },
+    Need {
+        namespace: KUBEEDGE,
+        group: "",
+        resources: &["configmaps"],
+        names: &[],
+        verbs: &["patch", "delete"],
+        used_at: &[
             "cloudhub/src/revocation.rs: &Patch::Merge(&patch)",
+            "dynamiccontroller/src/persist.rs: .patch(&name, &params, &Patch::Apply(cm_value))",
+            "dynamiccontroller/src/persist.rs: self.api.delete(&name, &DeleteParams::default())",
         ],
     },
     Need {
@@ -923,12 +960,13 @@ async fn the_api_server_accepts_the_manifests_and_grants_exactly_what_is_needed(
         ("kubeedge", "", "secrets", "tokensecret", "update"),
         ("default", "", "configmaps", "", "create"),
         ("kubeedge", "", "configmaps", "cloudcore", "update"),
-        ("kubeedge", "", "configmaps", "tunnelport", "delete"),
+        ("kubeedge", "", "configmaps", "", "deletecollection"),
         ("", "", "nodes", "n1", "delete"),
         ("", "", "nodes", "n1", "update"),
         ("", "", "namespaces", "kubeedge", "delete"),
         ("default", "", "pods", "p", "update"),
-        ("default", "", "services", "", "list"),
+        ("default", "", "services", "", "create"),
+        ("default", "", "endpoints", "", "update"),
         (
             "kube-node-lease",
             "coordination.k8s.io",

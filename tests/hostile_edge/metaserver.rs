@@ -467,9 +467,312 @@ async fn a_nodes_watches_are_recorded_and_dropped_with_the_node() {
         .delete(&s.node, &Default::default())
         .await
         .unwrap();
-    eventually(Duration::from_secs(60), "the record of a deleted node dropped", || async {
-        matches!(records.get_opt(&name).await, Ok(None)).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the record of a deleted node dropped",
+        || async { matches!(records.get_opt(&name).await, Ok(None)).then_some(()) },
+    )
     .await
     .expect("record deleted with the node");
+}
+
+/// Lets group `system:nodes` do `verbs` on `resources` of `group` in `ns` (as an operator
+/// would, for an edge application that needs more than the Node authorizer gives).
+async fn grant_nodes(s: &Scenario, group: &str, resources: &[&str], verbs: &[&str]) {
+    let name = unique("nodes-may");
+    let role: k8s_openapi::api::rbac::v1::Role = from(json!({
+        "metadata": {"name": name, "namespace": s.ns},
+        "rules": [{"apiGroups": [group], "resources": resources, "verbs": verbs}]
+    }));
+    create(Api::namespaced(s.client.clone(), &s.ns), &role).await;
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = from(json!({
+        "metadata": {"name": name, "namespace": s.ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
+    }));
+    create(Api::namespaced(s.client.clone(), &s.ns), &binding).await;
+}
+
+/// The names of a list answer's items.
+fn item_names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn lists_page_with_continue_and_large_lists_arrive_whole() {
+    let s = Scenario::new("meta-page").await;
+    grant_nodes(&s, "", &["configmaps"], &["get", "list", "watch"]).await;
+    let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns);
+    let filler = "x".repeat(2048);
+    let count = 2000;
+    futures::StreamExt::for_each_concurrent(futures::stream::iter(0..count), 16, |i| {
+        let (cms, filler) = (cms.clone(), filler.clone());
+        async move {
+            let cm: ConfigMap =
+                from(json!({"metadata": {"name": format!("cm-{i:04}")}, "data": {"f": filler}}));
+            cms.create(&PostParams::default(), &cm)
+                .await
+                .expect("create");
+        }
+    })
+    .await;
+    let key = format!("/core/v1/configmaps/{}/null", s.ns);
+    // RBAC decisions are cached by the API server's authorizer for a moment after a grant.
+    let first = eventually(WAIT, "a first page", || async {
+        let a = s
+            .edge
+            .apply(application("list", &key, Some(json!({"limit": 1})), None))
+            .await;
+        (a.status() == "Approved").then(|| a.body())
+    })
+    .await
+    .expect("the node may list ConfigMaps here");
+    assert_eq!(item_names(&first).len(), 1);
+    let token = first["metadata"]["continue"]
+        .as_str()
+        .expect("a continue token")
+        .to_owned();
+    let second = s
+        .edge
+        .apply(application(
+            "list",
+            &key,
+            Some(json!({"limit": 1, "continue": token})),
+            None,
+        ))
+        .await
+        .approved();
+    assert_eq!(item_names(&second).len(), 1);
+    assert_ne!(item_names(&first), item_names(&second), "the next page");
+
+    let started = std::time::Instant::now();
+    let all = s
+        .edge
+        .apply(application("list", &key, Some(json!({})), None))
+        .await;
+    let took = started.elapsed();
+    let raw = all.app["RespBody"].as_str().map_or(0, str::len);
+    let all = all.approved();
+    assert_eq!(item_names(&all).len(), count, "every item");
+    assert!(raw > 4 << 20, "a reply over 4 MiB ({raw} bytes of base64)");
+    assert!(took < Duration::from_secs(10), "listed in {took:?}");
+}
+
+#[tokio::test]
+async fn objects_of_a_crd_created_after_start_are_listed_and_watched() {
+    let s = Scenario::new("meta-crd").await;
+    let group = format!("{}.metaserver.test", short_id());
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        from(json!({
+            "metadata": {"name": format!("widgets.{group}")},
+            "spec": {
+                "group": group,
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+            }
+        }));
+    k8s_testenv::install_crds(&[crd]).await;
+    grant_nodes(&s, &group, &["widgets"], &["get", "list", "watch"]).await;
+    let widgets = kube::core::ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(s.client.clone(), &s.ns, &widgets);
+    let widget = |name: &str| -> kube::api::DynamicObject {
+        from(
+            json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": name}, "spec": {"size": 1}}),
+        )
+    };
+    api.create(&PostParams::default(), &widget("first"))
+        .await
+        .unwrap();
+
+    let key = format!("/{group}/v1/widgets/{}/null", s.ns);
+    let list = eventually(WAIT, "the new type listed", || async {
+        let a = s
+            .edge
+            .apply(application("list", &key, Some(json!({})), None))
+            .await;
+        (a.status() == "Approved").then(|| a.body())
+    })
+    .await
+    .expect("a CRD created after cloudcore started is served");
+    assert_eq!(item_names(&list), ["first"]);
+    s.edge
+        .apply(application(
+            "watch",
+            &key,
+            Some(json!({"watch": true})),
+            None,
+        ))
+        .await
+        .approved();
+    api.create(&PostParams::default(), &widget("second"))
+        .await
+        .unwrap();
+    let pushed = s
+        .edge
+        .pushed(&format!("{}/widget/second", s.ns), "insert")
+        .await;
+    let content: Value = serde_json::from_str(pushed.content.as_json()).unwrap();
+    assert_eq!(content["kind"], "Widget");
+}
+
+#[tokio::test]
+async fn node_group_topology_limits_the_endpoints_a_node_sees() {
+    let s = Scenario::new("meta-topo").await;
+    grant_nodes(
+        &s,
+        "discovery.k8s.io",
+        &["endpointslices"],
+        &["get", "list", "watch"],
+    )
+    .await;
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    let group_of = |g: &str| json!({"metadata": {"labels": {"apps.kubeedge.io/belonging-to": g}}});
+    nodes
+        .patch(
+            &s.node,
+            &PatchParams::default(),
+            &Patch::Merge(group_of("g1")),
+        )
+        .await
+        .unwrap();
+    let (peer, stranger) = (unique("peer"), unique("stranger"));
+    edge_node(&s.client, &peer).await;
+    edge_node(&s.client, &stranger).await;
+    nodes
+        .patch(
+            &peer,
+            &PatchParams::default(),
+            &Patch::Merge(group_of("g1")),
+        )
+        .await
+        .unwrap();
+    nodes
+        .patch(
+            &stranger,
+            &PatchParams::default(),
+            &Patch::Merge(group_of("g2")),
+        )
+        .await
+        .unwrap();
+    let svc: Service = from(json!({
+        "metadata": {"name": "web", "namespace": s.ns,
+            "annotations": {"apps.kubeedge.io/service-topology": "range-nodegroup"}},
+        "spec": {"ports": [{"port": 80}]}
+    }));
+    create(Api::namespaced(s.client.clone(), &s.ns), &svc).await;
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice = from(json!({
+        "metadata": {"name": "web-1", "namespace": s.ns, "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": ["10.1.0.1"], "nodeName": s.node},
+            {"addresses": ["10.1.0.2"], "nodeName": peer},
+            {"addresses": ["10.1.0.3"], "nodeName": stranger},
+            {"addresses": ["10.1.0.4"]}
+        ]
+    }));
+    create(Api::namespaced(s.client.clone(), &s.ns), &slice).await;
+    let addresses = |v: &Value| -> Vec<String> {
+        v["endpoints"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .map(|e| e["addresses"][0].as_str().unwrap_or("").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let key = format!("/discovery.k8s.io/v1/endpointslices/{}/web-1", s.ns);
+    // The filter reads Services and Nodes from caches that follow the API server.
+    eventually(WAIT, "only the node's group", || async {
+        let a = s
+            .edge
+            .apply(application("get", &key, Some(json!({})), None))
+            .await;
+        (a.status() == "Approved" && addresses(&a.body()) == ["10.1.0.1", "10.1.0.2"]).then_some(())
+    })
+    .await
+    .expect("get: the g1 endpoints only");
+    let list = s
+        .edge
+        .apply(application(
+            "list",
+            &format!("/discovery.k8s.io/v1/endpointslices/{}/null", s.ns),
+            Some(json!({})),
+            None,
+        ))
+        .await
+        .approved();
+    assert_eq!(
+        addresses(&list["items"][0]),
+        ["10.1.0.1", "10.1.0.2"],
+        "list: {list}"
+    );
+    s.edge
+        .apply(application(
+            "watch",
+            &format!("/discovery.k8s.io/v1/endpointslices/{}/null", s.ns),
+            Some(json!({"watch": true})),
+            None,
+        ))
+        .await
+        .approved();
+    let pushed = s
+        .edge
+        .pushed(&format!("{}/endpointslice/web-1", s.ns), "insert")
+        .await;
+    let content: Value = serde_json::from_str(pushed.content.as_json()).unwrap();
+    assert_eq!(
+        addresses(&content),
+        ["10.1.0.1", "10.1.0.2"],
+        "watch: {content}"
+    );
+}
+
+#[tokio::test]
+async fn identical_watches_share_one_listener() {
+    let s = Scenario::new("meta-same").await;
+    let key = format!("/core/v1/services/{}/null", s.ns);
+    let watch = application("watch", &key, Some(json!({"watch": true})), None);
+    s.edge.apply(watch.clone()).await.approved();
+    s.edge.apply(watch).await.approved();
+    let other = application(
+        "watch",
+        &key,
+        Some(json!({"watch": true, "labelSelector": "app=x"})),
+        None,
+    );
+    s.edge.apply(other).await.approved();
+    let records: Api<ConfigMap> = Api::namespaced(s.client.clone(), "kubeedge");
+    let name = format!("dynamiccontroller.{}", s.node);
+    eventually(WAIT, "two listeners recorded", || async {
+        let cm = records.get_opt(&name).await.ok()??;
+        let watches: Value = serde_json::from_str(cm.data?.get("watches")?).ok()?;
+        (watches.as_object()?.len() == 2).then_some(())
+    })
+    .await
+    .expect("identical watches are one listener, a different selector another");
+    // One object, one push, however many listeners of the node select it.
+    service(&s, "one", json!({"app": "x"})).await;
+    s.edge
+        .pushed(&format!("{}/service/one", s.ns), "insert")
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(s.edge.pushes_with("/service/one").len(), 1);
 }

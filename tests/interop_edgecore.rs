@@ -1285,7 +1285,10 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
 
     // Cloudcore restarts: the node's watches are restored from their record, so a service
     // created afterwards arrives without waiting for the edge's next watch sync.
+    // Deleted while the cloud is away: the sync loop's delete (with its kind) removes it from
+    // the edge's store, and the edge watch reports it.
     ensure!(it.stop_cloud().await, "cloudcore stops gracefully");
+    k(&["-n", ns, "delete", "service", "late"]).await?;
     it.start_cloud().await?;
     it.wait_connected(Duration::from_secs(90)).await?;
     let reconnected = Instant::now();
@@ -1295,6 +1298,17 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
         "after a cloud restart, a new service arrived {:?} after reconnecting",
         reconnected.elapsed()
     );
+    let late = kube::runtime::reflector::ObjectRef::new("late").within(ns);
+    edgecore_interop::eventually(
+        Duration::from_secs(20),
+        "deleted service gone from the edge",
+        || async { store.get(&late).is_none().then_some(()) },
+    )
+    .await?;
+    eprintln!(
+        "a service deleted while the cloud was away left the edge watch {:?} after reconnecting",
+        reconnected.elapsed()
+    );
 
     // Edgecore restarts: the client re-lists and re-watches, and keeps up.
     it.kill_edge();
@@ -1302,6 +1316,36 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
     it.wait_connected(Duration::from_secs(90)).await?;
     create_service(ns, "after-edge-restart").await?;
     reflected(&store, ns, "after-edge-restart", Duration::from_secs(60)).await?;
+    // In sync with the API server: the same services, at the same versions.
+    let cluster = Api::<k8s_openapi::api::core::v1::Service>::all(it.client());
+    let key = |s: &k8s_openapi::api::core::v1::Service| {
+        let m = &s.metadata;
+        (
+            format!(
+                "{}/{}",
+                m.namespace.as_deref().unwrap_or(""),
+                m.name.as_deref().unwrap_or("")
+            ),
+            m.resource_version.clone().unwrap_or_default(),
+        )
+    };
+    edgecore_interop::eventually(
+        Duration::from_secs(30),
+        "reflector equal to the API server",
+        || async {
+            let want: BTreeMap<String, String> = cluster
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .map(key)
+                .collect();
+            let have: BTreeMap<String, String> = store.state().iter().map(|s| key(s)).collect();
+            (want == have).then_some(())
+        },
+    )
+    .await?;
     let m = it.metrics().await?;
     ensure!(
         m.value("dynamiccontroller_informers", &[])

@@ -24,7 +24,7 @@ use beehive::{Content, Endpoint, Message};
 use futures::StreamExt;
 use futures::stream::{BoxStream, SelectAll};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, TypeMeta};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, TypeMeta};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::runtime::watcher::{self, Event};
@@ -626,8 +626,18 @@ impl Reconciler {
         if let RecordKey::Namespaced { namespace, .. } = &record.key {
             meta["namespace"] = namespace.clone().into();
         }
-        // apiVersion and kind let the edge's metaServer find and drop its copy too.
-        let r = &self.slots[slot].resource;
+        // apiVersion and kind let the edge's metaServer find and drop its copy too, and a
+        // current resource version (the deletion's is gone with the object) lets the edge's
+        // open watches report the deletion: they show only changes newer than what they hold.
+        let r = self.slots[slot].resource.clone();
+        let list = Api::<DynamicObject>::all_with(self.client.clone(), &r)
+            .list_metadata(&ListParams::default().limit(1))
+            .await;
+        if let Ok(rv) = list.map(|l| l.metadata.resource_version.unwrap_or_default())
+            && !rv.is_empty()
+        {
+            meta["resourceVersion"] = rv.into();
+        }
         let body =
             serde_json::json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": meta});
         let Ok(content) = Content::json(&body) else {

@@ -255,7 +255,13 @@ async fn a_recreated_object_gets_a_delete_with_the_old_uid_and_no_update() {
         .await
         .expect("delete");
     assert_eq!(body(&m)["metadata"]["uid"].as_str(), Some(old_uid.as_str()));
-    // The edge's metaServer store is keyed by kind: without it the copy would stay there.
+    // The edge's metaServer store is keyed by kind: without it the copy would stay there; and
+    // its watches report only versions newer than they hold, so the delete carries a current one.
+    assert!(
+        body(&m)["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|rv| !rv.is_empty())
+    );
     assert_eq!(
         (&body(&m)["apiVersion"], &body(&m)["kind"]),
         (&serde_json::json!("v1"), &serde_json::json!("Pod"))

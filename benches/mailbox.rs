@@ -2,7 +2,18 @@
 //! same run (these machines are noisy: compare ratios, not absolute numbers).
 //!
 //! `cargo bench --bench mailbox` — prints criterion's figures, then a table of messages/s and
-//! the bus/baseline ratio per workload, and p50/p99 latencies of the sync round trip.
+//! the bus/baseline ratio per workload, and p50/p99 latencies of the sync round trip, then one
+//! machine-readable line per workload, the same form as the Go beehive harness
+//! (`benches/go-beehive`) prints, which `scripts/bench-vs-go` puts side by side:
+//!
+//! ```text
+//! workload=p2p impl=beehive msgs=1000000 runs=12 secs=0.3012 rate=3320000 tokio_rate=4900000 lost=0 reordered=0
+//! ```
+//!
+//! `rate` and `tokio_rate` are medians over the timed runs (group fan-out counts deliveries:
+//! 8 per send); `lost` (sync answers that never came) and `reordered` (messages that arrived
+//! after a later one of the same sender, per receiving module) are summed over all runs. The
+//! sequence number travels in `header.timestamp`, so checking order costs no decoding.
 //!
 //! Workloads (messages carry ≈100 bytes of content and are built before timing):
 //! * point-to-point: 1 sender → 1 module, 1,000,000 messages; baseline `mpsc::channel(1024)`;
@@ -12,7 +23,7 @@
 //! * many-to-one: 8 senders → 1 module, 1,000,000 messages; baseline 8 senders into one channel.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,18 +53,62 @@ fn record(workload: &'static str, variant: &'static str, messages: usize, took: 
         .push(rate);
 }
 
+/// Lost sync answers and reordered deliveries, summed over every run, by workload.
+static FAULTS: Mutex<BTreeMap<&'static str, (usize, usize)>> = Mutex::new(BTreeMap::new());
+
+fn record_faults(workload: &'static str, lost: usize, reordered: usize) {
+    let mut faults = FAULTS.lock().unwrap();
+    let entry = faults.entry(workload).or_default();
+    entry.0 += lost;
+    entry.1 += reordered;
+}
+
+/// Runs of the workloads so far: a new run number for every batch of messages, so receivers
+/// can tell runs apart.
+static ROUND: AtomicU64 = AtomicU64::new(0);
+
 fn messages(n: usize) -> Vec<Message> {
+    messages_from(0, n)
+}
+
+/// `n` messages of `sender`, each numbered in `header.timestamp`:
+/// run << 40 | sender << 32 | index.
+fn messages_from(sender: u64, n: usize) -> Vec<Message> {
+    let round = ROUND.fetch_add(1, Ordering::Relaxed) + 1;
     let body = Content::string("x".repeat(98)); // 100 bytes of JSON text
     (0..n)
-        .map(|_| {
-            Message::new()
+        .map(|i| {
+            let mut m = Message::new()
                 .with_route("bench", "resource", "node/n/default/pod/p", "update")
-                .with_content(body.clone())
+                .with_content(body.clone());
+            m.header.timestamp = (round << 40 | sender << 32 | i as u64) as i64;
+            m
         })
         .collect()
 }
 
-/// Counts what it receives and wakes the timer when `target` deliveries have arrived.
+/// Counts messages that arrive after a later one of the same sender (and run).
+#[derive(Default)]
+struct Order {
+    /// Per sender: (run, highest index seen).
+    last: [(u64, u64); SENDERS],
+}
+
+impl Order {
+    fn out_of_order(&mut self, ts: i64) -> bool {
+        let ts = ts as u64;
+        let (round, sender, index) = (ts >> 40, (ts >> 32) & 0xff, ts & 0xffff_ffff);
+        let (r, last) = &mut self.last[sender as usize % SENDERS];
+        if *r == round && index < *last {
+            return true;
+        }
+        (*r, *last) = (round, index);
+        false
+    }
+}
+
+/// Counts what it receives (and what arrives out of order) and wakes the timer when
+/// `target` deliveries have arrived.
 struct Sink {
     name: String,
     group: String,
@@ -61,6 +116,8 @@ struct Sink {
     target: Arc<AtomicUsize>,
     done: Arc<Notify>,
     answer: Option<Endpoint>,
+    order: Order,
+    reordered: Arc<AtomicUsize>,
 }
 
 impl Actor for Sink {
@@ -73,6 +130,9 @@ impl Handler<Message> for Sink {
         if let Some(ep) = &self.answer {
             ep.send_resp(msg.response(Content::null()));
             return;
+        }
+        if self.order.out_of_order(msg.header.timestamp) {
+            self.reordered.fetch_add(1, Ordering::Relaxed);
         }
         let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         if n == self.target.load(Ordering::Relaxed) {
@@ -94,6 +154,7 @@ struct Counter {
     count: Arc<AtomicUsize>,
     target: Arc<AtomicUsize>,
     done: Arc<Notify>,
+    reordered: Arc<AtomicUsize>,
 }
 
 impl Counter {
@@ -102,11 +163,16 @@ impl Counter {
             count: Arc::default(),
             target: Arc::default(),
             done: Arc::default(),
+            reordered: Arc::default(),
         }
     }
     fn arm(&self, target: usize) {
         self.count.store(0, Ordering::Relaxed);
         self.target.store(target, Ordering::Relaxed);
+    }
+    /// Reordered deliveries since the last call.
+    fn take_reordered(&self) -> usize {
+        self.reordered.swap(0, Ordering::Relaxed)
     }
     fn sink(&self, name: &str, group: &str) -> Sink {
         Sink {
@@ -116,6 +182,8 @@ impl Counter {
             target: self.target.clone(),
             done: self.done.clone(),
             answer: None,
+            order: Order::default(),
+            reordered: self.reordered.clone(),
         }
     }
 }
@@ -147,6 +215,7 @@ fn bench_point_to_point(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
                     start.elapsed()
                 });
                 record("point-to-point", "beehive", P2P, took);
+                record_faults("point-to-point", 0, counter.take_reordered());
                 total += took;
             }
             total
@@ -204,25 +273,31 @@ fn bench_sync(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
         bus
     });
     let ep = bus.endpoint("edged");
-    let timeout = Duration::from_secs(10);
+    // An answer not back within this is counted as lost.
+    let timeout = Duration::from_secs(1);
     let mut lat_bus = Vec::new();
     g.bench_function(BenchmarkId::new("beehive", SYNC), |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let msgs = messages(SYNC);
-                let (took, lat) = rt.block_on(async {
+                let (took, lat, lost) = rt.block_on(async {
                     let mut lat = Vec::with_capacity(SYNC);
+                    let mut lost = 0;
                     let start = Instant::now();
                     for m in msgs {
                         let t = Instant::now();
-                        ep.send_sync("meta", m, timeout).await.unwrap();
-                        lat.push(t.elapsed());
+                        let id = m.header.id.clone();
+                        match ep.send_sync("meta", m, timeout).await {
+                            Ok(answer) if answer.header.parent_id == id => lat.push(t.elapsed()),
+                            _ => lost += 1,
+                        }
                     }
-                    (start.elapsed(), lat)
+                    (start.elapsed(), lat, lost)
                 });
                 lat_bus = lat;
-                record("sync round trip", "beehive", SYNC, took);
+                record("sync round trip", "beehive", SYNC - lost, took);
+                record_faults("sync round trip", lost, 0);
                 total += took;
             }
             total
@@ -312,6 +387,7 @@ fn bench_fanout(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
                     FANOUT * MEMBERS,
                     took,
                 );
+                record_faults("group fan-out (deliveries)", 0, counter.take_reordered());
                 total += took;
             }
             total
@@ -381,8 +457,9 @@ fn bench_many_to_one(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let batches: Vec<Vec<Message>> =
-                    (0..SENDERS).map(|_| messages(MANY / SENDERS)).collect();
+                let batches: Vec<Vec<Message>> = (0..SENDERS)
+                    .map(|s| messages_from(s as u64, MANY / SENDERS))
+                    .collect();
                 counter.arm(MANY);
                 let took = rt.block_on(async {
                     let start = Instant::now();
@@ -397,6 +474,7 @@ fn bench_many_to_one(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
                     start.elapsed()
                 });
                 record("many-to-one", "beehive", MANY, took);
+                record_faults("many-to-one", 0, counter.take_reordered());
                 total += took;
             }
             total
@@ -467,6 +545,29 @@ fn report() {
     }
     for (name, p50, p99) in LATENCIES.lock().unwrap().iter() {
         println!("sync round trip latency {name:<9} p50 {p50:>9.2?}  p99 {p99:>9.2?}");
+    }
+    // One line per workload in the Go harness's form (benches/go-beehive).
+    let faults = FAULTS.lock().unwrap();
+    for (workload, key, msgs) in [
+        ("point-to-point", "p2p", P2P),
+        ("sync round trip", "sync", SYNC),
+        ("group fan-out (deliveries)", "fanout", FANOUT * MEMBERS),
+        ("many-to-one", "many2one", MANY),
+    ] {
+        let (Some(bus), Some(raw)) = (
+            results.get(&(workload, "beehive")),
+            results.get(&(workload, "baseline")),
+        ) else {
+            continue;
+        };
+        let (lost, reordered) = faults.get(workload).copied().unwrap_or_default();
+        let rate = median(bus);
+        println!(
+            "workload={key} impl=beehive msgs={msgs} runs={} secs={:.4} rate={rate:.0} tokio_rate={:.0} lost={lost} reordered={reordered}",
+            bus.len(),
+            msgs as f64 / rate,
+            median(raw)
+        );
     }
 }
 

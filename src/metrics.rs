@@ -35,7 +35,7 @@ fn single(out: &mut Exposition, name: &str, kind: &str, help: &str, value: f64) 
 pub fn bus(metrics: &Metrics, endpoint: Endpoint) {
     metrics.register(move |out: &mut Exposition| {
         let stats = endpoint.stats();
-        let families: [Family<beehive::ModuleStatsSnapshot>; 9] = [
+        let families: [Family<beehive::ModuleStatsSnapshot>; 10] = [
             (
                 "beehive_mailbox_depth",
                 "gauge",
@@ -65,6 +65,12 @@ pub fn bus(metrics: &Metrics, endpoint: Endpoint) {
                 "counter",
                 "try_send refusals because the mailbox was full.",
                 |m| m.rejected_full as f64,
+            ),
+            (
+                "beehive_mailbox_rejected_stopped_total",
+                "counter",
+                "Sends refused because the module had stopped or was removed.",
+                |m| m.rejected_stopped as f64,
             ),
             (
                 "beehive_sync_timeouts_total",

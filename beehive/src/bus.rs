@@ -116,6 +116,21 @@ impl Shared {
         }
     }
 
+    /// Counts a send refused at lookup because `module` had stopped or was removed (a name
+    /// that was never registered counts nowhere).
+    pub(crate) fn count_refused(&self, module: &str, why: &LookupError) {
+        let stopped = match why {
+            LookupError::Stopped => true,
+            LookupError::Unknown => false,
+            LookupError::Disabled | LookupError::Shutdown => return,
+        };
+        if let Some(stats) = self.stats.get(module)
+            && (stopped || stats.removed.load(Ordering::Acquire))
+        {
+            inc(&stats.rejected_stopped);
+        }
+    }
+
     pub(crate) fn stats_for(&self, name: &str) -> Arc<ModuleStats> {
         if let Some(s) = self.stats.get(name) {
             return s.clone();
@@ -320,7 +335,9 @@ impl Bus {
                 Err(Error::DuplicateModule(name.to_owned()))
             }
             dashmap::mapref::entry::Entry::Vacant(v) => {
-                let mailbox = Mailbox::new(key, capacity, self.shared.stats_for(name));
+                let stats = self.shared.stats_for(name);
+                stats.removed.store(false, Ordering::Release);
+                let mailbox = Mailbox::new(key, capacity, stats);
                 v.insert(Registered::Enabled(mailbox.clone()));
                 if !group.is_empty() {
                     self.shared.join(group, &mailbox);
@@ -416,6 +433,7 @@ impl Bus {
             capacity
         };
         let mailbox = self.add_mailbox(name, group, capacity)?;
+        mailbox.mark_inbox();
         let stream = mailbox.take_stream().ok_or(Error::Stopped {
             module: name.to_owned(),
             message: None,
@@ -577,6 +595,11 @@ impl Bus {
             pos.map(|p| local.order.remove(p))
         };
         let removed = self.shared.modules.remove(module);
+        if removed.is_some()
+            && let Some(stats) = self.shared.stats.get(module)
+        {
+            stats.removed.store(true, Ordering::Release);
+        }
         match (slot, removed) {
             (Some(slot), _) => {
                 self.stop_module(module, &slot.mailbox, &slot.run, slot.inbox)

@@ -35,6 +35,25 @@ impl fmt::Debug for Endpoint {
     }
 }
 
+/// Who got a group message: the result of [`Endpoint::send_to_group_within`]. Every member
+/// of the group at the time of the send is in exactly one list, each list in member order.
+#[derive(Debug, Default)]
+pub struct GroupDelivery {
+    /// Members that have the message.
+    pub delivered: Vec<String>,
+    /// Members whose mailbox stayed full until the deadline: they do not have it.
+    pub timed_out: Vec<String>,
+    /// Members that refused it (stopped meanwhile), with the error (which hands the copy back).
+    pub refused: Vec<(String, Error)>,
+}
+
+impl GroupDelivery {
+    /// True when every member got the message.
+    pub fn is_complete(&self) -> bool {
+        self.timed_out.is_empty() && self.refused.is_empty()
+    }
+}
+
 /// The outcome of delivering one message to each member of a group.
 async fn deliver_to_members(
     members: &[Arc<Mailbox>],
@@ -91,7 +110,10 @@ impl Endpoint {
     fn mailbox(&self, module: &str, message: Message) -> Result<(Arc<Mailbox>, Message)> {
         match self.shared.lookup(module) {
             Ok(mb) => Ok((mb, message)),
-            Err(e) => Err(e.into_error(module, Some(message))),
+            Err(e) => {
+                self.shared.count_refused(module, &e);
+                Err(e.into_error(module, Some(message)))
+            }
         }
     }
 
@@ -138,8 +160,15 @@ impl Endpoint {
     }
 
     /// Sends a copy to every current member of `group` and returns how many took it. Members
-    /// with room get it at once; then this waits for members that are full. One sender's
-    /// group sends arrive in order at every member. A member that stopped is skipped.
+    /// with room get it at once; then this waits for members that are full, one after the
+    /// other in member order. One sender's group sends arrive in order at every member. A
+    /// member that stopped is skipped.
+    ///
+    /// **Cancelling** this future (dropping it, for example under an outer timeout) while it
+    /// waits for a full member does not take anything back: every member that had room, and
+    /// the full members before the one it was waiting for (in member order), have the
+    /// message; the others do not; and nothing reports which. To bound the wait and learn
+    /// who got it, use [`Endpoint::send_to_group_within`].
     ///
     /// Errors: [`Error::EmptyGroup`] for an unknown group or one without members (the
     /// message is handed back), [`Error::Shutdown`].
@@ -170,6 +199,60 @@ impl Endpoint {
             .sent
             .fetch_add(delivered as u64, Ordering::Relaxed);
         Ok(delivered)
+    }
+
+    /// Sends a copy to every current member of `group`, waiting at most `timeout` for members
+    /// whose mailbox is full, and says who got it: a deadline in place of an outer timeout
+    /// that would cancel the send half-way (see [`Endpoint::send_to_group`]).
+    ///
+    /// Members with room get the message at once; full members are then waited for in member
+    /// order until the deadline. A member still full at the deadline is in
+    /// [`GroupDelivery::timed_out`] and does not get the message (later, either): retrying
+    /// exactly those members with [`Endpoint::send`] delivers each copy once. Stopped members
+    /// are in [`GroupDelivery::refused`] with the error, which hands the copy back.
+    ///
+    /// Errors: [`Error::EmptyGroup`] (the message is handed back), [`Error::Shutdown`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # actix_rt::System::new().block_on(async {
+    /// let bus = beehive::Bus::new();
+    /// let _a = bus.register_inbox("a", "controllers", 1).unwrap();
+    /// let _b = bus.register_inbox("b", "controllers", 1).unwrap();
+    /// let hub = bus.endpoint("hub");
+    /// hub.send("a", beehive::Message::new()).await.unwrap(); // `a` is now full
+    /// let got = hub
+    ///     .send_to_group_within("controllers", beehive::Message::new(), Duration::from_millis(10))
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(got.delivered, ["b"]);
+    /// assert_eq!(got.timed_out, ["a"]);
+    /// # });
+    /// ```
+    pub async fn send_to_group_within(
+        &self,
+        group: &str,
+        message: Message,
+        timeout: Duration,
+    ) -> Result<GroupDelivery> {
+        let members = match self.shared.group_members(group) {
+            Ok(m) => m,
+            Err(e) => return Err(group_error(e, group, Some(message))),
+        };
+        let deadline = Instant::now() + timeout;
+        let results = deliver_to_members(&members, &message, Some(deadline)).await;
+        let mut outcome = GroupDelivery::default();
+        for (member, result) in results {
+            match result {
+                Ok(()) => outcome.delivered.push(member.to_string()),
+                Err(Error::EnqueueTimeout { .. }) => outcome.timed_out.push(member.to_string()),
+                Err(e) => outcome.refused.push((member.to_string(), e)),
+            }
+        }
+        self.stats
+            .sent
+            .fetch_add(outcome.delivered.len() as u64, Ordering::Relaxed);
+        Ok(outcome)
     }
 
     fn effective_timeout(&self, timeout: Duration) -> Duration {

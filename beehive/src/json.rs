@@ -5,10 +5,65 @@ use std::io;
 use serde::Serialize;
 use serde_json::ser::{CompactFormatter, Formatter, Serializer};
 
+/// Deepest nesting of arrays and objects Go's `encoding/json` accepts (`maxNestingDepth`),
+/// counting the message object itself as 1. A deeper message is refused by Go peers, so
+/// [`crate::Message`] decoding refuses it too.
+pub const MAX_JSON_DEPTH: usize = 10_000;
+
 /// A message that could not be decoded from JSON.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid message json: {0}")]
-pub struct DecodeError(#[from] serde_json::Error);
+///
+/// Type errors name the field as Go does (`cannot unmarshal string into Go struct field
+/// MessageHeader.header.timestamp of type int64`); errors from [`crate::Message::from_json`]
+/// also carry the JSON path where decoding stopped ([`DecodeError::path`]).
+#[derive(Debug)]
+pub struct DecodeError {
+    error: serde_json::Error,
+    path: Option<String>,
+}
+
+impl DecodeError {
+    /// Adds the JSON path of the failure, found by decoding `bytes` again with path tracking
+    /// (only on failure, so successful decoding pays nothing for it).
+    pub(crate) fn locate(error: serde_json::Error, bytes: &[u8]) -> Self {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let path = match serde_path_to_error::deserialize::<_, crate::Message>(&mut de) {
+            Err(e) => Some(e.path().to_string()).filter(|p| p != "."),
+            Ok(_) => None,
+        };
+        DecodeError { error, path }
+    }
+
+    /// The JSON path where decoding stopped (`header.timestamp`), when known.
+    pub fn path(&self) -> Option<&str> {
+        self.path.as_deref()
+    }
+
+    /// The underlying JSON error.
+    pub fn json_error(&self) -> &serde_json::Error {
+        &self.error
+    }
+}
+
+impl From<serde_json::Error> for DecodeError {
+    fn from(error: serde_json::Error) -> Self {
+        DecodeError { error, path: None }
+    }
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "invalid message json at {path}: {}", self.error),
+            None => write!(f, "invalid message json: {}", self.error),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
 
 /// Compact JSON with Go's HTML-safe string escaping: `<` `>` `&` become `\u003c` `\u003e`
 /// `\u0026`, and U+2028/U+2029 are escaped. Raw values are written unchanged.

@@ -42,7 +42,7 @@ mod stats;
 mod waiters;
 
 pub use bus::{Bus, BusConfig};
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, GroupDelivery};
 pub use error::{Error, Result};
 pub use mailbox::{DEFAULT_MAILBOX_CAPACITY, Inbox};
 pub use message::{Content, Header, Message, Route, new_id, now_millis};

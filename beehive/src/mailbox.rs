@@ -29,6 +29,12 @@ pub(crate) struct Mailbox {
     close_waker: AtomicWaker,
     /// Signalled when the receiver has delivered everything after a close.
     drained: Notify,
+    /// Signalled on close: wakes senders waiting for room in an [`Inbox`]'s mailbox, whose
+    /// owner may have stopped reading (an actor's stream, or a parked receiver, closes the
+    /// channel itself, which wakes them).
+    closed: Notify,
+    /// Read through an [`Inbox`].
+    inbox: AtomicBool,
     drained_flag: AtomicBool,
 }
 
@@ -43,6 +49,8 @@ impl Mailbox {
             closing: AtomicBool::new(false),
             close_waker: AtomicWaker::new(),
             drained: Notify::new(),
+            closed: Notify::new(),
+            inbox: AtomicBool::new(false),
             drained_flag: AtomicBool::new(false),
         })
     }
@@ -59,19 +67,48 @@ impl Mailbox {
         self.closing.load(Ordering::Acquire)
     }
 
+    /// The refusal of a send because the module stopped, counted on the module.
     fn stopped(&self, message: Message) -> Error {
+        inc(&self.stats.rejected_stopped);
         Error::Stopped {
             module: self.name.to_string(),
             message: Some(Box::new(message)),
         }
     }
 
-    /// Waits for room (back-pressure). Fails if the module stops meanwhile.
+    /// Waits for room (back-pressure). Fails if the module stops meanwhile, handing the
+    /// message back, whether or not anyone reads the mailbox.
     pub(crate) async fn send(&self, message: Message) -> Result<()> {
         if self.is_closing() {
             return Err(self.stopped(message));
         }
-        self.tx.send(message).await.map_err(|e| self.stopped(e.0))
+        if !self.inbox.load(Ordering::Relaxed) {
+            return self.tx.send(message).await.map_err(|e| self.stopped(e.0));
+        }
+        let message = match self.tx.try_send(message) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Full(m)) => m,
+            Err(mpsc::error::TrySendError::Closed(m)) => return Err(self.stopped(m)),
+        };
+        // Full: wait for a permit (in arrival order) or for the close, whichever comes first.
+        // The message stays here until a permit is granted, so a close hands it back.
+        let closed = self.closed.notified();
+        tokio::pin!(closed);
+        closed.as_mut().enable();
+        if self.is_closing() {
+            return Err(self.stopped(message));
+        }
+        tokio::select! {
+            biased;
+            permit = self.tx.reserve() => match permit {
+                Ok(permit) if !self.is_closing() => {
+                    permit.send(message);
+                    Ok(())
+                }
+                _ => Err(self.stopped(message)),
+            },
+            () = &mut closed => Err(self.stopped(message)),
+        }
     }
 
     /// Fails at once when full, counting the rejection.
@@ -101,6 +138,7 @@ impl Mailbox {
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::Release);
         self.close_waker.wake();
+        self.closed.notify_waiters();
         // A receiver that is parked (not owned by a running actor) is closed here.
         if let Some(rx) = self
             .parked
@@ -137,6 +175,11 @@ impl Mailbox {
             }
             notified.await;
         }
+    }
+
+    /// Says the receiver is read through an [`Inbox`] (see `closed`).
+    pub(crate) fn mark_inbox(&self) {
+        self.inbox.store(true, Ordering::Relaxed);
     }
 
     /// Takes the receiver for a (re)started consumer.
@@ -235,7 +278,9 @@ impl Drop for MailboxStream {
 ///
 /// Made by [`crate::Bus::register_inbox`]. Messages arrive in each sender's order. After the
 /// module is stopped (shutdown or [`crate::Bus::remove`]) `recv` still returns what was queued,
-/// then [`Error::Stopped`] — never an empty message.
+/// then [`Error::Stopped`] — never an empty message. Senders waiting for room when it stops
+/// get [`Error::Stopped`] with their message at once, whether or not anyone still reads the
+/// inbox.
 #[derive(Debug)]
 pub struct Inbox {
     stream: MailboxStream,

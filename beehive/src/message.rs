@@ -5,13 +5,13 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::de::{self, DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 use crate::constants::operation;
-use crate::json::{self, DecodeError};
+use crate::json::{self, DecodeError, MAX_JSON_DEPTH};
 
 /// One unit of work on the bus and on the wire: KubeEdge's `model.Message`.
 ///
@@ -311,8 +311,13 @@ impl Message {
     /// Decodes Go's JSON form. Keys match case-insensitively, unknown keys are ignored, the
     /// last of duplicate keys wins; `timestamp` must be an integer that fits `i64` and `sync`
     /// a boolean.
+    ///
+    /// Refuses what Go's decoder refuses (see the `Deserialize` impl): wrong field types, with
+    /// Go's text naming the field, nesting deeper than [`json::MAX_JSON_DEPTH`] and content
+    /// numbers outside `float64`. The error names the JSON path where decoding stopped
+    /// ([`DecodeError::path`]).
     pub fn from_json(bytes: &[u8]) -> Result<Message, DecodeError> {
-        serde_json::from_slice(bytes).map_err(DecodeError::from)
+        serde_json::from_slice(bytes).map_err(|e| DecodeError::locate(e, bytes))
     }
 }
 
@@ -419,7 +424,473 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
+// ---- Go's limits and Go's error messages ----
+
+/// A Go struct field, for error messages as `encoding/json` writes them: `Go struct field
+/// MessageHeader.header.timestamp of type int64` (the innermost struct type, the JSON path,
+/// the Go type).
+#[derive(Clone, Copy)]
+struct GoField {
+    strct: &'static str,
+    path: &'static str,
+    ty: &'static str,
+}
+
+const MSG_HEADER: GoField = GoField {
+    strct: "Message",
+    path: "header",
+    ty: "model.MessageHeader",
+};
+const MSG_ROUTE: GoField = GoField {
+    strct: "Message",
+    path: "route",
+    ty: "model.MessageRoute",
+};
+const MSG_CONTENT: GoField = GoField {
+    strct: "Message",
+    path: "content",
+    ty: "float64",
+};
+
+const fn header_field(path: &'static str, ty: &'static str) -> GoField {
+    GoField {
+        strct: "MessageHeader",
+        path,
+        ty,
+    }
+}
+
+const fn route_field(path: &'static str) -> GoField {
+    GoField {
+        strct: "MessageRoute",
+        path,
+        ty: "string",
+    }
+}
+
+/// Go's `UnmarshalTypeError` text (without Go's `json: ` prefix; serde_json adds the position).
+fn type_error<E: de::Error>(field: GoField, value: impl fmt::Display) -> E {
+    E::custom(format_args!(
+        "cannot unmarshal {value} into Go struct field {}.{} of type {}",
+        field.strct, field.path, field.ty
+    ))
+}
+
+/// Visitor methods that refuse every JSON kind the target does not take, naming the field
+/// (`self.go_field()`) as Go does. Lists which of `bool number string array object` to refuse.
+macro_rules! refuse_kinds {
+    ($($kind:ident)*) => { $( refuse_kinds!(@ $kind); )* };
+    (@ bool) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Err(type_error(self.go_field(), "bool"))
+        }
+    };
+    (@ number) => {
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Err(type_error(self.go_field(), "number"))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Err(type_error(self.go_field(), "number"))
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Err(type_error(self.go_field(), "number"))
+        }
+    };
+    (@ string) => {
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Err(type_error(self.go_field(), "string"))
+        }
+    };
+    (@ array) => {
+        fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(type_error(self.go_field(), "array"))
+        }
+    };
+    (@ object) => {
+        fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(type_error(self.go_field(), "object"))
+        }
+    };
+}
+
+/// A string field; JSON `null` gives `None` (Go leaves the field untouched).
+struct GoString(GoField);
+
+impl GoString {
+    fn go_field(&self) -> GoField {
+        self.0
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for GoString {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for GoString {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a string for {}", self.0.path)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<String>, E> {
+        Ok(Some(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Option<String>, E> {
+        Ok(Some(v))
+    }
+    refuse_kinds!(bool number array object);
+}
+
+/// An `int64` field: integers only, within `i64`.
+struct GoI64(GoField);
+
+impl GoI64 {
+    fn go_field(&self) -> GoField {
+        self.0
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for GoI64 {
+    type Value = Option<i64>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<i64>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for GoI64 {
+    type Value = Option<i64>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "an integer for {}", self.0.path)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<i64>, E> {
+        Ok(None)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<i64>, E> {
+        Ok(Some(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<i64>, E> {
+        i64::try_from(v)
+            .map(Some)
+            .map_err(|_| type_error(self.0, format_args!("number {v}")))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<i64>, E> {
+        Err(type_error(self.0, format_args!("number {v:?}")))
+    }
+    refuse_kinds!(bool string array object);
+}
+
+/// A `bool` field.
+struct GoBool(GoField);
+
+impl GoBool {
+    fn go_field(&self) -> GoField {
+        self.0
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for GoBool {
+    type Value = Option<bool>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<bool>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for GoBool {
+    type Value = Option<bool>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a bool for {}", self.0.path)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<bool>, E> {
+        Ok(None)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Option<bool>, E> {
+        Ok(Some(v))
+    }
+    refuse_kinds!(number string array object);
+}
+
+/// What Go's decoder refuses in text that is otherwise valid JSON.
+#[derive(Debug, PartialEq, Eq)]
+enum GoLimit<'a> {
+    /// Nesting deeper than [`MAX_JSON_DEPTH`].
+    Depth,
+    /// A number outside `float64` range (only checked where Go decodes into `interface{}`).
+    Number(&'a str),
+}
+
+/// Byte classes for [`check_go_limits_exact`]: 0 plain, 1 quote, 2 opener, 3 closer, 4 number start.
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'"' as usize] = 1;
+    t[b'[' as usize] = 2;
+    t[b'{' as usize] = 2;
+    t[b']' as usize] = 3;
+    t[b'}' as usize] = 3;
+    t[b'-' as usize] = 4;
+    let mut d = b'0';
+    while d <= b'9' {
+        t[d as usize] = 4;
+        d += 1;
+    }
+    t
+};
+
+/// Checks valid JSON `text` that sits at nesting depth `depth` for what Go refuses: nesting
+/// beyond [`MAX_JSON_DEPTH`], and (with `numbers`) numbers that overflow `float64`.
+///
+/// Cheap tests rule out almost every message without following strings: text too short to
+/// nest that deep, or with fewer `[`/`{` bytes than the depth left, cannot nest too deep; a
+/// number can only overflow with an exponent (a digit followed by `e`/`E`, found eight bytes
+/// at a time and each looked at locally) or with 309 or more digits in a row. Only what these
+/// cannot rule out gets the exact scan.
+fn check_go_limits(text: &str, depth: usize, numbers: bool) -> Result<(), GoLimit<'_>> {
+    let b = text.as_bytes();
+    let room = MAX_JSON_DEPTH.saturating_sub(depth);
+    // Every level needs an opener and a closer.
+    let mut suspect = b.len() >= 2 * room && count_openers(b) > room;
+    if numbers && !suspect {
+        suspect = exponent_may_overflow(b) || has_long_digit_run(b);
+    }
+    if suspect {
+        check_go_limits_exact(text, depth, numbers)
+    } else {
+        Ok(())
+    }
+}
+
+const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// 0x80 in every byte of `v` that is zero (exact, no false positives).
+fn zero_bytes(v: u64) -> u64 {
+    !(((v & LO7).wrapping_add(LO7)) | v | LO7)
+}
+
+/// 0x80 in every byte of `w` that is an ASCII digit.
+fn digit_bytes(w: u64) -> u64 {
+    let high_is_3 = zero_bytes((w & (0xf0 * ONES)) ^ (0x30 * ONES));
+    let low_below_10 = !((w & (0x0f * ONES)).wrapping_add(0x06 * ONES)) & (0x10 * ONES);
+    high_is_3 & (low_below_10 << 3)
+}
+
+/// 0x80 in every byte of `w` that is `e` or `E`.
+fn e_bytes(w: u64) -> u64 {
+    zero_bytes((w | (0x20 * ONES)) ^ (u64::from(b'e') * ONES))
+}
+
+/// `[` and `{` bytes (strings included), eight at a time.
+fn count_openers(b: &[u8]) -> usize {
+    let words = b.chunks_exact(8);
+    let tail = words.remainder();
+    let mut n = 0;
+    for w in words {
+        let w = u64::from_le_bytes(w.try_into().unwrap_or_default());
+        // `[` is 0x5b and `{` 0x7b: the same byte once 0x20 is set.
+        n += zero_bytes((w | (0x20 * ONES)) ^ (0x7b * ONES)).count_ones() as usize;
+    }
+    n + tail.iter().filter(|&&c| c == b'[' || c == b'{').count()
+}
+
+/// True if some `e`/`E` after a digit belongs to a token, delimited as JSON numbers are, that
+/// does not parse as a finite `f64` (a string can hold such a token too: the exact scan
+/// decides).
+fn exponent_may_overflow(b: &[u8]) -> bool {
+    // Whether the last byte of the previous word was a digit, as 0x80 in byte 0.
+    let mut carry = 0u64;
+    let mut base = 0;
+    let mut words = b.chunks_exact(8);
+    for w in words.by_ref() {
+        let w = u64::from_le_bytes(w.try_into().unwrap_or_default());
+        let e = e_bytes(w);
+        if e != 0 {
+            // A digit at byte j followed by an `e` at byte j + 1 (also across words).
+            let mut pairs = e & ((digit_bytes(w) << 8) | carry);
+            while pairs != 0 {
+                let at = base + (pairs.trailing_zeros() / 8) as usize;
+                if !exponent_token_is_finite(b, at) {
+                    return true;
+                }
+                pairs &= pairs - 1;
+            }
+        }
+        carry = u64::from((w >> 56) as u8 & 0xf0 == 0x30 && ((w >> 56) as u8 & 0x0f) < 10) << 7;
+        base += 8;
+    }
+    (base.max(1)..b.len()).any(|e| {
+        (b[e] | 0x20) == b'e' && b[e - 1].is_ascii_digit() && !exponent_token_is_finite(b, e)
+    })
+}
+
+fn is_number_byte(c: u8) -> bool {
+    matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+}
+
+/// Whether the token around the exponent at `e` is finite, or is not a number at all (not
+/// delimited the way a JSON number is, so inside a string).
+fn exponent_token_is_finite(b: &[u8], e: usize) -> bool {
+    let start = b[..e]
+        .iter()
+        .rposition(|&c| !is_number_byte(c))
+        .map_or(0, |p| p + 1);
+    let end = b[e..]
+        .iter()
+        .position(|&c| !is_number_byte(c))
+        .map_or(b.len(), |p| e + p);
+    let before_ok = start == 0
+        || matches!(
+            b[start - 1],
+            b':' | b',' | b'[' | b' ' | b'\t' | b'\n' | b'\r'
+        );
+    let after_ok =
+        end == b.len() || matches!(b[end], b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r');
+    if !(before_ok && after_ok) {
+        return true;
+    }
+    std::str::from_utf8(&b[start..end])
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+        .is_some_and(f64::is_finite)
+}
+
+/// True if 301 or more digits follow each other: such a run covers two consecutive samples
+/// taken every 150 bytes, and the bytes between them.
+fn has_long_digit_run(b: &[u8]) -> bool {
+    let mut k = 0;
+    while k + 150 < b.len() {
+        if b[k].is_ascii_digit()
+            && b[k + 150].is_ascii_digit()
+            && b[k..k + 150].iter().all(u8::is_ascii_digit)
+        {
+            return true;
+        }
+        k += 150;
+    }
+    false
+}
+
+/// The exact check: one pass following strings (skipped with `memchr`); a number is parsed
+/// only when it has an exponent or more than 300 characters (nothing shorter can overflow).
+fn check_go_limits_exact(text: &str, mut depth: usize, numbers: bool) -> Result<(), GoLimit<'_>> {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match CLASS[b[i] as usize] {
+            0 => i += 1,
+            1 => {
+                // Skip the string: find its closing quote, stepping over escapes. Short
+                // strings (most keys) byte by byte, long ones with memchr.
+                i += 1;
+                let short_end = (i + 16).min(b.len());
+                while i < short_end && b[i] != b'"' && b[i] != b'\\' {
+                    i += 1;
+                }
+                loop {
+                    match b.get(i) {
+                        Some(b'"') => {
+                            i += 1;
+                            break;
+                        }
+                        Some(b'\\') => i += 2,
+                        Some(_) => match memchr::memchr2(b'"', b'\\', &b[i..]) {
+                            Some(k) => i += k,
+                            None => return Ok(()),
+                        },
+                        None => return Ok(()),
+                    }
+                }
+            }
+            2 => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(GoLimit::Depth);
+                }
+                i += 1;
+            }
+            3 => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            _ if numbers => {
+                let start = i;
+                let mut exponent = false;
+                while i < b.len() {
+                    match b[i] {
+                        b'0'..=b'9' | b'-' | b'+' | b'.' => {}
+                        b'e' | b'E' => exponent = true,
+                        _ => break,
+                    }
+                    i += 1;
+                }
+                if exponent || i - start > 300 {
+                    let number = &text[start..i];
+                    if !number.parse::<f64>().is_ok_and(f64::is_finite) {
+                        return Err(GoLimit::Number(number));
+                    }
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+fn limit_error<E: de::Error>(limit: GoLimit<'_>, path: &str) -> E {
+    match limit {
+        GoLimit::Depth => E::custom(format_args!(
+            "nesting in {path} exceeds Go's maximum depth of {MAX_JSON_DEPTH}"
+        )),
+        GoLimit::Number(n) => type_error(MSG_CONTENT, format_args!("number {n}")),
+    }
+}
+
+/// Skips the value of a key Go does not know, refusing it if it nests deeper than Go allows
+/// (`depth`: the depth of the object holding the key).
+fn skip_unknown<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    key: &Key<'_>,
+    depth: usize,
+) -> Result<(), A::Error> {
+    map.next_value_seed(Checked {
+        depth,
+        numbers: false,
+        path: &key.0,
+    })
+    .map(drop)
+}
+
+/// A value kept as raw JSON and checked against Go's limits while it is decoded (so a
+/// path-tracking deserializer sees the error at the value's path).
+struct Checked<'p> {
+    /// Depth of the object that holds the value.
+    depth: usize,
+    /// Also refuse numbers outside `float64` (Go decodes the value into `interface{}`).
+    numbers: bool,
+    /// Where the value is, for the error text.
+    path: &'p str,
+}
+
+impl<'de> de::DeserializeSeed<'de> for Checked<'_> {
+    type Value = Content;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Content, D::Error> {
+        let content = Content::deserialize(d)?;
+        check_go_limits(content.as_json(), self.depth, self.numbers)
+            .map_err(|limit| limit_error(limit, self.path))?;
+        Ok(content)
+    }
+}
+
 struct HeaderVisitor;
+
+impl HeaderVisitor {
+    fn go_field(&self) -> GoField {
+        MSG_HEADER
+    }
+}
 
 impl<'de> Visitor<'de> for HeaderVisitor {
     type Value = Header;
@@ -432,28 +903,34 @@ impl<'de> Visitor<'de> for HeaderVisitor {
         Ok(Header::default())
     }
 
+    refuse_kinds!(bool number string array);
+
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Header, A::Error> {
         let mut h = Header::default();
         while let Some(key) = map.next_key::<Key<'de>>()? {
             // Go: a JSON null leaves the field untouched.
             if key_is(&key, "msg_id") {
-                h.id = map.next_value::<Option<String>>()?.unwrap_or(h.id);
+                let f = header_field("header.msg_id", "string");
+                h.id = map.next_value_seed(GoString(f))?.unwrap_or(h.id);
             } else if key_is(&key, "parent_msg_id") {
-                h.parent_id = map.next_value::<Option<String>>()?.unwrap_or(h.parent_id);
+                let f = header_field("header.parent_msg_id", "string");
+                h.parent_id = map.next_value_seed(GoString(f))?.unwrap_or(h.parent_id);
             } else if key_is(&key, "timestamp") {
-                h.timestamp = map.next_value::<Option<i64>>()?.unwrap_or(h.timestamp);
+                let f = header_field("header.timestamp", "int64");
+                h.timestamp = map.next_value_seed(GoI64(f))?.unwrap_or(h.timestamp);
             } else if key_is(&key, "resourceversion") {
+                let f = header_field("header.resourceversion", "string");
                 h.resource_version = map
-                    .next_value::<Option<String>>()?
+                    .next_value_seed(GoString(f))?
                     .unwrap_or(h.resource_version);
             } else if key_is(&key, "sync") {
-                h.sync = map.next_value::<Option<bool>>()?.unwrap_or(h.sync);
+                let f = header_field("header.sync", "bool");
+                h.sync = map.next_value_seed(GoBool(f))?.unwrap_or(h.sync);
             } else if key_is(&key, "type") {
-                h.message_type = map
-                    .next_value::<Option<String>>()?
-                    .unwrap_or(h.message_type);
+                let f = header_field("header.type", "string");
+                h.message_type = map.next_value_seed(GoString(f))?.unwrap_or(h.message_type);
             } else {
-                map.next_value::<IgnoredAny>()?;
+                skip_unknown(&mut map, &key, 2)?;
             }
         }
         Ok(h)
@@ -468,6 +945,12 @@ impl<'de> Deserialize<'de> for Header {
 
 struct RouteVisitor;
 
+impl RouteVisitor {
+    fn go_field(&self) -> GoField {
+        MSG_ROUTE
+    }
+}
+
 impl<'de> Visitor<'de> for RouteVisitor {
     type Value = Route;
 
@@ -479,24 +962,26 @@ impl<'de> Visitor<'de> for RouteVisitor {
         Ok(Route::default())
     }
 
+    refuse_kinds!(bool number string array);
+
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Route, A::Error> {
         let mut r = Route::default();
         while let Some(key) = map.next_key::<Key<'de>>()? {
-            let field = if key_is(&key, "source") {
-                &mut r.source
+            let (field, go) = if key_is(&key, "source") {
+                (&mut r.source, route_field("route.source"))
             } else if key_is(&key, "destination") {
-                &mut r.destination
+                (&mut r.destination, route_field("route.destination"))
             } else if key_is(&key, "group") {
-                &mut r.group
+                (&mut r.group, route_field("route.group"))
             } else if key_is(&key, "operation") {
-                &mut r.operation
+                (&mut r.operation, route_field("route.operation"))
             } else if key_is(&key, "resource") {
-                &mut r.resource
+                (&mut r.resource, route_field("route.resource"))
             } else {
-                map.next_value::<IgnoredAny>()?;
+                skip_unknown(&mut map, &key, 2)?;
                 continue;
             };
-            if let Some(value) = map.next_value::<Option<String>>()? {
+            if let Some(value) = map.next_value_seed(GoString(go))? {
                 *field = value;
             }
         }
@@ -512,11 +997,37 @@ impl<'de> Deserialize<'de> for Route {
 
 struct MessageVisitor;
 
+/// Go's text for a top-level value of the wrong kind.
+fn not_a_message<E: de::Error>(kind: &str) -> E {
+    E::custom(format_args!(
+        "cannot unmarshal {kind} into Go value of type model.Message"
+    ))
+}
+
 impl<'de> Visitor<'de> for MessageVisitor {
     type Value = Message;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a message object")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Message, E> {
+        Err(not_a_message("bool"))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Message, E> {
+        Err(not_a_message("number"))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Message, E> {
+        Err(not_a_message("number"))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Message, E> {
+        Err(not_a_message("number"))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Message, E> {
+        Err(not_a_message("string"))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Message, A::Error> {
+        Err(not_a_message("array"))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
@@ -527,17 +1038,117 @@ impl<'de> Visitor<'de> for MessageVisitor {
             } else if key_is(&key, "route") {
                 m.route = map.next_value()?;
             } else if key_is(&key, "content") {
-                m.content = map.next_value()?;
+                // Go decodes content into `interface{}`: numbers become float64, and the
+                // whole document is held to Go's depth limit.
+                m.content = map.next_value_seed(Checked {
+                    depth: 1,
+                    numbers: true,
+                    path: "content",
+                })?;
             } else {
-                map.next_value::<IgnoredAny>()?;
+                skip_unknown(&mut map, &key, 1)?;
             }
         }
         Ok(m)
     }
 }
 
+/// Decoding refuses what Go's `encoding/json` refuses when it decodes a `model.Message`, so
+/// nothing is accepted here that a Go peer would then choke on:
+/// * a field of the wrong type, with Go's text naming the field (`cannot unmarshal string into
+///   Go struct field MessageHeader.header.timestamp of type int64`);
+/// * nesting deeper than [`MAX_JSON_DEPTH`] anywhere in the message (content and unknown keys
+///   included);
+/// * a number in the content outside `float64` range (`1e400`).
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(MessageVisitor)
+        deserializer.deserialize_any(MessageVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GoLimit, check_go_limits, check_go_limits_exact};
+    use crate::json::MAX_JSON_DEPTH;
+
+    #[test]
+    fn the_scan_skips_strings_and_finds_depth_and_overflowing_numbers() {
+        assert_eq!(check_go_limits(r#"{"a":"[[[[\"]]"}"#, 1, true), Ok(()));
+        assert_eq!(check_go_limits("[1e308,-1e-400,0.5]", 1, true), Ok(()));
+        assert_eq!(
+            check_go_limits("[1,-1E+400]", 1, true),
+            Err(GoLimit::Number("-1E+400"))
+        );
+        assert_eq!(check_go_limits("[1e400]", 1, false), Ok(()));
+        let long = format!("[1{}]", "0".repeat(309));
+        assert!(matches!(
+            check_go_limits(&long, 1, true),
+            Err(GoLimit::Number(_))
+        ));
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert_eq!(check_go_limits(&deep(MAX_JSON_DEPTH - 1), 1, true), Ok(()));
+        assert_eq!(
+            check_go_limits(&deep(MAX_JSON_DEPTH), 1, true),
+            Err(GoLimit::Depth)
+        );
+    }
+
+    #[test]
+    fn the_word_tests_match_byte_tests() {
+        let text: Vec<u8> = (0u8..=255).chain(b"[{1e5 9E[{".iter().copied()).collect();
+        assert_eq!(
+            super::count_openers(&text),
+            text.iter().filter(|&&c| c == b'[' || c == b'{').count()
+        );
+        for w in text.chunks_exact(8) {
+            let word = u64::from_le_bytes(w.try_into().unwrap());
+            for (j, &c) in w.iter().enumerate() {
+                let bit = |m: u64| (m >> (8 * j + 7)) & 1 == 1;
+                assert_eq!(bit(super::digit_bytes(word)), c.is_ascii_digit(), "{c}");
+                assert_eq!(bit(super::e_bytes(word)), c == b'e' || c == b'E', "{c}");
+            }
+        }
+        for n in [
+            "1e400",
+            "[2,1e400]",
+            "[12345678,1e400]",
+            "[1234567,1e400]",
+            "[123456789012345,1E400]",
+        ] {
+            assert!(super::exponent_may_overflow(n.as_bytes()), "{n}");
+            assert!(
+                !super::exponent_may_overflow(n.replace("400", "40").as_bytes()),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_quick_tests_never_miss_what_the_exact_scan_finds() {
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH),
+            "]".repeat(MAX_JSON_DEPTH)
+        );
+        let long = format!("{{\"a\":1{}}}", "0".repeat(400));
+        for text in [
+            r#"{"uid":"4f3c2b1a-0e9d-4c8b","n":1e400}"#,
+            r#"{"s":"x,1e400,y","n":1}"#,
+            r#"["1e400 in a string",2E+5,-3.5e-7]"#,
+            r#"[1,2,3e308]"#,
+            "1e400",
+            "-1E400",
+            "[0.5e400]",
+            "[ 1e999 ]",
+            long.as_str(),
+            deep.as_str(),
+        ] {
+            assert_eq!(
+                check_go_limits(text, 1, true),
+                check_go_limits_exact(text, 1, true),
+                "{}",
+                &text[..text.len().min(60)]
+            );
+        }
     }
 }

@@ -10,6 +10,9 @@ pub(crate) struct ModuleStats {
     pub(crate) sent: AtomicU64,
     pub(crate) received: AtomicU64,
     pub(crate) rejected_full: AtomicU64,
+    pub(crate) rejected_stopped: AtomicU64,
+    /// Set while the module of this name is removed (cleared when it is registered again).
+    pub(crate) removed: std::sync::atomic::AtomicBool,
     pub(crate) sync_timeouts: AtomicU64,
     pub(crate) late_responses: AtomicU64,
     pub(crate) restarts: AtomicU64,
@@ -33,6 +36,7 @@ impl ModuleStats {
             sent: self.sent.load(Ordering::Relaxed),
             received: self.received.load(Ordering::Relaxed),
             rejected_full: self.rejected_full.load(Ordering::Relaxed),
+            rejected_stopped: self.rejected_stopped.load(Ordering::Relaxed),
             sync_timeouts: self.sync_timeouts.load(Ordering::Relaxed),
             late_responses: self.late_responses.load(Ordering::Relaxed),
             restarts: self.restarts.load(Ordering::Relaxed),
@@ -55,6 +59,12 @@ pub struct ModuleStatsSnapshot {
     pub received: u64,
     /// `try_send` attempts refused because this module's mailbox was full.
     pub rejected_full: u64,
+    /// Sends to this module refused because it had stopped or was removed: sends, try-sends
+    /// and sync requests addressed to it afterwards, senders that were waiting for room when
+    /// it stopped, and group sends that skipped it because it had stopped. (Group sends do
+    /// not count removed members: those are no longer members. Once the whole bus has shut
+    /// down, sends fail with [`crate::Error::Shutdown`] and count nowhere.)
+    pub rejected_stopped: u64,
     /// Sync requests of this module that expired without an answer.
     pub sync_timeouts: u64,
     /// Answers to this module's sync requests that came after the request had timed out.

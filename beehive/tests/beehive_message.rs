@@ -293,3 +293,133 @@ mod roundtrip {
         }
     }
 }
+
+/// issue 18: decode errors name the field as Go's `encoding/json` does.
+#[test]
+fn decode_errors_name_the_field_like_go() {
+    for (json, field, path) in [
+        (
+            r#"{"header":{"msg_id":"x","timestamp":"1700000000000"}}"#,
+            "Go struct field MessageHeader.header.timestamp of type int64",
+            "header.timestamp",
+        ),
+        (
+            r#"{"header":{"timestamp":1.5}}"#,
+            "cannot unmarshal number 1.5 into Go struct field MessageHeader.header.timestamp of type int64",
+            "header.timestamp",
+        ),
+        (
+            r#"{"header":{"msg_id":7}}"#,
+            "cannot unmarshal number into Go struct field MessageHeader.header.msg_id of type string",
+            "header.msg_id",
+        ),
+        (
+            r#"{"header":{"sync":"true"}}"#,
+            "cannot unmarshal string into Go struct field MessageHeader.header.sync of type bool",
+            "header.sync",
+        ),
+        (
+            r#"{"route":{"source":{"a":1}}}"#,
+            "cannot unmarshal object into Go struct field MessageRoute.route.source of type string",
+            "route.source",
+        ),
+        (
+            r#"{"header":[1]}"#,
+            "cannot unmarshal array into Go struct field Message.header of type model.MessageHeader",
+            "header",
+        ),
+    ] {
+        let err = Message::from_json(json.as_bytes()).expect_err(json);
+        let text = err.to_string();
+        assert!(text.contains(field), "{json}: {text}");
+        assert_eq!(err.path(), Some(path), "{json}: {text}");
+        // The wire decoders use the Deserialize impl directly: same text.
+        let direct = serde_json::from_str::<Message>(json).expect_err(json);
+        assert!(direct.to_string().contains(field), "{json}: {direct}");
+    }
+    let err = Message::from_json(b"[]").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("cannot unmarshal array into Go value of type model.Message"),
+        "{err}"
+    );
+    // A syntax error inside a field still says where decoding stopped.
+    let err = Message::from_json(br#"{"header":{"msg_id":"a","timestamp":-x}}"#).unwrap_err();
+    assert_eq!(err.path(), Some("header.timestamp"), "{err}");
+    assert!(err.to_string().contains("header.timestamp"), "{err}");
+}
+
+fn nested(levels: usize) -> String {
+    format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+}
+
+/// issue 18: Go's decoder refuses nesting deeper than 10000 (the message object counts as 1),
+/// so a message Go peers would refuse is refused where it enters, wherever the nesting is.
+#[test]
+fn nesting_deeper_than_go_allows_is_refused() {
+    let limit = beehive::json::MAX_JSON_DEPTH;
+    assert_eq!(limit, 10_000);
+    let ok = format!(
+        r#"{{"header":{{"msg_id":"x"}},"content":{}}}"#,
+        nested(limit - 1)
+    );
+    let msg = Message::from_json(ok.as_bytes()).unwrap();
+    assert_eq!(msg.content.as_json().len(), 2 * (limit - 1));
+
+    for json in [
+        format!(
+            r#"{{"header":{{"msg_id":"x"}},"content":{}}}"#,
+            nested(limit)
+        ),
+        format!(r#"{{"content":{{"a":{}}}}}"#, nested(limit - 1)),
+        format!(r#"{{"unknown":{},"content":null}}"#, nested(limit)),
+        format!(r#"{{"header":{{"extra":{}}}}}"#, nested(limit - 1)),
+        format!(r#"{{"route":{{"extra":{}}}}}"#, nested(limit - 1)),
+    ] {
+        let err = Message::from_json(json.as_bytes()).expect_err("too deep");
+        assert!(
+            err.to_string().contains("maximum depth of 10000"),
+            "{}",
+            &err.to_string()[..200.min(err.to_string().len())]
+        );
+        assert!(serde_json::from_str::<Message>(&json).is_err());
+    }
+    // One level less in an unknown key is fine (Go skips it).
+    let json = format!(r#"{{"header":{{"extra":{}}}}}"#, nested(limit - 2));
+    assert!(Message::from_json(json.as_bytes()).is_ok());
+}
+
+/// issue 18: Go decodes content into `interface{}`, so numbers become float64 and one outside
+/// its range fails the whole message; refuse it here rather than pass it on to Go peers.
+#[test]
+fn content_numbers_outside_float64_are_refused() {
+    for content in [
+        "1e400",
+        "-1e400",
+        r#"{"a":[1,2,{"b":1E+309}]}"#,
+        &format!("[1{}]", "0".repeat(400)),
+    ] {
+        let json = format!(r#"{{"header":{{"msg_id":"x"}},"content":{content}}}"#);
+        let err = Message::from_json(json.as_bytes()).expect_err(content);
+        let text = err.to_string();
+        assert!(
+            text.contains("into Go struct field Message.content of type float64"),
+            "{text}"
+        );
+        assert_eq!(err.path(), Some("content"), "{text}");
+        assert!(serde_json::from_str::<Message>(&json).is_err());
+    }
+    // Underflow rounds to zero in Go, and big but finite numbers and numbers in strings pass.
+    for content in [
+        "1e-400",
+        "1.7976931348623157e308",
+        r#""1e400""#,
+        "[9007199254740993]",
+    ] {
+        let json = format!(r#"{{"content":{content}}}"#);
+        let msg = Message::from_json(json.as_bytes()).expect(content);
+        assert_eq!(msg.content.as_json(), content);
+    }
+    // Go skips unknown keys without converting their numbers.
+    assert!(Message::from_json(br#"{"extra":1e400,"content":null}"#).is_ok());
+}

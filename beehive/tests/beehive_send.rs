@@ -308,3 +308,163 @@ async fn actor_modules_receive_group_sends_too() {
     until(|| sa.lock().unwrap().len() == 100 && sb.lock().unwrap().len() == 100).await;
     bus.shutdown().await;
 }
+
+/// The result of a spawned send, which must finish soon.
+async fn woken<T>(task: tokio::task::JoinHandle<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the blocked sender is woken")
+        .unwrap()
+}
+
+/// issue 18: a sender blocked on the full mailbox of an inbox nobody reads is woken by
+/// shutdown with `Stopped`, the message handed back (as for actor mailboxes).
+#[actix_rt::test]
+async fn senders_blocked_on_an_unread_inbox_are_woken_by_shutdown() {
+    let bus = Bus::new();
+    let _never_read = bus.register_inbox("stuck", "stuck", 1).unwrap();
+    let ep = bus.endpoint("x");
+    ep.send("stuck", numbered(0, 0)).await.unwrap();
+    let plain = actix_rt::spawn({
+        let ep = ep.clone();
+        async move { ep.send("stuck", numbered(0, 1)).await }
+    });
+    let sync = actix_rt::spawn({
+        let ep = ep.clone();
+        async move {
+            ep.send_sync("stuck", numbered(0, 2), Duration::from_secs(30))
+                .await
+        }
+    });
+    let group = actix_rt::spawn({
+        let ep = ep.clone();
+        async move { ep.send_to_group("stuck", numbered(0, 3)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(!plain.is_finished() && !sync.is_finished() && !group.is_finished());
+    tokio::time::timeout(Duration::from_secs(2), bus.shutdown())
+        .await
+        .expect("shutdown does not wait for an inbox");
+
+    let err = woken(plain).await.unwrap_err();
+    assert!(matches!(err, Error::Stopped { .. }), "{err}");
+    assert_eq!(number_of(&err.into_message().unwrap()), (0, 1));
+    let err = woken(sync).await.unwrap_err();
+    assert!(matches!(err, Error::Stopped { .. }), "{err}");
+    // The group send skips the stopped member: nobody got it.
+    let delivered = woken(group).await.unwrap();
+    assert_eq!(delivered, 0);
+}
+
+/// issue 18: the same for `remove`.
+#[actix_rt::test]
+async fn senders_blocked_on_an_unread_inbox_are_woken_by_remove() {
+    let bus = Bus::new();
+    let _never_read = bus.register_inbox("stuck", "g", 1).unwrap();
+    let ep = bus.endpoint("x");
+    ep.send("stuck", numbered(0, 0)).await.unwrap();
+    let blocked = actix_rt::spawn({
+        let ep = ep.clone();
+        async move { ep.send("stuck", numbered(0, 1)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(!blocked.is_finished());
+    bus.remove("stuck").await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(2), blocked)
+        .await
+        .expect("the blocked sender is woken")
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, Error::Stopped { .. }), "{err}");
+    assert_eq!(number_of(&err.into_message().unwrap()), (0, 1));
+}
+
+/// issue 18: a group send with a deadline says who got the message; members still full at
+/// the deadline do not get it, then or later, so resending to exactly those is safe.
+#[actix_rt::test]
+async fn a_group_send_within_a_deadline_reports_who_got_it() {
+    let bus = Bus::new();
+    let mut a = bus.register_inbox("a", "g", 1).unwrap();
+    let mut b = bus.register_inbox("b", "g", 1).unwrap();
+    let mut c = bus.register_inbox("c", "g", 1).unwrap();
+    let mut d = bus.register_inbox("d", "g", 1).unwrap();
+    let ep = bus.endpoint("x");
+    for full in ["a", "c", "d"] {
+        ep.send(full, numbered(9, 0)).await.unwrap();
+    }
+    // `c` makes room while the group send waits; `a` and `d` stay full.
+    let reader = actix_rt::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let first = c.recv().await.unwrap();
+        (c, first)
+    });
+    let got = ep
+        .send_to_group_within("g", numbered(0, 1), Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert_eq!(got.delivered, ["b", "c"]);
+    assert_eq!(got.timed_out, ["a", "d"]);
+    assert!(got.refused.is_empty());
+    assert!(!got.is_complete());
+
+    let (mut c, first) = reader.await.unwrap();
+    assert_eq!(number_of(&first), (9, 0));
+    assert_eq!(number_of(&c.recv().await.unwrap()), (0, 1));
+    assert_eq!(number_of(&b.recv().await.unwrap()), (0, 1));
+    // The timed-out members only have what they had; a resend reaches each once.
+    for (name, inbox) in [("a", &mut a), ("d", &mut d)] {
+        assert_eq!(number_of(&inbox.recv().await.unwrap()), (9, 0));
+        assert!(
+            inbox.try_recv().is_none(),
+            "{name} never got the group message"
+        );
+        ep.send(name, numbered(0, 1)).await.unwrap();
+        assert_eq!(number_of(&inbox.recv().await.unwrap()), (0, 1));
+    }
+    assert_eq!(
+        bus.module_stats("x").unwrap().sent,
+        3 + 2 + 2,
+        "fills, group deliveries, resends"
+    );
+
+    let err = ep
+        .send_to_group_within("nobody", numbered(0, 2), Duration::from_millis(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::EmptyGroup { .. }), "{err}");
+}
+
+/// issue 18, documented semantics: a plain group send cancelled while it waits for a full
+/// member leaves the message with the members that had room and the full members before the
+/// one it waited for, in member order — and with no one else.
+#[actix_rt::test]
+async fn a_cancelled_group_send_has_delivered_a_member_order_prefix_of_the_full_ones() {
+    let bus = Bus::new();
+    let mut inboxes: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| bus.register_inbox(n, "g", 1).unwrap())
+        .collect();
+    let ep = bus.endpoint("x");
+    // b and c are full; a and d have room.
+    ep.send("b", numbered(9, 0)).await.unwrap();
+    ep.send("c", numbered(9, 0)).await.unwrap();
+    let send = ep.send_to_group("g", numbered(0, 1));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(30), send)
+            .await
+            .is_err(),
+        "waits for b"
+    );
+    let got: Vec<Vec<(usize, usize)>> = inboxes
+        .iter_mut()
+        .map(|i| {
+            std::iter::from_fn(|| i.try_recv())
+                .map(|m| number_of(&m))
+                .collect()
+        })
+        .collect();
+    assert_eq!(got[0], [(0, 1)], "a had room");
+    assert_eq!(got[1], [(9, 0)], "b was being waited for: not delivered");
+    assert_eq!(got[2], [(9, 0)], "c comes after b: not delivered");
+    assert_eq!(got[3], [(0, 1)], "d had room");
+}

@@ -776,3 +776,80 @@ async fn identical_watches_share_one_listener() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(s.edge.pushes_with("/service/one").len(), 1);
 }
+
+#[tokio::test]
+async fn update_updatestatus_and_delete_go_to_the_api_server_as_the_node() {
+    let s = Scenario::new("meta-rw").await;
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    let key = format!("/core/v1/nodes/null/{}", s.node);
+    let mut own = to_value(&nodes.get(&s.node).await.unwrap());
+    own["metadata"]["annotations"] = json!({"metaserver.test/update": "1"});
+    let updated = s
+        .edge
+        .apply(application(
+            "update",
+            &key,
+            Some(json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"})),
+            Some(own.clone()),
+        ))
+        .await
+        .approved();
+    assert_eq!(
+        updated["metadata"]["annotations"]["metaserver.test/update"],
+        "1"
+    );
+    // The same stale version again: the API server's conflict reaches the edge unchanged.
+    s.edge
+        .apply(application("update", &key, Some(json!({})), Some(own)))
+        .await
+        .rejected(409);
+
+    let mut status = updated.clone();
+    status["status"]["conditions"] = json!([{"type": "Ready", "status": "True", "reason": "MetaServerTest",
+        "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+    let mut app = application("updatestatus", &key, Some(json!({})), Some(status));
+    app["Subresource"] = json!("status");
+    s.edge.apply(app).await.approved();
+    let node = nodes.get(&s.node).await.unwrap();
+    let reasons: Vec<String> = node
+        .status
+        .and_then(|st| st.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.reason.unwrap_or_default())
+        .collect();
+    assert!(reasons.iter().any(|r| r == "MetaServerTest"), "{reasons:?}");
+
+    // A pod bound to the node may be deleted by it, one bound elsewhere may not.
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.ns);
+    let pod = |name: &str, node: &str| -> Pod {
+        from(
+            json!({"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}),
+        )
+    };
+    create(pods.clone(), &pod("mine", &s.node)).await;
+    let other = unique("elsewhere");
+    edge_node(&s.client, &other).await;
+    create(pods.clone(), &pod("theirs", &other)).await;
+    let delete = |name: &str| {
+        application(
+            "delete",
+            &format!("/core/v1/pods/{}/{name}", s.ns),
+            Some(
+                json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "gracePeriodSeconds": 0}),
+            ),
+            None,
+        )
+    };
+    s.edge.apply(delete("theirs")).await.rejected(403);
+    assert!(
+        pods.get_opt("theirs").await.unwrap().is_some(),
+        "another node's pod stays"
+    );
+    s.edge.apply(delete("mine")).await.approved();
+    eventually(WAIT, "own pod deleted", || async {
+        matches!(pods.get_opt("mine").await, Ok(None)).then_some(())
+    })
+    .await
+    .expect("the node deleted its own pod");
+}

@@ -853,3 +853,60 @@ async fn update_updatestatus_and_delete_go_to_the_api_server_as_the_node() {
     .await
     .expect("the node deleted its own pod");
 }
+
+#[tokio::test]
+async fn a_flooding_node_is_refused_429_while_others_are_served() {
+    let (flooder, other) = (
+        Scenario::new("meta-flood").await,
+        Scenario::new("meta-calm").await,
+    );
+    let key = format!("/core/v1/services/{}/null", flooder.ns);
+    let mut pending = Vec::new();
+    for _ in 0..300 {
+        let app = application("list", &key, Some(json!({})), None);
+        pending.push(
+            flooder
+                .edge
+                .send_as(
+                    "metaserver",
+                    "dynamiccontroller",
+                    "null",
+                    "null",
+                    json_content(&app),
+                )
+                .await,
+        );
+    }
+    let started = std::time::Instant::now();
+    let calm = other
+        .edge
+        .apply(application(
+            "list",
+            &format!("/core/v1/services/{}/null", other.ns),
+            Some(json!({})),
+            None,
+        ))
+        .await;
+    calm.approved();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "another node waited {:?}",
+        started.elapsed()
+    );
+    let mut refused = 0;
+    for p in pending {
+        let m = tokio::time::timeout(REPLY_WAIT, p.rx)
+            .await
+            .expect("every request answered")
+            .unwrap();
+        let app: Value = serde_json::from_str(m.content.as_json()).unwrap();
+        if app["Status"] == "Rejected" {
+            assert_eq!(app["Error"]["ErrStatus"]["code"], 429, "{app}");
+            refused += 1;
+        }
+    }
+    assert!(
+        refused >= 100,
+        "beyond the burst, refused: {refused} of 300"
+    );
+}

@@ -17,6 +17,15 @@ pub struct DynamicControllerConfig {
     pub concurrency: usize,
     /// Requests one node may have waiting or running (default 64); more are answered `429`.
     pub node_requests: usize,
+    /// Bytes of request content one node may have waiting or running (default 16 MiB); more
+    /// are answered `429`, so a node's queue cannot hold more memory than this.
+    pub node_request_bytes: usize,
+    /// Requests per second one node may send over time (default 50), with bursts of
+    /// `nodeBurst` (default 100); beyond that they are answered `429`.
+    #[serde(rename = "nodeQPS")]
+    pub node_qps: u32,
+    /// See `nodeQPS`.
+    pub node_burst: u32,
     /// Seconds a watch registration waits for a new resource type's first list before it is
     /// answered `504` (default 30). Other requests are not held up meanwhile.
     pub informer_sync_timeout: u64,
@@ -41,6 +50,9 @@ impl Default for DynamicControllerConfig {
             enable: true,
             concurrency: 32,
             node_requests: 64,
+            node_request_bytes: 16 << 20,
+            node_qps: 50,
+            node_burst: 100,
             informer_sync_timeout: 30,
             allowed_resources: Vec::new(),
             max_informers: 64,
@@ -73,6 +85,9 @@ impl DynamicControllerConfig {
         [
             ("concurrency", self.concurrency),
             ("nodeRequests", self.node_requests),
+            ("nodeRequestBytes", self.node_request_bytes),
+            ("nodeQPS", self.node_qps as usize),
+            ("nodeBurst", self.node_burst as usize),
             ("maxInformers", self.max_informers),
             ("maxListenersPerNode", self.max_listeners_per_node),
         ]

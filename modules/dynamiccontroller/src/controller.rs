@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Context, Handler};
 use beehive::{Content, Endpoint, Message, Module};
@@ -40,7 +40,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 ///
 /// * **Requests** (list, get, create, update, updatestatus, patch, delete, discovery) are
 ///   answered from the API server with `Approved` or `Rejected` replies; each node may have
-///   `nodeRequests` waiting or running (more are refused `429`), `concurrency` run at once.
+///   `nodeRequests` requests (`nodeRequestBytes` of content) waiting or running and send
+///   `nodeQPS` per second (more are refused `429`); `concurrency` run at once.
 /// * **Watches** register listeners on one shared cache per resource type; every change is
 ///   sent to the nodes whose listeners select it, reliably (cloudhub's acknowledged path).
 ///   A node's watch registrations and syncs are handled in the order they arrive.
@@ -81,33 +82,107 @@ impl std::fmt::Debug for DynamicController {
     }
 }
 
-/// Admission of requests: the per-node count, the global limit, the per-node order lock and
-/// which nodes are connected.
+/// Admission of requests: per-node counts, bytes and rate, the global limit, the per-node
+/// order lock and which nodes are connected.
 #[derive(Debug)]
 struct Gate {
     running: Semaphore,
-    per_node: Mutex<HashMap<String, usize>>,
+    per_node: Mutex<HashMap<String, NodeLoad>>,
+    buckets: Mutex<HashMap<String, Bucket>>,
     node_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     connected: Mutex<HashSet<String>>,
     node_limit: usize,
+    node_bytes: usize,
+    qps: f64,
+    burst: f64,
 }
 
+/// What one node has waiting or running.
+#[derive(Debug, Default, Clone, Copy)]
+struct NodeLoad {
+    requests: usize,
+    bytes: usize,
+}
+
+/// A node's request-rate token bucket.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Buckets kept at most; beyond, those refilled to the full burst are forgotten.
+const BUCKETS_MAX: usize = 16_384;
+
 impl Gate {
-    fn try_begin(&self, node: &str) -> bool {
-        let mut m = self.per_node.lock().unwrap_or_else(|p| p.into_inner());
-        let n = m.entry(node.to_owned()).or_default();
-        if *n >= self.node_limit {
+    fn new(config: &DynamicControllerConfig) -> Self {
+        Gate {
+            running: Semaphore::new(config.concurrency.max(1)),
+            per_node: Mutex::default(),
+            buckets: Mutex::default(),
+            node_locks: Mutex::default(),
+            connected: Mutex::default(),
+            node_limit: config.node_requests.max(1),
+            node_bytes: config.node_request_bytes.max(1),
+            qps: f64::from(config.node_qps.max(1)),
+            burst: f64::from(config.node_burst.max(1)),
+        }
+    }
+
+    /// Takes one token of `node`'s bucket.
+    fn rate_ok(&self, node: &str) -> bool {
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if buckets.len() >= BUCKETS_MAX && !buckets.contains_key(node) {
+            let (qps, burst) = (self.qps, self.burst);
+            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * qps < burst);
+        }
+        let b = buckets.entry(node.to_owned()).or_insert(Bucket {
+            tokens: self.burst,
+            at: now,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.qps).min(self.burst);
+        b.at = now;
+        if b.tokens < 1.0 {
             return false;
         }
-        *n += 1;
+        b.tokens -= 1.0;
         true
     }
 
-    fn end(&self, node: &str) {
+    /// Admits one request of `bytes` from `node`, or says why not.
+    fn try_begin(&self, node: &str, bytes: usize) -> Result<(), String> {
+        if !self.rate_ok(node) {
+            return Err(format!(
+                "node {node} sends more than {} metaServer requests per second",
+                self.qps
+            ));
+        }
         let mut m = self.per_node.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(node) {
-            *n -= 1;
-            if *n == 0 {
+        let load = m.entry(node.to_owned()).or_default();
+        if load.requests >= self.node_limit {
+            return Err(format!(
+                "node {node} has {} metaServer requests waiting or running already",
+                self.node_limit
+            ));
+        }
+        if load.bytes + bytes > self.node_bytes {
+            return Err(format!(
+                "node {node} has {} bytes of metaServer requests waiting or running (nodeRequestBytes {})",
+                load.bytes, self.node_bytes
+            ));
+        }
+        load.requests += 1;
+        load.bytes += bytes;
+        Ok(())
+    }
+
+    fn end(&self, node: &str, bytes: usize) {
+        let mut m = self.per_node.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(load) = m.get_mut(node) {
+            load.requests -= 1;
+            load.bytes -= bytes;
+            if load.requests == 0 {
                 m.remove(node);
             }
         }
@@ -125,13 +200,7 @@ impl DynamicController {
     /// `bus.endpoint("dynamiccontroller")`) and talking to Kubernetes with `client`
     /// (cloudcore's identity). Listener records go to namespace `kubeedge`.
     pub fn new(config: DynamicControllerConfig, endpoint: Endpoint, client: kube::Client) -> Self {
-        let gate = Arc::new(Gate {
-            running: Semaphore::new(config.concurrency.max(1)),
-            per_node: Mutex::default(),
-            node_locks: Mutex::default(),
-            connected: Mutex::default(),
-            node_limit: config.node_requests.max(1),
-        });
+        let gate = Arc::new(Gate::new(&config));
         DynamicController {
             config,
             endpoint,
@@ -361,14 +430,12 @@ impl Handler<Message> for DynamicController {
             return;
         };
         let is_sync = msg.route.resource.ends_with(WATCH_SYNC_RESOURCE);
-        if !gate.try_begin(&node) {
-            debug!(node, "node over its request limit; refused");
+        let bytes = msg.content.as_json().len();
+        if let Err(why) = gate.try_begin(&node, bytes) {
+            debug!(node, why, "metaServer request refused");
             if !is_sync {
                 let app = decode(&msg).unwrap_or_else(|(app, _)| app);
-                let e = StatusError::too_many_requests(format!(
-                    "node {node} has {} metaServer requests waiting or running already",
-                    gate.node_limit
-                ));
+                let e = StatusError::too_many_requests(why);
                 shared.metrics.answered(&app.verb, false);
                 let out = reply(&msg, &node, REPLY_RESOURCE, json(&app.rejected(e)));
                 tokio::spawn(async move { shared.send(out).await });
@@ -384,7 +451,7 @@ impl Handler<Message> for DynamicController {
                 }),
                 Err(_) => None,
             };
-            gate.end(&node);
+            gate.end(&node, bytes);
             if let Some(answer) = answer {
                 shared.send(answer).await;
             }
@@ -412,5 +479,54 @@ impl Module for DynamicController {
         if let Some(s) = &self.shared {
             s.informers.stop_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(qps: u32, burst: u32, requests: usize, bytes: usize) -> Gate {
+        Gate::new(&DynamicControllerConfig {
+            node_qps: qps,
+            node_burst: burst,
+            node_requests: requests,
+            node_request_bytes: bytes,
+            ..DynamicControllerConfig::default()
+        })
+    }
+
+    #[test]
+    fn a_node_gets_its_burst_then_its_rate() {
+        let g = gate(1, 2, 100, 1 << 20);
+        assert!(g.try_begin("a", 1).is_ok());
+        assert!(g.try_begin("a", 1).is_ok());
+        let e = g.try_begin("a", 1).unwrap_err();
+        assert!(e.contains("per second"), "{e}");
+        assert!(
+            g.try_begin("b", 1).is_ok(),
+            "other nodes keep their own budget"
+        );
+    }
+
+    #[test]
+    fn a_node_holds_at_most_its_requests_and_bytes() {
+        let g = gate(1000, 1000, 2, 10);
+        g.try_begin("a", 5).unwrap();
+        assert!(g.try_begin("a", 6).unwrap_err().contains("bytes"));
+        g.try_begin("a", 5).unwrap();
+        assert!(
+            g.try_begin("a", 0)
+                .unwrap_err()
+                .contains("waiting or running")
+        );
+        g.end("a", 5);
+        g.try_begin("a", 5).unwrap();
+        g.end("a", 5);
+        g.end("a", 5);
+        assert!(
+            g.per_node.lock().unwrap().is_empty(),
+            "nothing left for an idle node"
+        );
     }
 }

@@ -35,6 +35,8 @@ mod config;
 mod controller;
 mod discovery;
 mod filter;
+#[cfg(test)]
+mod fuzz;
 mod informer;
 mod key;
 mod listeners;

@@ -1,5 +1,5 @@
-//! What the cluster lets an edge node do, asked of the API server with SubjectAccessReviews
-//! and remembered for a short time.
+//! What the cluster lets an edge node (or any subject) do, asked of the API server with
+//! SubjectAccessReviews and remembered for a short time.
 //!
 //! The answer is the one the API server's authorizers (Node authorizer, RBAC, webhooks) give
 //! `system:node:<name>` in group `system:nodes`; admission (NodeRestriction) is not part of a
@@ -84,14 +84,43 @@ impl Decision {
     }
 }
 
-/// Asks the API server whether a node may do something, remembering allowed answers for
-/// `allowed_ttl` and denied ones for `denied_ttl` (per node and attributes). Failures to ask
-/// are not remembered.
+/// Who a review is about: a user and its groups, as the API server's authenticator would
+/// give them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Subject {
+    /// The user name (`system:node:edge-1`).
+    pub user: String,
+    /// Its groups.
+    pub groups: Vec<String>,
+}
+
+impl Subject {
+    /// Edge node `name`: `system:node:<name>` in `system:nodes` (authenticated).
+    pub fn node(name: &str) -> Subject {
+        Subject {
+            user: format!("system:node:{name}"),
+            groups: vec!["system:nodes".into(), "system:authenticated".into()],
+        }
+    }
+}
+
+/// An answer and whether it came from the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Review {
+    /// The decision.
+    pub decision: Decision,
+    /// True when no SubjectAccessReview was made for it (a remembered answer).
+    pub cached: bool,
+}
+
+/// Asks the API server what a subject may do (SubjectAccessReviews), remembering allowed
+/// answers for `allowed_ttl` and denied ones for `denied_ttl` (per subject and attributes).
+/// Failures to ask are not remembered.
 pub struct AccessReviewer {
     api: Api<SubjectAccessReview>,
     allowed_ttl: Duration,
     denied_ttl: Duration,
-    cache: Mutex<HashMap<(String, Attributes), (Decision, Instant)>>,
+    cache: Mutex<HashMap<(Subject, Attributes), (Decision, Instant)>>,
 }
 
 impl std::fmt::Debug for AccessReviewer {
@@ -115,7 +144,7 @@ impl AccessReviewer {
         }
     }
 
-    fn cached(&self, key: &(String, Attributes)) -> Option<Decision> {
+    fn cached(&self, key: &(Subject, Attributes)) -> Option<Decision> {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         cache
             .get(key)
@@ -123,7 +152,7 @@ impl AccessReviewer {
             .map(|(d, _)| d.clone())
     }
 
-    fn remember(&self, key: (String, Attributes), decision: Decision) {
+    fn remember(&self, key: (Subject, Attributes), decision: Decision) {
         let ttl = match decision {
             Decision::Allow => self.allowed_ttl,
             Decision::Deny(_) => self.denied_ttl,
@@ -144,15 +173,27 @@ impl AccessReviewer {
 
     /// What the cluster answers for node `node` doing `attrs`.
     pub async fn review(&self, node: &str, attrs: &Attributes) -> Result<Decision, kube::Error> {
-        let key = (node.to_owned(), attrs.clone());
-        if let Some(d) = self.cached(&key) {
-            return Ok(d);
+        Ok(self.review_as(&Subject::node(node), attrs).await?.decision)
+    }
+
+    /// What the cluster answers for `subject` doing `attrs`, and whether it was remembered.
+    pub async fn review_as(
+        &self,
+        subject: &Subject,
+        attrs: &Attributes,
+    ) -> Result<Review, kube::Error> {
+        let key = (subject.clone(), attrs.clone());
+        if let Some(decision) = self.cached(&key) {
+            return Ok(Review {
+                decision,
+                cached: true,
+            });
         }
         let opt = |s: &str| Some(s.to_owned());
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
-                user: Some(format!("system:node:{node}")),
-                groups: Some(vec!["system:nodes".into(), "system:authenticated".into()]),
+                user: Some(subject.user.clone()),
+                groups: Some(subject.groups.clone()),
                 resource_attributes: Some(ResourceAttributes {
                     verb: opt(&attrs.verb),
                     group: opt(&attrs.group),
@@ -193,7 +234,10 @@ impl AccessReviewer {
             Decision::Deny(reason)
         };
         self.remember(key, decision.clone());
-        Ok(decision)
+        Ok(Review {
+            decision,
+            cached: false,
+        })
     }
 }
 

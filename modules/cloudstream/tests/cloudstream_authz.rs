@@ -142,7 +142,32 @@ impl Env {
             .await
             .unwrap();
         self.bind(user, &name, &name).await;
+        self.wait_effective(user, &rules[0]).await;
         name
+    }
+
+    /// Waits until the API server's authorizer applies a new grant (its RBAC caches follow
+    /// the objects within moments), so the stream server's first review cannot race it.
+    async fn wait_effective(&self, user: &str, rule: &serde_json::Value) {
+        use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+        let first = |k: &str| rule[k][0].as_str().unwrap_or("").to_owned();
+        let resource = first("resources");
+        let (resource, subresource) = resource.split_once('/').unwrap_or((&resource, ""));
+        let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({
+            "spec": {"user": user, "resourceAttributes": {
+                "verb": first("verbs"), "group": first("apiGroups"),
+                "resource": resource, "subresource": subresource, "name": first("resourceNames")}}
+        }))
+        .unwrap();
+        let api = Api::<SubjectAccessReview>::all(self.client.clone());
+        for _ in 0..100 {
+            let answer = api.create(&PostParams::default(), &review).await.unwrap();
+            if answer.status.is_some_and(|s| s.allowed) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the grant to {user} did not take effect within 5 s");
     }
 
     async fn bind(&self, user: &str, role: &str, name: &str) {

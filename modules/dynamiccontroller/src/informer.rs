@@ -210,7 +210,12 @@ impl Informer {
                     continue;
                 }
                 Ok(Event::InitDone) => {
-                    let changes = self.replace(fresh.take().unwrap_or_default());
+                    let mut changes = self.replace(fresh.take().unwrap_or_default());
+                    if !self.is_ready() {
+                        // No listener exists before the first list: each registers afterwards
+                        // and is sent what it selects then.
+                        changes.clear();
+                    }
                     self.last_error
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())

@@ -2,21 +2,12 @@
 //! certificate gives the user (CN) and groups (O), the request maps to `nodes/<subresource>`
 //! attributes, and a SubjectAccessReview asks the API server, with answers cached.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
-use kube::api::{Api, PostParams};
+use kubeedge_api::access::{self, AccessReviewer, Subject};
 use rustls_pki_types::CertificateDer;
-use tokio::time::Instant;
 
 use crate::counters::Counters;
-
-/// Entries kept before expired ones are swept (and, if none expired, all are dropped).
-const CACHE_CAPACITY: usize = 8192;
 
 /// The authenticated caller: a certificate's CN and O values plus `system:authenticated`, or
 /// `system:anonymous` when the connection carried no certificate (client verification off).
@@ -140,61 +131,19 @@ impl Authorizer {
     }
 }
 
-type Key = (Caller, Attributes);
-
 /// SubjectAccessReviews with the kubelet's answer cache: allowed answers are reused for
 /// `allowed_ttl`, denied ones for `denied_ttl`.
-pub(crate) struct Webhook {
-    api: Api<SubjectAccessReview>,
-    allowed_ttl: Duration,
-    denied_ttl: Duration,
-    cache: Mutex<HashMap<Key, (Decision, Instant)>>,
-}
+pub(crate) struct Webhook(AccessReviewer);
 
 impl std::fmt::Debug for Webhook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Webhook")
-            .field("allowed_ttl", &self.allowed_ttl)
-            .field("denied_ttl", &self.denied_ttl)
-            .finish_non_exhaustive()
+        f.debug_tuple("Webhook").field(&self.0).finish()
     }
 }
 
 impl Webhook {
     pub(crate) fn new(client: kube::Client, allowed_ttl: Duration, denied_ttl: Duration) -> Self {
-        Webhook {
-            api: Api::all(client),
-            allowed_ttl,
-            denied_ttl,
-            cache: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn cached(&self, key: &Key) -> Option<Decision> {
-        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache
-            .get(key)
-            .filter(|(_, until)| Instant::now() < *until)
-            .map(|(d, _)| d.clone())
-    }
-
-    fn remember(&self, key: Key, decision: Decision) {
-        let ttl = match decision {
-            Decision::Allow => self.allowed_ttl,
-            Decision::Deny { .. } => self.denied_ttl,
-        };
-        if ttl.is_zero() {
-            return;
-        }
-        let now = Instant::now();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHE_CAPACITY {
-            cache.retain(|_, (_, until)| now < *until);
-            if cache.len() >= CACHE_CAPACITY {
-                cache.clear();
-            }
-        }
-        cache.insert(key, (decision, now + ttl));
+        Webhook(AccessReviewer::new(client, allowed_ttl, denied_ttl))
     }
 
     async fn authorize(
@@ -203,48 +152,31 @@ impl Webhook {
         attrs: &Attributes,
         counters: &Counters,
     ) -> Result<Decision, AuthzError> {
-        let key = (caller.clone(), attrs.clone());
-        if let Some(d) = self.cached(&key) {
-            return Ok(d);
-        }
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(caller.user.clone()),
-                groups: Some(caller.groups.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(attrs.verb.into()),
-                    group: Some(String::new()),
-                    version: Some("v1".into()),
-                    resource: Some("nodes".into()),
-                    subresource: Some(attrs.subresource.into()),
-                    name: Some(attrs.node.clone()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SubjectAccessReviewSpec::default()
-            },
-            ..SubjectAccessReview::default()
+        let subject = Subject {
+            user: caller.user.clone(),
+            groups: caller.groups.clone(),
         };
-        counters.authz_review();
-        let answer = self
-            .api
-            .create(&PostParams::default(), &review)
+        // The kubelet's attributes: its Node's proxy-like subresources.
+        let attributes = access::Attributes {
+            verb: attrs.verb.into(),
+            version: "v1".into(),
+            resource: "nodes".into(),
+            subresource: attrs.subresource.into(),
+            name: attrs.node.clone(),
+            ..access::Attributes::default()
+        };
+        let review = self
+            .0
+            .review_as(&subject, &attributes)
             .await
             .map_err(AuthzError::Review)?;
-        let status = answer.status.unwrap_or_default();
-        let decision = if status.allowed && status.denied != Some(true) {
-            Decision::Allow
-        } else {
-            let mut reason = status.reason.unwrap_or_default();
-            if let Some(e) = status.evaluation_error.filter(|e| !e.is_empty()) {
-                if !reason.is_empty() {
-                    reason.push_str("; ");
-                }
-                reason.push_str(&e);
-            }
-            Decision::Deny { reason }
-        };
-        self.remember(key, decision.clone());
-        Ok(decision)
+        if !review.cached {
+            counters.authz_review();
+        }
+        Ok(match review.decision {
+            access::Decision::Allow => Decision::Allow,
+            access::Decision::Deny(reason) => Decision::Deny { reason },
+        })
     }
 }
 

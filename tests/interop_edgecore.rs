@@ -1356,3 +1356,57 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
     it.finish();
     Ok(())
 }
+
+/// One metaServer GET and how long it took.
+async fn timed_meta_get(path: &str) -> Result<(edgecore_interop::Response, Duration)> {
+    let started = Instant::now();
+    let r = edgecore_interop::http_get(
+        edgecore_interop::META_SERVER.parse()?,
+        path,
+        Duration::from_secs(40),
+    )
+    .await?;
+    Ok((r, started.elapsed()))
+}
+
+#[tokio::test]
+async fn without_a_cloud_answer_the_metaserver_falls_back_to_the_edge_store() -> Result<()> {
+    // KubeEdge's default (module off): every request waits for the edge's 10 s timeout.
+    let mut it = cloud_as_deployed("interop-meta-off")
+        .without_dynamic_controller()
+        .start()
+        .await?;
+    let (r, took) = timed_meta_get("/api/v1/services").await?;
+    ensure!(r.status == 200, "local answer: {} {}", r.status, r.text());
+    ensure!(
+        took >= Duration::from_secs(10),
+        "answered after the edge's timeout, not {took:?}"
+    );
+    eprintln!("module off: the metaServer answered from its store after {took:?}");
+    it.finish();
+
+    // Module on, cloud stopped: once the edge noticed, it answers from its store at once.
+    let mut it = cloud_as_deployed("interop-meta-gone").start().await?;
+    let (r, took) = timed_meta_get("/api/v1/services").await?;
+    ensure!(
+        r.status == 200 && took < Duration::from_secs(2),
+        "cloud answer in {took:?}"
+    );
+    ensure!(it.stop_cloud().await, "cloudcore stops gracefully");
+    let stopped = Instant::now();
+    let quick = edgecore_interop::eventually(
+        Duration::from_secs(60),
+        "a local answer at once",
+        || async {
+            let (r, took) = timed_meta_get("/api/v1/services").await.ok()?;
+            (r.status == 200 && took < Duration::from_secs(1)).then_some(took)
+        },
+    )
+    .await?;
+    eprintln!(
+        "cloud stopped: local answers in {quick:?} from {:?} after the stop",
+        stopped.elapsed()
+    );
+    it.finish();
+    Ok(())
+}

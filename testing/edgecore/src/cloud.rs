@@ -118,6 +118,8 @@ pub struct CloudSpec {
     /// `modules.cloudHub.authorization` `enable: true, debug: false`: edge requests also go
     /// to the API server impersonating the node.
     pub impersonate: bool,
+    /// `modules.dynamicController.enable` (the edge metaServer's cloud side; default on).
+    pub dynamic_controller: bool,
 }
 
 impl CloudSpec {
@@ -130,8 +132,11 @@ impl CloudSpec {
             kubeconfig: env.kubeconfig(),
             stream_pki: env.pki(),
             keepalive_interval: 30,
-            log_level: "info,cloudhub=debug,cloudstream=debug,edgecontroller=debug".into(),
+            log_level:
+                "info,cloudhub=debug,cloudstream=debug,edgecontroller=debug,dynamiccontroller=debug"
+                    .into(),
             impersonate: false,
+            dynamic_controller: true,
         })
     }
 
@@ -178,6 +183,7 @@ impl CloudSpec {
                     "unixsocket": {"enable": false},
                     "authorization": {"enable": self.impersonate, "debug": !self.impersonate},
                 },
+                "dynamicController": {"enable": self.dynamic_controller},
                 "cloudStream": {
                     "enable": true,
                     "tunnelPort": p.tunnel,
@@ -400,6 +406,7 @@ mod tests {
             keepalive_interval: 9,
             log_level: "info".into(),
             impersonate: true,
+            dynamic_controller: false,
         };
         let v: serde_yaml::Value = serde_yaml::from_str(&spec.render().unwrap()).unwrap();
         let hub = &v["modules"]["cloudHub"];
@@ -407,6 +414,7 @@ mod tests {
         assert_eq!(hub["authorization"]["enable"], true);
         assert_eq!(hub["authorization"]["debug"], false);
         assert_eq!(hub["keepaliveInterval"], 9);
+        assert_eq!(v["modules"]["dynamicController"]["enable"], false);
         assert_eq!(hub["tlsCAFile"], "/c/ca/rootCA.crt");
         assert_eq!(v["modules"]["cloudStream"]["streamPort"], 4);
         assert_eq!(

@@ -49,6 +49,7 @@ pub struct InteropBuilder {
     kubelet: bool,
     kubeconfig: Option<PathBuf>,
     service_account: bool,
+    dynamic_controller: bool,
 }
 
 impl InteropBuilder {
@@ -61,6 +62,13 @@ impl InteropBuilder {
     /// cloudhub's `keepaliveInterval` (KubeEdge default 30 s).
     pub fn keepalive_interval(mut self, seconds: u32) -> Self {
         self.keepalive_interval = seconds;
+        self
+    }
+
+    /// Runs cloudcore with `modules.dynamicController.enable: false` (KubeEdge's default): the
+    /// edge's metaServer then gets no cloud answers.
+    pub fn without_dynamic_controller(mut self) -> Self {
+        self.dynamic_controller = false;
         self
     }
 
@@ -114,6 +122,7 @@ impl InteropBuilder {
             (None, false) => env.kubeconfig(),
         };
         spec.keepalive_interval = self.keepalive_interval;
+        spec.dynamic_controller = self.dynamic_controller;
         let kubelet = match self.kubelet {
             true => Some(FakeKubelet::try_start_on(KUBELET).await?),
             false => None,
@@ -224,6 +233,7 @@ impl Interop {
             kubelet: false,
             kubeconfig: None,
             service_account: false,
+            dynamic_controller: true,
         }
     }
 

@@ -33,6 +33,9 @@ use crate::watches;
 const CHANGE_QUEUE: usize = 1024;
 /// How long an unused type cache is kept (edge informers re-watch every few minutes).
 const INFORMER_LINGER: Duration = Duration::from_secs(300);
+/// The largest answer body sent: base64 makes it 4/3 larger on the wire, which then stays
+/// within cloudhub's default 32 MiB message limit.
+const MAX_ANSWER_BYTES: usize = 24 << 20;
 /// How often deleted nodes' listeners and idle caches are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
@@ -296,6 +299,17 @@ async fn serve_application(shared: &Shared, gate: &Gate, node: &str, msg: &Messa
         }
         Err((app, e)) => (app, Err(e)),
     };
+    let result = result.and_then(|body| match body {
+        Some(b) if b.len() > MAX_ANSWER_BYTES => Err(StatusError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!(
+                "the answer ({} bytes) is larger than a hub message may be; list with limit and continue",
+                b.len()
+            ),
+        )),
+        other => Ok(other),
+    });
     shared.metrics.answered(&app.verb, result.is_ok());
     let answer = match result {
         Ok(body) => app.approved(body),

@@ -841,12 +841,25 @@ async fn update_updatestatus_and_delete_go_to_the_api_server_as_the_node() {
             None,
         )
     };
-    s.edge.apply(delete("theirs")).await.rejected(403);
+    // NodeRestriction reads pods from its own cache: a pod created a moment ago may still be
+    // "not found" there for a moment.
+    let answer = |name: &'static str| {
+        let (edge, app) = (&s.edge, delete(name));
+        async move {
+            eventually(WAIT, "NodeRestriction knows the pod", || async {
+                let a = edge.apply(app.clone()).await;
+                (a.code() != 404).then_some(a)
+            })
+            .await
+            .expect("an answer other than 404")
+        }
+    };
+    answer("theirs").await.rejected(403);
     assert!(
         pods.get_opt("theirs").await.unwrap().is_some(),
         "another node's pod stays"
     );
-    s.edge.apply(delete("mine")).await.approved();
+    answer("mine").await.approved();
     eventually(WAIT, "own pod deleted", || async {
         matches!(pods.get_opt("mine").await, Ok(None)).then_some(())
     })

@@ -536,7 +536,8 @@ const NEEDS: &[Need] = &[
         names: &[],
         verbs: &["create"],
         used_at: &[
-            "cloudstream/src/stream/authz.rs: api: Api<SubjectAccessReview>",
+            "cloudstream/src/stream/authz.rs: AccessReviewer::new(",
+            "dynamiccontroller/src/shared.rs: AccessReviewer::new(",
             "api/src/access.rs: api: Api<SubjectAccessReview>",
         ],
     },

@@ -1372,7 +1372,7 @@ async fn timed_meta_get(path: &str) -> Result<(edgecore_interop::Response, Durat
 #[tokio::test]
 async fn without_a_cloud_answer_the_metaserver_falls_back_to_the_edge_store() -> Result<()> {
     // KubeEdge's default (module off): every request waits for the edge's 10 s timeout.
-    let mut it = cloud_as_deployed("interop-meta-off")
+    let it = cloud_as_deployed("interop-meta-off")
         .without_dynamic_controller()
         .start()
         .await?;

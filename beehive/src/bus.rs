@@ -14,9 +14,10 @@ use dashmap::DashMap;
 use tokio::sync::{Notify, oneshot};
 use tracing::{error, info, warn};
 
+use crate::Message;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::mailbox::{DEFAULT_MAILBOX_CAPACITY, Inbox, Mailbox, MailboxStream};
+use crate::mailbox::{DEFAULT_MAILBOX_CAPACITY, Inbox, Mailbox, MailboxStream, Offer};
 use crate::module::{Module, RestartPolicy};
 use crate::stats::{BusStats, ModuleStats, ModuleStatsSnapshot, inc};
 use crate::waiters::Waiters;
@@ -67,6 +68,17 @@ pub(crate) struct Shared {
     state: AtomicU8,
 }
 
+/// What [`Shared::offer`] did with a message.
+pub(crate) enum Offered {
+    Queued,
+    /// The mailbox is full: wait for room in it.
+    Full(Arc<Mailbox>, Message),
+    /// The mailbox refused it (stopped; already counted).
+    Refused(Error),
+    /// The name did not resolve (not counted yet).
+    Lookup(LookupError, Message),
+}
+
 /// Why a module name did not resolve to a mailbox.
 pub(crate) enum LookupError {
     Unknown,
@@ -102,6 +114,27 @@ impl Shared {
             Some(Registered::Enabled(mb)) => Ok(mb.clone()),
             Some(Registered::Disabled) => Err(LookupError::Disabled),
             None => Err(LookupError::Unknown),
+        }
+    }
+
+    /// Enqueues `message` for `module` if its mailbox has room now, under the registry's read
+    /// guard: the common path takes no reference count on the mailbox and builds no future.
+    /// A full mailbox comes back with the message, so the caller can wait for room.
+    pub(crate) fn offer(&self, module: &str, message: Message) -> Offered {
+        if self.state.load(Ordering::Acquire) == SHUT_DOWN {
+            return Offered::Lookup(LookupError::Shutdown, message);
+        }
+        match self.modules.get(module).as_deref() {
+            Some(Registered::Enabled(mb)) if mb.is_closing() => {
+                Offered::Lookup(LookupError::Stopped, message)
+            }
+            Some(Registered::Enabled(mb)) => match mb.offer(message) {
+                Offer::Queued => Offered::Queued,
+                Offer::Full(message) => Offered::Full(mb.clone(), message),
+                Offer::Refused(e) => Offered::Refused(e),
+            },
+            Some(Registered::Disabled) => Offered::Lookup(LookupError::Disabled, message),
+            None => Offered::Lookup(LookupError::Unknown, message),
         }
     }
 

@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use tracing::{debug, trace};
 
 use crate::Message;
-use crate::bus::Shared;
+use crate::bus::{Offered, Shared};
 use crate::error::{Error, Result};
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, Offer};
 use crate::stats::{BusStats, ModuleStats, inc};
 use crate::waiters::RespOutcome;
 
@@ -54,26 +54,38 @@ impl GroupDelivery {
     }
 }
 
+/// Offers a copy to every member in member order, without waiting; the last member gets the
+/// original (one clone fewer per group send).
+fn offer_to_members(
+    members: &[Arc<Mailbox>],
+    message: Message,
+    mut each: impl FnMut(usize, Offer),
+) {
+    let Some((last, rest)) = members.split_last() else {
+        return;
+    };
+    for (i, mb) in rest.iter().enumerate() {
+        each(i, mb.offer(message.clone()));
+    }
+    each(rest.len(), last.offer(message));
+}
+
 /// The outcome of delivering one message to each member of a group.
 async fn deliver_to_members(
     members: &[Arc<Mailbox>],
-    message: &Message,
+    message: Message,
     deadline: Option<Instant>,
 ) -> Vec<(Arc<str>, Result<()>)> {
     // Offer to everyone first, so one full member does not hold the others back, then wait
     // (in member order) for the full ones.
-    let mut results = Vec::with_capacity(members.len());
+    let mut results: Vec<(Arc<str>, Result<()>)> =
+        members.iter().map(|mb| (mb.name.clone(), Ok(()))).collect();
     let mut waiting = Vec::new();
-    for (i, mb) in members.iter().enumerate() {
-        match mb.try_send_uncounted(message.clone()) {
-            Ok(()) => results.push((mb.name.clone(), Ok(()))),
-            Err(Error::MailboxFull { message, .. }) => {
-                results.push((mb.name.clone(), Ok(())));
-                waiting.push((i, *message));
-            }
-            Err(e) => results.push((mb.name.clone(), Err(e))),
-        }
-    }
+    offer_to_members(members, message, |i, offer| match offer {
+        Offer::Queued => {}
+        Offer::Full(message) => waiting.push((i, message)),
+        Offer::Refused(e) => results[i].1 = Err(e),
+    });
     for (i, message) in waiting {
         let mb = &members[i];
         let outcome = match deadline {
@@ -132,9 +144,20 @@ impl Endpoint {
     /// # });
     /// ```
     pub async fn send(&self, module: &str, message: Message) -> Result<()> {
-        let (mailbox, message) = self.mailbox(module, message)?;
         trace!(from = %self.name, to = module, msg_id = %message.header.id, "send");
-        mailbox.send(message).await?;
+        match self.shared.offer(module, message) {
+            Offered::Queued => {}
+            Offered::Refused(e) => return Err(e),
+            Offered::Lookup(e, message) => {
+                self.shared.count_refused(module, &e);
+                return Err(e.into_error(module, Some(message)));
+            }
+            // Waiting is boxed: it happens once per full mailbox, not once per message, and
+            // keeps the future of every send small.
+            Offered::Full(mailbox, message) => {
+                Box::pin(mailbox.send_when_room(message)).await?;
+            }
+        }
         inc(&self.stats.sent);
         Ok(())
     }
@@ -187,12 +210,22 @@ impl Endpoint {
             Ok(m) => m,
             Err(e) => return Err(group_error(e, group, Some(message))),
         };
-        let results = deliver_to_members(&members, &message, None).await;
+        // Members with room get it now; then wait, in member order, for the full ones.
         let mut delivered = 0;
-        for (member, result) in results {
-            match result {
+        let mut waiting = Vec::new();
+        offer_to_members(&members, message, |i, offer| match offer {
+            Offer::Queued => delivered += 1,
+            Offer::Full(message) => waiting.push((i, message)),
+            Offer::Refused(e) => {
+                debug!(group, member = %members[i].name, error = %e, "group member skipped")
+            }
+        });
+        for (i, message) in waiting {
+            match Box::pin(members[i].send_when_room(message)).await {
                 Ok(()) => delivered += 1,
-                Err(e) => debug!(group, member = %member, error = %e, "group member skipped"),
+                Err(e) => {
+                    debug!(group, member = %members[i].name, error = %e, "group member skipped")
+                }
             }
         }
         self.stats
@@ -240,7 +273,7 @@ impl Endpoint {
             Err(e) => return Err(group_error(e, group, Some(message))),
         };
         let deadline = Instant::now() + timeout;
-        let results = deliver_to_members(&members, &message, Some(deadline)).await;
+        let results = deliver_to_members(&members, message, Some(deadline)).await;
         let mut outcome = GroupDelivery::default();
         for (member, result) in results {
             match result {
@@ -306,7 +339,15 @@ impl Endpoint {
         let (registration, mut slot) = self.shared.waiters.register_one(&id, self.stats.clone())?;
         let began = Instant::now();
         let deadline = began + timeout;
-        match tokio::time::timeout_at(deadline, mailbox.send(message)).await {
+        // Room now: no timer for the enqueue (one per call is enough, for the answer).
+        let enqueued = match mailbox.offer(message) {
+            Offer::Queued => Ok(Ok(())),
+            Offer::Refused(e) => Ok(Err(e)),
+            Offer::Full(message) => {
+                tokio::time::timeout_at(deadline, mailbox.send_when_room(message)).await
+            }
+        };
+        match enqueued {
             Ok(Ok(())) => inc(&self.stats.sent),
             Ok(Err(e)) => return Err(e),
             Err(_) => {
@@ -382,7 +423,7 @@ impl Endpoint {
                 .waiters
                 .register_group(&id, names, self.stats.clone())?;
         let deadline = Instant::now() + timeout;
-        let results = deliver_to_members(&members, &message, Some(deadline)).await;
+        let results = deliver_to_members(&members, message, Some(deadline)).await;
         let delivered = results.iter().filter(|(_, r)| r.is_ok()).count();
         self.stats
             .sent

@@ -1,14 +1,23 @@
-//! Bounded mailboxes: one `tokio::sync::mpsc` channel per module, with a close signal that
-//! lets the receiver drain what is queued.
+//! Bounded mailboxes: a queue of at most `capacity` messages per module, whose free slots are
+//! the permits of a (fair, FIFO) semaphore, with a close signal that lets the receiver drain
+//! what is queued.
+//!
+//! A sender takes a permit (waiting for one when the mailbox is full: back-pressure), then
+//! pushes under a short lock. The receiver swaps the whole queue out under the same lock and
+//! hands the batch to its consumer one message at a time, giving each slot back (a permit) as
+//! its message is handed out, so the capacity counts queued messages exactly as before. The two
+//! buffers grow to the high-water mark and keep their allocation: no allocation per message
+//! (tokio's `mpsc` allocates a block every 32 messages), and the receiver takes the lock once
+//! per batch, not once per message.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
-use futures::task::AtomicWaker;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, Semaphore, TryAcquireError};
 
 use crate::Message;
 use crate::error::{Error, Result};
@@ -17,50 +26,78 @@ use crate::stats::{ModuleStats, inc};
 /// Default mailbox capacity, as KubeEdge's `ChannelSizeDefault`.
 pub const DEFAULT_MAILBOX_CAPACITY: usize = 1024;
 
+/// What [`Mailbox::offer`] did with a message.
+pub(crate) enum Offer {
+    Queued,
+    /// No room now: the message is handed back.
+    Full(Message),
+    /// The module stopped (the error hands the message back).
+    Refused(Error),
+}
+
+/// The queue behind the lock.
+#[derive(Debug)]
+struct Ring {
+    queue: VecDeque<Message>,
+    /// No more pushes (the module stopped); what is queued is still handed out.
+    closed: bool,
+    /// The receiver waiting for a message (or for the close).
+    waker: Option<Waker>,
+    /// The batch a parked receiver had taken but not handed out (kept for the next consumer).
+    parked_batch: Option<VecDeque<Message>>,
+    /// True while no consumer holds the receiving side (never started, between restarts).
+    parked: bool,
+}
+
 /// The sending side of a module's mailbox, shared by every sender.
 #[derive(Debug)]
 pub(crate) struct Mailbox {
     pub(crate) name: Arc<str>,
-    tx: mpsc::Sender<Message>,
     pub(crate) stats: Arc<ModuleStats>,
-    /// The receiver lives here while no actor owns it (before start, during a restart).
-    parked: Mutex<Option<mpsc::Receiver<Message>>>,
+    capacity: usize,
+    /// One permit per free slot. Closed on close, which wakes every sender waiting for room.
+    room: Semaphore,
+    ring: Mutex<Ring>,
     closing: AtomicBool,
-    close_waker: AtomicWaker,
     /// Signalled when the receiver has delivered everything after a close.
     drained: Notify,
-    /// Signalled on close: wakes senders waiting for room in an [`Inbox`]'s mailbox, whose
-    /// owner may have stopped reading (an actor's stream, or a parked receiver, closes the
-    /// channel itself, which wakes them).
-    closed: Notify,
-    /// Read through an [`Inbox`].
-    inbox: AtomicBool,
     drained_flag: AtomicBool,
 }
 
 impl Mailbox {
     pub(crate) fn new(name: Arc<str>, capacity: usize, stats: Arc<ModuleStats>) -> Arc<Self> {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let capacity = capacity.clamp(1, Semaphore::MAX_PERMITS);
         Arc::new(Mailbox {
             name,
-            tx,
             stats,
-            parked: Mutex::new(Some(rx)),
+            capacity,
+            room: Semaphore::new(capacity),
+            ring: Mutex::new(Ring {
+                // Grows to the high-water mark, then keeps its allocation (no preallocation:
+                // a large, mostly idle mailbox costs nothing).
+                queue: VecDeque::new(),
+                closed: false,
+                waker: None,
+                parked_batch: None,
+                parked: true,
+            }),
             closing: AtomicBool::new(false),
-            close_waker: AtomicWaker::new(),
             drained: Notify::new(),
-            closed: Notify::new(),
-            inbox: AtomicBool::new(false),
             drained_flag: AtomicBool::new(false),
         })
     }
 
-    pub(crate) fn capacity(&self) -> usize {
-        self.tx.max_capacity()
+    fn ring(&self) -> MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Messages queued and not yet handed out.
     pub(crate) fn depth(&self) -> usize {
-        self.tx.max_capacity() - self.tx.capacity()
+        self.capacity.saturating_sub(self.room.available_permits())
     }
 
     pub(crate) fn is_closing(&self) -> bool {
@@ -76,38 +113,66 @@ impl Mailbox {
         }
     }
 
+    /// Puts a message in a slot already reserved (a permit taken and forgotten).
+    fn push(&self, message: Message) -> Result<()> {
+        let mut ring = self.ring();
+        if ring.closed {
+            drop(ring);
+            self.room.add_permits(1);
+            return Err(self.stopped(message));
+        }
+        ring.queue.push_back(message);
+        let waker = ring.waker.take();
+        drop(ring);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+
     /// Waits for room (back-pressure). Fails if the module stops meanwhile, handing the
     /// message back, whether or not anyone reads the mailbox.
     pub(crate) async fn send(&self, message: Message) -> Result<()> {
+        match self.offer(message) {
+            Offer::Queued => Ok(()),
+            Offer::Refused(e) => Err(e),
+            // The waiting part is boxed: it runs once per full mailbox, not once per message,
+            // and keeps the future every send builds (and moves) small.
+            Offer::Full(message) => Box::pin(self.send_when_room(message)).await,
+        }
+    }
+
+    /// Enqueues at once if there is room, without building a waiting future: the common case.
+    pub(crate) fn offer(&self, message: Message) -> Offer {
         if self.is_closing() {
-            return Err(self.stopped(message));
+            return Offer::Refused(self.stopped(message));
         }
-        if !self.inbox.load(Ordering::Relaxed) {
-            return self.tx.send(message).await.map_err(|e| self.stopped(e.0));
-        }
-        let message = match self.tx.try_send(message) {
-            Ok(()) => return Ok(()),
-            Err(mpsc::error::TrySendError::Full(m)) => m,
-            Err(mpsc::error::TrySendError::Closed(m)) => return Err(self.stopped(m)),
-        };
-        // Full: wait for a permit (in arrival order) or for the close, whichever comes first.
-        // The message stays here until a permit is granted, so a close hands it back.
-        let closed = self.closed.notified();
-        tokio::pin!(closed);
-        closed.as_mut().enable();
-        if self.is_closing() {
-            return Err(self.stopped(message));
-        }
-        tokio::select! {
-            biased;
-            permit = self.tx.reserve() => match permit {
-                Ok(permit) if !self.is_closing() => {
-                    permit.send(message);
-                    Ok(())
+        match self.room.try_acquire() {
+            Ok(permit) => {
+                permit.forget();
+                match self.push(message) {
+                    Ok(()) => Offer::Queued,
+                    Err(e) => Offer::Refused(e),
                 }
-                _ => Err(self.stopped(message)),
-            },
-            () = &mut closed => Err(self.stopped(message)),
+            }
+            Err(TryAcquireError::NoPermits) => Offer::Full(message),
+            Err(TryAcquireError::Closed) => Offer::Refused(self.stopped(message)),
+        }
+    }
+
+    /// The slow part of [`Mailbox::send`]: the mailbox was full a moment ago. Waits for a
+    /// slot in arrival order; the close wakes it (the message stays here until a slot is
+    /// granted, so a close hands it back).
+    pub(crate) async fn send_when_room(&self, message: Message) -> Result<()> {
+        if self.is_closing() {
+            return Err(self.stopped(message));
+        }
+        match self.room.acquire().await {
+            Ok(permit) if !self.is_closing() => {
+                permit.forget();
+                self.push(message)
+            }
+            _ => Err(self.stopped(message)),
         }
     }
 
@@ -122,34 +187,34 @@ impl Mailbox {
 
     /// Fails at once when full; the caller will wait for room, so nothing is rejected.
     pub(crate) fn try_send_uncounted(&self, message: Message) -> Result<()> {
-        if self.is_closing() {
-            return Err(self.stopped(message));
-        }
-        self.tx.try_send(message).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(m) => Error::MailboxFull {
+        match self.offer(message) {
+            Offer::Queued => Ok(()),
+            Offer::Full(m) => Err(Error::MailboxFull {
                 module: self.name.to_string(),
                 message: Box::new(m),
-            },
-            mpsc::error::TrySendError::Closed(m) => self.stopped(m),
-        })
+            }),
+            Offer::Refused(e) => Err(e),
+        }
     }
 
     /// Stops accepting messages; the receiver still gets what is queued, then ends.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::Release);
-        self.close_waker.wake();
-        self.closed.notify_waiters();
-        // A receiver that is parked (not owned by a running actor) is closed here.
-        if let Some(rx) = self
-            .parked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            rx.close();
-            if rx.is_empty() {
-                self.mark_drained();
-            }
+        let mut ring = self.ring();
+        ring.closed = true;
+        let waker = ring.waker.take();
+        // Nobody holds a parked receiver: with nothing queued, it is drained now.
+        let drained = ring.parked
+            && ring.queue.is_empty()
+            && ring.parked_batch.as_ref().is_none_or(VecDeque::is_empty);
+        drop(ring);
+        // Wakes every sender waiting for room, whether or not anyone reads the mailbox.
+        self.room.close();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        if drained {
+            self.mark_drained();
         }
     }
 
@@ -160,10 +225,7 @@ impl Mailbox {
 
     /// True while no consumer holds the receiver (never started, or between restarts).
     pub(crate) fn is_parked(&self) -> bool {
-        self.parked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.ring().parked
     }
 
     /// Resolves once everything queued before the close has been handed out.
@@ -177,22 +239,23 @@ impl Mailbox {
         }
     }
 
-    /// Says the receiver is read through an [`Inbox`] (see `closed`).
-    pub(crate) fn mark_inbox(&self) {
-        self.inbox.store(true, Ordering::Relaxed);
-    }
+    /// Says the receiver is read through an [`Inbox`] (kept for the bus; senders waiting for
+    /// room are woken by the close for every kind of consumer).
+    pub(crate) fn mark_inbox(&self) {}
 
     /// Takes the receiver for a (re)started consumer.
     pub(crate) fn take_stream(self: &Arc<Self>) -> Option<MailboxStream> {
-        let rx = self
-            .parked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
+        let mut ring = self.ring();
+        if !ring.parked {
+            return None;
+        }
+        ring.parked = false;
+        let batch = ring.parked_batch.take().unwrap_or_default();
+        drop(ring);
         Some(MailboxStream {
-            rx: Some(rx),
             mailbox: self.clone(),
-            closed: false,
+            batch,
+            ended: false,
         })
     }
 }
@@ -201,30 +264,47 @@ impl Mailbox {
 /// receiver back in the mailbox, so a restarted module keeps its queued messages.
 #[derive(Debug)]
 pub(crate) struct MailboxStream {
-    rx: Option<mpsc::Receiver<Message>>,
     mailbox: Arc<Mailbox>,
-    closed: bool,
+    /// Messages taken from the ring in one go and not handed out yet (still counted in the
+    /// depth: their slots are given back one by one as they are handed out).
+    batch: VecDeque<Message>,
+    ended: bool,
 }
 
 impl MailboxStream {
-    fn observe_close(&mut self, rx: &mut mpsc::Receiver<Message>) {
-        if !self.closed && self.mailbox.is_closing() {
-            self.closed = true;
-            rx.close();
-        }
-    }
-}
-
-impl MailboxStream {
-    /// The next queued message without waiting (and without spending the task's budget).
-    fn try_next(&mut self) -> Option<Message> {
-        let mut rx = self.rx.take()?;
-        self.observe_close(&mut rx);
-        let m = rx.try_recv().ok();
-        self.rx = Some(rx);
-        let m = m?;
+    /// Hands out the next message of the batch, giving its slot back.
+    fn hand_out(&mut self) -> Option<Message> {
+        let m = self.batch.pop_front()?;
+        self.mailbox.room.add_permits(1);
         inc(&self.mailbox.stats.received);
         Some(m)
+    }
+
+    /// Refills the batch from the ring. `Err(true)` when the mailbox is closed and empty.
+    fn refill(&mut self, waker: Option<&Waker>) -> std::result::Result<(), bool> {
+        let mut ring = self.mailbox.ring();
+        if ring.queue.is_empty() {
+            if ring.closed {
+                return Err(true);
+            }
+            if let Some(waker) = waker
+                && !ring.waker.as_ref().is_some_and(|w| w.will_wake(waker))
+            {
+                ring.waker = Some(waker.clone());
+            }
+            return Err(false);
+        }
+        // The batch is empty here: swap the buffers (both keep their allocation).
+        std::mem::swap(&mut ring.queue, &mut self.batch);
+        Ok(())
+    }
+
+    /// The next queued message without waiting.
+    fn try_next(&mut self) -> Option<Message> {
+        if self.batch.is_empty() {
+            self.refill(None).ok()?;
+        }
+        self.hand_out()
     }
 }
 
@@ -233,43 +313,44 @@ impl Stream for MailboxStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         let this = &mut *self;
-        let Some(mut rx) = this.rx.take() else {
+        if this.ended {
             return Poll::Ready(None);
-        };
-        this.observe_close(&mut rx);
-        let result = match rx.poll_recv(cx) {
-            Poll::Ready(Some(m)) => {
-                inc(&this.mailbox.stats.received);
-                Poll::Ready(Some(m))
-            }
-            Poll::Ready(None) => {
-                this.mailbox.mark_drained();
-                Poll::Ready(None)
-            }
-            Poll::Pending if !this.closed => {
-                // Only an idle receiver needs a wake-up for a close.
-                this.mailbox.close_waker.register(cx.waker());
-                if this.mailbox.is_closing() {
-                    cx.waker().wake_by_ref();
+        }
+        // Spend the task's budget like a tokio channel does, so a busy mailbox still lets the
+        // actor's other futures (its stop signal, timers) run.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        if this.batch.is_empty() {
+            match this.refill(Some(cx.waker())) {
+                Ok(()) => {}
+                Err(true) => {
+                    this.ended = true;
+                    this.mailbox.mark_drained();
+                    return Poll::Ready(None);
                 }
-                Poll::Pending
+                Err(false) => return Poll::Pending,
             }
-            Poll::Pending => Poll::Pending,
-        };
-        this.rx = Some(rx);
-        result
+        }
+        coop.made_progress();
+        Poll::Ready(this.hand_out())
     }
 }
 
 impl Drop for MailboxStream {
     fn drop(&mut self) {
-        if let Some(rx) = self.rx.take() {
-            let mut parked = self
-                .mailbox
-                .parked
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            *parked = Some(rx);
+        let mut ring = self.mailbox.ring();
+        ring.waker = None;
+        ring.parked = true;
+        if !self.batch.is_empty() {
+            // What was taken but not handed out goes back in front, in order.
+            let batch = std::mem::take(&mut self.batch);
+            match ring.parked_batch.as_mut() {
+                Some(parked) => {
+                    for m in batch.into_iter().rev() {
+                        parked.push_front(m);
+                    }
+                }
+                None => ring.parked_batch = Some(batch),
+            }
         }
     }
 }

@@ -423,3 +423,20 @@ fn content_numbers_outside_float64_are_refused() {
     // Go skips unknown keys without converting their numbers.
     assert!(Message::from_json(br#"{"extra":1e400,"content":null}"#).is_ok());
 }
+
+#[test]
+fn new_ids_are_distinct_lowercase_uuid_v4_across_pool_refills() {
+    // 256 ids per 4 KiB of OS randomness: cross several refills, on two threads.
+    let here: Vec<String> = (0..2000).map(|_| beehive::new_id()).collect();
+    let there = std::thread::spawn(|| (0..2000).map(|_| beehive::new_id()).collect::<Vec<_>>())
+        .join()
+        .unwrap();
+    let all: std::collections::HashSet<&String> = here.iter().chain(there.iter()).collect();
+    assert_eq!(all.len(), 4000);
+    for id in &here {
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4", "version 4: {id}");
+        assert!("89ab".contains(&id[19..20]), "RFC 4122 variant: {id}");
+        assert_eq!(id, &id.to_lowercase());
+    }
+}

@@ -330,3 +330,53 @@ async fn start_outside_an_actix_system_is_an_error() {
         Some("no actix system is running on this thread")
     );
 }
+
+#[actix_rt::test]
+async fn messages_taken_in_a_batch_but_not_handled_survive_a_restart_in_order() {
+    // The actor takes everything queued in one go; the panic on the first message must put
+    // the rest back, in front of what arrives later, for the restarted instance.
+    let bus = Bus::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let policy = RestartPolicy {
+        max_restarts: Some(1),
+        initial_backoff: Duration::from_millis(5),
+        growth: 1.0,
+        max_backoff: Duration::from_millis(5),
+    };
+    bus.register_restartable(
+        move || {
+            let mut p = Probe::new("fragile", "g").with_seen(s.clone());
+            p.behaviour = Behaviour::PanicOnRequest;
+            p
+        },
+        policy,
+    )
+    .unwrap();
+    bus.start().unwrap();
+    let ep = bus.endpoint("x");
+    ep.send(
+        "fragile",
+        Message::new().with_content(Content::string("panic")),
+    )
+    .await
+    .unwrap();
+    for i in 0..10 {
+        ep.send("fragile", numbered(0, i)).await.unwrap();
+    }
+    // Let the first instance take the batch and die, then queue more behind it.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    for i in 10..20 {
+        ep.send("fragile", numbered(0, i)).await.unwrap();
+    }
+    until(|| seen.lock().unwrap().len() == 20).await;
+    let order: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|m| number_of(m).1)
+        .collect();
+    assert_eq!(order, (0..20).collect::<Vec<_>>());
+    assert_eq!(bus.module_stats("fragile").unwrap().depth, 0);
+    bus.shutdown().await;
+}

@@ -168,7 +168,6 @@ pub(crate) async fn serve(
         key.object_path(info.namespaced, sub)
             .ok_or_else(|| StatusError::bad_request("the request names no object".to_owned()))
     };
-    let as_node = Identity::Node(node);
     match app.verb.as_str() {
         verb::LIST => {
             let options: ListOptions = app.options().map_err(bad_options)?;
@@ -179,13 +178,7 @@ pub(crate) async fn serve(
                 shared.authorize(node, &attrs).await?;
             }
             let uri = with_query(key.collection_path(info.namespaced), &options.list_query());
-            let text = shared
-                .call(
-                    &shared.reads,
-                    as_node,
-                    request(http::Method::GET, &uri, None, Vec::new()),
-                )
-                .await?;
+            let text = read(shared, node, &uri).await?;
             Ok(Some(filtered(shared, node, &info, text).await))
         }
         verb::GET => {
@@ -195,13 +188,7 @@ pub(crate) async fn serve(
                     .await?;
             }
             let uri = named(subresource)?;
-            let text = shared
-                .call(
-                    &shared.reads,
-                    as_node,
-                    request(http::Method::GET, &uri, None, Vec::new()),
-                )
-                .await?;
+            let text = read(shared, node, &uri).await?;
             Ok(Some(filtered(shared, node, &info, text).await))
         }
         verb::CREATE => {
@@ -215,13 +202,15 @@ pub(crate) async fn serve(
                 named(subresource)?
             };
             let uri = with_query(uri, &write_query(&options));
-            let text = shared
-                .call(
-                    &shared.writes,
-                    as_node,
-                    request(http::Method::POST, &uri, Some("application/json"), body),
-                )
-                .await?;
+            let text = write(
+                shared,
+                node,
+                http::Method::POST,
+                &uri,
+                "application/json",
+                body,
+            )
+            .await?;
             Ok(Some(text.into_bytes()))
         }
         verb::UPDATE | verb::UPDATE_STATUS => {
@@ -233,13 +222,15 @@ pub(crate) async fn serve(
             };
             let uri = with_query(named(sub)?, &write_query(&options));
             let body = app.req_body.clone().unwrap_or_default();
-            let text = shared
-                .call(
-                    &shared.writes,
-                    as_node,
-                    request(http::Method::PUT, &uri, Some("application/json"), body),
-                )
-                .await?;
+            let text = write(
+                shared,
+                node,
+                http::Method::PUT,
+                &uri,
+                "application/json",
+                body,
+            )
+            .await?;
             Ok(Some(text.into_bytes()))
         }
         verb::PATCH => {
@@ -286,30 +277,29 @@ pub(crate) async fn serve(
                 key.name.as_deref().unwrap_or("null")
             ))?;
             let uri = with_query(path, &write_query(&patch.options));
-            let text = shared
-                .call(
-                    &shared.writes,
-                    as_node,
-                    request(
-                        http::Method::PATCH,
-                        &uri,
-                        Some(patch_type),
-                        patch.data.unwrap_or_default(),
-                    ),
-                )
-                .await?;
+            let text = write(
+                shared,
+                node,
+                http::Method::PATCH,
+                &uri,
+                patch_type,
+                patch.data.unwrap_or_default(),
+            )
+            .await?;
             Ok(Some(text.into_bytes()))
         }
         verb::DELETE => {
             let uri = named("")?;
             let body = app.option.clone().unwrap_or_default();
-            shared
-                .call(
-                    &shared.writes,
-                    as_node,
-                    request(http::Method::DELETE, &uri, Some("application/json"), body),
-                )
-                .await?;
+            write(
+                shared,
+                node,
+                http::Method::DELETE,
+                &uri,
+                "application/json",
+                body,
+            )
+            .await?;
             Ok(None)
         }
         other => Err(StatusError::bad_request(format!(
@@ -317,6 +307,25 @@ pub(crate) async fn serve(
             other.chars().take(32).collect::<String>()
         ))),
     }
+}
+
+/// A read as the node (impersonated when reads are).
+async fn read(shared: &Shared, node: &str, uri: &str) -> Result<String, StatusError> {
+    let req = request(http::Method::GET, uri, None, Vec::new());
+    shared.call(&shared.reads, Identity::Node(node), req).await
+}
+
+/// A write, always as the node.
+async fn write(
+    shared: &Shared,
+    node: &str,
+    method: http::Method,
+    uri: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> Result<String, StatusError> {
+    let req = request(method, uri, Some(content_type), body);
+    shared.call(&shared.writes, Identity::Node(node), req).await
 }
 
 /// `body` with `metadata.name` set to `name` when it has none.

@@ -3,8 +3,8 @@
 //! one of them ends, which can take an hour).
 //!
 //! ConfigMap `<namespace>/dynamiccontroller.<node>`, key `watches`: the node's watch
-//! Applications as the edge sent them, by id. Written at most every two seconds per node, and
-//! deleted when the node has no listener left.
+//! Applications as the edge sent them, by id. Written when they change (changes within two
+//! seconds of a write together), and deleted when the node has no listener left.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -155,32 +155,38 @@ impl Persist {
         }
     }
 
-    /// Writes changed records until `stop`, then writes what is still pending.
+    /// Writes changed records until `stop`: a change is written at once, later changes of
+    /// the next two seconds together after them (a re-watch is a removal and an addition);
+    /// what is pending at `stop` is written before returning.
     pub(crate) async fn run(self: Arc<Self>, registry: Arc<Registry>, mut stop: StopSignal) {
         loop {
             let stopping = tokio::select! {
-                _ = self.wake.notified() => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(DEBOUNCE) => false,
-                        _ = stop.wait() => true,
-                    }
-                }
+                _ = self.wake.notified() => false,
                 _ = stop.wait() => true,
             };
-            // On stop, what changed since the last write is written before returning, so a
-            // restart right after a watch was registered still restores it.
-            let nodes: Vec<String> = self
-                .dirty
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .drain()
-                .collect();
-            for node in nodes {
-                self.write(&node, &registry).await;
-            }
+            self.write_dirty(&registry).await;
             if stopping {
                 return;
             }
+            tokio::select! {
+                _ = tokio::time::sleep(DEBOUNCE) => {}
+                _ = stop.wait() => {
+                    self.write_dirty(&registry).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn write_dirty(&self, registry: &Registry) {
+        let nodes: Vec<String> = self
+            .dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        for node in nodes {
+            self.write(&node, registry).await;
         }
     }
 }

@@ -456,7 +456,9 @@ impl Handler<Message> for DynamicController {
             }
             return;
         }
-        self.life.spawn(async move {
+        // Not tracked by the lifecycle: there can be many at once (bounded by the gate), each
+        // short, and a request cut by a stop is answered by the edge's own fall-back.
+        tokio::spawn(async move {
             let answer = match gate.running.acquire().await {
                 Ok(_permit) => Some(if is_sync {
                     serve_sync(&shared, &gate, &node, &msg).await

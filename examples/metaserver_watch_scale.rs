@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use base64::Engine as _;
 use beehive::{Content, Message};
 use clap::Parser;
 use edge::hub::{EdgeCerts, HubClient, HubClientConfig, HubEvent, bootstrap};
@@ -36,6 +35,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
+use kubeedge_api::application::Application;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
@@ -109,20 +109,9 @@ fn node_ip(i: usize) -> IpAddr {
 /// A watch Application as edgecore's metaServer writes it.
 fn watch_application(key: &str) -> Value {
     let option = json!({"watch": true, "allowWatchBookmarks": true, "timeoutSeconds": 431});
-    json!({
-        "ID": beehive::new_id().replace('-', ""),
-        "Key": key,
-        "Verb": "watch",
-        "Nodename": "",
-        "Option": base64::engine::general_purpose::STANDARD.encode(option.to_string()),
-        "ReqBody": null,
-        "Subresource": "",
-        "RespBody": null,
-        "Status": "InApplying",
-        "Reason": "",
-        "Error": {"ErrStatus": {"metadata": {}}},
-        "Timestamp": "0001-01-01T00:00:00Z"
-    })
+    let mut app = Application::request(beehive::new_id().replace('-', ""), "watch", key);
+    app.option = Some(option.to_string().into_bytes());
+    serde_json::to_value(app).expect("an Application encodes")
 }
 
 impl Edge {

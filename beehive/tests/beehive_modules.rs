@@ -7,8 +7,8 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use beehive::{Bus, BusConfig, Content, Error, Message, RestartPolicy};
-use support::{Behaviour, Probe, number_of, numbered, until};
+use beehive::{Bus, BusConfig, Error, Message, RestartPolicy};
+use support::{Behaviour, Probe, make_panic, number_of, numbered, until};
 
 #[actix_rt::test]
 async fn a_module_receives_what_is_sent_to_its_name_in_send_order() {
@@ -253,12 +253,7 @@ async fn a_panicking_module_is_restarted_with_backoff_and_keeps_its_mailbox() {
     .unwrap();
     bus.start().unwrap();
     let ep = bus.endpoint("x");
-    ep.send(
-        "fragile",
-        Message::new().with_content(Content::string("panic")),
-    )
-    .await
-    .unwrap();
+    make_panic(&ep, "fragile").await;
     // Queued while the module is down: must survive into the restarted instance.
     for i in 0..10 {
         ep.send("fragile", numbered(0, i)).await.unwrap();
@@ -288,12 +283,7 @@ async fn a_module_without_policy_that_dies_makes_senders_fail_instead_of_block()
     bus.register(probe).unwrap();
     bus.start().unwrap();
     let ep = bus.endpoint("x");
-    ep.send(
-        "fragile",
-        Message::new().with_content(Content::string("panic")),
-    )
-    .await
-    .unwrap();
+    make_panic(&ep, "fragile").await;
     let started = std::time::Instant::now();
     loop {
         match ep.send("fragile", Message::new()).await {
@@ -355,12 +345,7 @@ async fn messages_taken_in_a_batch_but_not_handled_survive_a_restart_in_order() 
     .unwrap();
     bus.start().unwrap();
     let ep = bus.endpoint("x");
-    ep.send(
-        "fragile",
-        Message::new().with_content(Content::string("panic")),
-    )
-    .await
-    .unwrap();
+    make_panic(&ep, "fragile").await;
     for i in 0..10 {
         ep.send("fragile", numbered(0, i)).await.unwrap();
     }

@@ -119,7 +119,7 @@ async fn sends_refused_because_the_target_stopped_or_was_removed_are_counted() {
 #[actix_rt::test]
 async fn sends_to_a_module_that_stopped_on_its_own_are_counted() {
     use beehive::Error;
-    use support::{Behaviour, Probe, until};
+    use support::{Behaviour, Probe, make_panic, until};
 
     let bus = Bus::new();
     let mut probe = Probe::new("fragile", "g");
@@ -127,12 +127,7 @@ async fn sends_to_a_module_that_stopped_on_its_own_are_counted() {
     bus.register(probe).unwrap();
     bus.start().unwrap();
     let ep = bus.endpoint("x");
-    ep.send(
-        "fragile",
-        Message::new().with_content(Content::string("panic")),
-    )
-    .await
-    .unwrap();
+    make_panic(&ep, "fragile").await;
     until(|| {
         matches!(
             ep.try_send("fragile", Message::new()),

@@ -6,25 +6,14 @@
 
 use super::*;
 use k8s_openapi::api::core::v1::Service;
+use kubeedge_api::application::Application;
 
 /// An Application as edgecore's metaServer writes it.
 fn application(verb: &str, key: &str, option: Option<Value>, body: Option<Value>) -> Value {
-    let b64 =
-        |v: Value| Value::String(base64::engine::general_purpose::STANDARD.encode(v.to_string()));
-    json!({
-        "ID": format!("{}{}", short_id(), short_id()),
-        "Key": key,
-        "Verb": verb,
-        "Nodename": "",
-        "Option": option.map_or(Value::Null, b64),
-        "ReqBody": body.map_or(Value::Null, b64),
-        "Subresource": "",
-        "RespBody": null,
-        "Status": "InApplying",
-        "Reason": "",
-        "Error": {"ErrStatus": {"metadata": {}}},
-        "Timestamp": "0001-01-01T00:00:00Z"
-    })
+    let mut app = Application::request(format!("{}{}", short_id(), short_id()), verb, key);
+    app.option = option.map(|v| v.to_string().into_bytes());
+    app.req_body = body.map(|v| v.to_string().into_bytes());
+    serde_json::to_value(app).expect("an Application encodes")
 }
 
 /// The answer to one metaServer message.

@@ -114,6 +114,15 @@ impl Module for Probe {
 }
 
 /// A message whose content names its sender and sequence number.
+/// Makes a [`Behaviour::PanicOnRequest`] probe named `module` panic.
+#[allow(dead_code)] // not every test binary kills a module
+pub async fn make_panic(ep: &Endpoint, module: &str) {
+    let msg = Message::new().with_content(Content::string("panic"));
+    ep.send(module, msg)
+        .await
+        .expect("the panic request is queued");
+}
+
 pub fn numbered(sender: usize, seq: usize) -> Message {
     Message::new().with_content(Content::string(format!("{sender}:{seq}")))
 }

@@ -97,6 +97,18 @@ fn zero_time() -> String {
 }
 
 impl Application {
+    /// A request as the edge sends it: `verb` on `key`, status `InApplying`, no options yet.
+    pub fn request(id: impl Into<String>, verb: &str, key: &str) -> Application {
+        Application {
+            id: id.into(),
+            key: key.into(),
+            verb: verb.into(),
+            status: status::IN_APPLYING.into(),
+            timestamp: zero_time(),
+            ..Application::default()
+        }
+    }
+
     /// The reply to this request: `Approved` with `body` as `RespBody` (unchanged when `None`).
     pub fn approved(&self, body: Option<Vec<u8>>) -> Application {
         Application {

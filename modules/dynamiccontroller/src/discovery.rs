@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
+use kube::discovery::Scope;
 use kubeedge_api::status::StatusError;
 
 use crate::key::ResourceKey;
@@ -101,32 +101,22 @@ impl Resolver {
     }
 
     async fn fetch(&self, key: &ResourceKey) -> Result<Types, StatusError> {
-        let path = if key.group.is_empty() {
-            format!("/api/{}", key.version)
-        } else {
-            format!("/apis/{}/{}", key.group, key.version)
-        };
-        let request = http::Request::get(&path)
-            .header(http::header::ACCEPT, "application/json")
-            .body(Vec::new())
-            .map_err(|e| StatusError::internal(format!("discovery request: {e}")))?;
-        let list: APIResourceList = match self.client.request(request).await {
-            Ok(list) => list,
+        let gv = kube::core::GroupVersion::gv(&key.group, &key.version);
+        let group = match kube::discovery::pinned_group(&self.client, &gv).await {
+            Ok(group) => group,
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Types::new()),
             Err(e) => return Err(StatusError::from_kube(&e)),
         };
-        Ok(list
-            .resources
+        Ok(group
+            .versioned_resources(&key.version)
             .into_iter()
-            .filter(|r| !r.name.contains('/'))
-            .map(|r| {
-                let gvk = GroupVersionKind::gvk(&key.group, &key.version, &r.kind);
+            .map(|(resource, caps)| {
                 let info = ResourceInfo {
-                    resource: ApiResource::from_gvk_with_plural(&gvk, &r.name),
-                    namespaced: r.namespaced,
-                    verbs: r.verbs,
+                    namespaced: caps.scope == Scope::Namespaced,
+                    verbs: caps.operations,
+                    resource,
                 };
-                (r.name, Arc::new(info))
+                (info.resource.plural.clone(), Arc::new(info))
             })
             .collect())
     }

@@ -144,6 +144,18 @@ impl ResourceKey {
     }
 }
 
+/// Checks an object name from the wire (outside the key) as the key's names are checked.
+pub(crate) fn object_name(name: &str) -> Result<&str, StatusError> {
+    if is_path_segment(name) {
+        Ok(name)
+    } else {
+        Err(StatusError::bad_request(format!(
+            "invalid object name {:?}",
+            name.chars().take(64).collect::<String>()
+        )))
+    }
+}
+
 /// Checks a subresource from the wire (`status`, `scale`, `eviction`, …).
 pub(crate) fn subresource(s: &str) -> Result<&str, StatusError> {
     if s.is_empty() || (is_resource(s)) {
@@ -206,6 +218,8 @@ mod tests {
             assert!(ResourceKey::parse(bad).is_err(), "{bad}");
         }
         assert!(subresource("status").is_ok());
+        assert!(object_name("system:node").is_ok());
+        assert!(object_name("../x").is_err() && object_name("a?b").is_err());
         assert!(subresource("../x").is_err());
     }
 }

@@ -251,7 +251,8 @@ pub(crate) async fn serve(
             };
             let mut key = key.clone();
             if !patch.name.is_empty() {
-                key.name = Some(patch.name.clone());
+                // From PatchInfo, not the key: checked as the key's name was.
+                key.name = Some(key::object_name(&patch.name)?.to_owned());
             }
             let sub = patch
                 .subresources
@@ -263,19 +264,7 @@ pub(crate) async fn serve(
             let path = key
                 .object_path(info.namespaced, sub)
                 .ok_or_else(|| StatusError::bad_request("the patch names no object"))?;
-            // The name came from PatchInfo: check it as the key's name was checked.
-            ResourceKey::parse(&format!(
-                "/{}/{}/{}/{}/{}",
-                if key.group.is_empty() {
-                    "core"
-                } else {
-                    &key.group
-                },
-                key.version,
-                key.resource,
-                key.namespace.as_deref().unwrap_or("null"),
-                key.name.as_deref().unwrap_or("null")
-            ))?;
+
             let uri = with_query(path, &write_query(&patch.options));
             let text = write(
                 shared,

@@ -34,14 +34,8 @@ async fn grant(admin: &kube::Client, name: &str, subject: (&str, &str), rules: V
 }
 
 fn request(node: &str, verb: &str, key: &str) -> Message {
-    let app = Application {
-        id: beehive::new_id(),
-        key: key.into(),
-        verb: verb.into(),
-        option: Some(br#"{"watch":true}"#.to_vec()),
-        status: "InApplying".into(),
-        ..Application::default()
-    };
+    let mut app = Application::request(beehive::new_id(), verb, key);
+    app.option = Some(br#"{"watch":true}"#.to_vec());
     Message::new()
         .with_route(
             "metaserver",

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kubeedge_api::application::Application;
@@ -21,6 +21,9 @@ use tracing::{debug, warn};
 use crate::listeners::Registry;
 
 const DATA_KEY: &str = "watches";
+/// Annotation naming the Node incarnation (UID) a record belongs to: a Node deleted and
+/// created again under the same name does not inherit the old one's watches.
+const NODE_UID: &str = "dynamiccontroller.kubeedge.io/node-uid";
 const FIELD_MANAGER: &str = "cloudcore-dynamiccontroller";
 /// Changes of one node within this time are written once.
 const DEBOUNCE: Duration = Duration::from_secs(2);
@@ -34,6 +37,7 @@ fn name(node: &str) -> Option<String> {
 /// Reads and writes the listener records.
 pub(crate) struct Persist {
     api: Api<ConfigMap>,
+    nodes: Api<Node>,
     dirty: Mutex<HashSet<String>>,
     wake: Notify,
 }
@@ -48,7 +52,8 @@ impl Persist {
     /// Records in `namespace`, written with `client`.
     pub(crate) fn new(client: kube::Client, namespace: &str) -> Self {
         Persist {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
+            nodes: Api::all(client),
             dirty: Mutex::new(HashSet::new()),
             wake: Notify::new(),
         }
@@ -77,6 +82,20 @@ impl Persist {
                 return Vec::new();
             }
         };
+        let recorded_uid = cm
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(NODE_UID))
+            .cloned();
+        if recorded_uid.is_none() || recorded_uid != self.node_uid(node).await {
+            debug!(
+                node,
+                "watch record of another incarnation of the node dropped"
+            );
+            self.delete(node).await;
+            return Vec::new();
+        }
         let text = cm
             .data
             .as_ref()
@@ -88,6 +107,17 @@ impl Persist {
             Err(e) => {
                 warn!(node, error = %e, "the node's recorded watches cannot be read; ignored");
                 Vec::new()
+            }
+        }
+    }
+
+    /// The UID of Node `node` as the API server has it now.
+    async fn node_uid(&self, node: &str) -> Option<String> {
+        match self.nodes.get_metadata_opt(node).await {
+            Ok(meta) => meta.and_then(|m| m.metadata.uid),
+            Err(e) => {
+                warn!(node, error = %e, "cannot read the node");
+                None
             }
         }
     }
@@ -124,9 +154,14 @@ impl Persist {
                 return;
             }
         };
+        let Some(uid) = self.node_uid(node).await else {
+            debug!(node, "node unknown; its watches are not recorded");
+            return;
+        };
         let cm = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
+                annotations: Some([(NODE_UID.to_owned(), uid)].into()),
                 labels: Some(
                     [
                         ("k8s-app".to_owned(), "kubeedge".to_owned()),

@@ -17,6 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubeedge_api::names;
+use kubeedge_api::replicas::Ownership;
 use rustls::pki_types::CertificateDer;
 use tracing::{info, warn};
 
@@ -206,6 +207,16 @@ impl CloudCore {
         let bus = Bus::new();
         let mut hub = None;
         let mut synced = None;
+        let mut lifecycles: Vec<kubeedge_api::lifecycle::Lifecycle> = Vec::new();
+        // Which replica holds which node: this replica's sessions, and the others' from the
+        // Nodes' `cloudcore` annotations.
+        let replica = config.replica_address();
+        let ownership = Ownership::new(replica.clone());
+        if let Some(client) = &kube {
+            let life = kubeedge_api::lifecycle::Lifecycle::new();
+            life.spawn(ownership.clone().follow(client.clone(), life.stop_signal()));
+            lifecycles.push(life);
+        }
         if m.cloud_hub.enable {
             let store: Arc<dyn ObjectSyncStore> = match &kube {
                 Some(c) => Arc::new(KubeStore::new(c.clone())),
@@ -218,6 +229,7 @@ impl CloudCore {
                 store,
                 HubOptions {
                     kube_ca_pem: options.kube_ca_pem,
+                    ownership: Some(ownership.clone()),
                     ..HubOptions::default()
                 },
             )
@@ -226,7 +238,6 @@ impl CloudCore {
             bus.register(module)?;
         }
         let mut denials: Vec<metrics::Denials> = Vec::new();
-        let mut lifecycles: Vec<kubeedge_api::lifecycle::Lifecycle> = Vec::new();
         if let Some(client) = kube.clone() {
             let auth = &m.cloud_hub.authorization;
             let impersonate = auth.enable && !auth.debug;
@@ -241,8 +252,8 @@ impl CloudCore {
                 )
                 .with_node_limit(node_limit)
                 .with_impersonation(impersonate);
-                if let Some(ip) = m.cloud_hub.advertise_address.first() {
-                    ec = ec.with_cloudcore_ip(ip.clone());
+                if !replica.is_empty() {
+                    ec = ec.with_cloudcore_ip(replica.clone());
                 }
                 metrics::edgecontroller(metrics, ec.metrics());
                 let ec_metrics = ec.metrics();
@@ -284,7 +295,8 @@ impl CloudCore {
                     m.sync_controller.clone(),
                     bus.endpoint(names::SYNCCONTROLLER),
                     client.clone(),
-                );
+                )
+                .with_ownership(ownership.clone());
                 metrics::synccontroller(metrics, sc.metrics());
                 bus.register(sc)?;
             }
@@ -319,12 +331,9 @@ impl CloudCore {
             let iptables = &m.iptables_manager;
             let advertised = match (&kube, iptables.enable) {
                 (Some(client), true) => {
-                    let ip = m
-                        .cloud_hub
-                        .advertise_address
-                        .first()
-                        .cloned()
-                        .unwrap_or_default();
+                    // One port per replica, keyed by the replica's own address: every
+                    // replica's iptables rules send that port to this replica's stream server.
+                    let ip = replica.clone();
                     let port = cloudstream::negotiate::negotiate_tunnel_port(client.clone(), &ip)
                         .await
                         .map_err(|e| StartError::Negotiate(e.to_string()))?;
@@ -374,12 +383,7 @@ impl CloudCore {
             stream: stream.clone(),
             kube,
             advertised_port,
-            advertise_ip: m
-                .cloud_hub
-                .advertise_address
-                .first()
-                .cloned()
-                .unwrap_or_default(),
+            replica_ip: replica.clone(),
             iptables: match (iptables.enable, iptables.mode) {
                 (false, _) => crate::diagnose::IptablesCheck::NotManaged,
                 (true, cloudstream::IptablesMode::Internal) => {
@@ -440,6 +444,7 @@ impl CloudCore {
     pub async fn shutdown(&self) {
         self.bus.shutdown().await;
         for life in &self.lifecycles {
+            life.stop();
             if !life.join(Duration::from_secs(5)).await {
                 warn!("a controller's tasks did not finish within 5 s");
             }
@@ -483,7 +488,16 @@ pub async fn run(
         warn!(field, "setting accepted but not supported; ignored");
     }
     let connect = async {
-        let cfg = kube_config(&config.kube_api_config).await?;
+        let mut cfg = kube_config(&config.kube_api_config).await?;
+        // Requests carry the replica's address, so the API server's managedFields and audit
+        // log say which replica wrote what.
+        if let Ok(agent) = http::HeaderValue::from_str(&format!(
+            "cloudcore@{}/{}",
+            config.replica_address(),
+            env!("CARGO_PKG_VERSION")
+        )) {
+            cfg.headers.push((http::header::USER_AGENT, agent));
+        }
         let ca = kube_ca_pem(&cfg);
         let client = kube::Client::try_from(cfg).map_err(|e| StartError::Kube(e.to_string()))?;
         Ok::<_, StartError>((client, ca))

@@ -148,6 +148,22 @@ impl Default for LeaderElectionConfig {
     }
 }
 
+/// `replicas` (Rust addition): how this replica tells itself apart when several replicas serve
+/// the edge together behind one load balancer (see the README, "Running several replicas").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ReplicasConfig {
+    /// This replica's own IP address: the value of the `cloudcore` annotation on the nodes it
+    /// holds, the key of its port in the `tunnelport` record, and where every replica's
+    /// iptables rules send `kubectl logs/exec` traffic for its nodes (its stream server must
+    /// be reachable there). Empty: `$POD_IP` when set (the Deployment sets it from the pod's
+    /// IP), else `modules.cloudHub.advertiseAddress[0]`.
+    pub address: String,
+}
+
+/// The environment variable naming this replica's address when `replicas.address` is empty.
+pub const POD_IP_ENV: &str = "POD_IP";
+
 /// A KubeEdge module this cloudcore does not implement. Its section is accepted with any keys
 /// so existing files load, but enabling it is an error.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -205,6 +221,8 @@ pub struct CloudCoreConfig {
     pub feature_gates: BTreeMap<String, bool>,
     /// Leader election (Rust addition).
     pub leader_election: LeaderElectionConfig,
+    /// This replica among several (Rust addition).
+    pub replicas: ReplicasConfig,
     /// One section per module.
     pub modules: Modules,
 }
@@ -220,6 +238,7 @@ impl Default for CloudCoreConfig {
             common_config: CommonConfig::default(),
             feature_gates: BTreeMap::new(),
             leader_election: LeaderElectionConfig::default(),
+            replicas: ReplicasConfig::default(),
             modules,
         }
     }
@@ -290,8 +309,27 @@ impl CloudCoreConfig {
         Ok(config)
     }
 
+    /// This replica's address: `replicas.address`, else `$POD_IP`, else
+    /// `modules.cloudHub.advertiseAddress[0]` (empty when none is set).
+    pub fn replica_address(&self) -> String {
+        let env = std::env::var(POD_IP_ENV).unwrap_or_default();
+        [self.replicas.address.trim(), env.trim()]
+            .into_iter()
+            .find(|a| !a.is_empty())
+            .map(str::to_owned)
+            .or_else(|| self.modules.cloud_hub.advertise_address.first().cloned())
+            .unwrap_or_default()
+    }
+
     /// The values KubeEdge refuses, and the ones this cloudcore cannot honour.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let address = self.replicas.address.trim();
+        if !address.is_empty() && address.parse::<std::net::IpAddr>().is_err() {
+            return Err(invalid(
+                "replicas.address",
+                format!("{address:?} is not an IP address"),
+            ));
+        }
         if !self.api_version.is_empty() && !API_VERSIONS.contains(&self.api_version.as_str()) {
             return Err(invalid(
                 "apiVersion",
@@ -900,5 +938,26 @@ mod tests {
             err.to_string(),
             "modules.router.enable: this module is not available in this cloudcore"
         );
+    }
+
+    #[test]
+    fn a_replica_is_named_by_its_own_address_else_the_advertised_one() {
+        let c = CloudCoreConfig::from_yaml(
+            "replicas: {address: 10.1.2.3}\nmodules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n",
+        )
+        .unwrap();
+        assert_eq!(c.replica_address(), "10.1.2.3");
+        let c = CloudCoreConfig::from_yaml("modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n")
+            .unwrap();
+        if std::env::var(POD_IP_ENV).is_err() {
+            assert_eq!(c.replica_address(), "1.2.3.4");
+        }
+        let err = CloudCoreConfig::from_yaml("replicas: {address: lb.example}\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "replicas.address: \"lb.example\" is not an IP address"
+        );
+        let err = CloudCoreConfig::from_yaml("replicas: {mode: x}\n").unwrap_err();
+        assert_eq!(err.to_string(), "unknown field: replicas.mode");
     }
 }

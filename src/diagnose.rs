@@ -46,8 +46,8 @@ pub struct Sources {
     pub kube: Option<kube::Client>,
     /// The kubelet port cloudstream writes into connecting Nodes.
     pub advertised_port: Option<u16>,
-    /// The address the DNAT rule sends to (the first `cloudHub.advertiseAddress`).
-    pub advertise_ip: String,
+    /// The address the DNAT rule sends to: this replica's (`replicas.address`).
+    pub replica_ip: String,
     /// Who keeps the DNAT rule.
     pub iptables: IptablesCheck,
     /// Runs `iptables -C` for the rule check.
@@ -61,7 +61,7 @@ impl std::fmt::Debug for Sources {
             .field("stream", &self.stream)
             .field("kube", &self.kube.is_some())
             .field("advertised_port", &self.advertised_port)
-            .field("advertise_ip", &self.advertise_ip)
+            .field("replica_ip", &self.replica_ip)
             .field("iptables", &self.iptables)
             .finish_non_exhaustive()
     }
@@ -279,7 +279,7 @@ async fn iptables_facts(sources: &Sources) -> IptablesFacts {
             detail: "cloudstream is not running".into(),
         };
     };
-    let ip = sources.advertise_ip.as_str();
+    let ip = sources.replica_ip.as_str();
     let v6 = ip.contains(':');
     let to = if v6 {
         format!("[{ip}]:{}", stream.stream_addr().port())
@@ -580,7 +580,7 @@ mod tests {
             stream: None,
             kube: None,
             advertised_port: Some(10350),
-            advertise_ip: "127.0.0.1".into(),
+            replica_ip: "127.0.0.1".into(),
             iptables: IptablesCheck::NotManaged,
             runner: Arc::new(cloudstream::iptables::SystemRunner::new()),
         };

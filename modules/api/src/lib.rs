@@ -10,7 +10,7 @@
 //! module and group names messages are routed by. [`application`] is the edge metaServer's request envelope; [`access`] asks the API server what a node may do. Controllers share [`watch`] (watch caches
 //! that survive relists), [`client`] (calls made as an edge node), [`queue`] (bounded request
 //! queues) and [`lifecycle`] (background tasks and graceful stop); servers share [`listener`] (admission
-//! limits for edge-facing listeners); [`devices`] and [`rules`]
+//! limits for edge-facing listeners); [`replicas`] says which replica holds which node; [`devices`] and [`rules`]
 //! hold the KubeEdge CRDs; [`validation`] checks names from the wire before they reach a URL; `testing` (feature) has a fake edge and a fault-injecting client.
 //!
 //! ```
@@ -29,6 +29,7 @@ pub mod listener;
 pub mod names;
 pub mod queue;
 pub mod reliablesyncs;
+pub mod replicas;
 mod resource;
 pub mod rules;
 pub mod status;

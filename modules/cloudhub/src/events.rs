@@ -1,5 +1,5 @@
-//! `connected` / `disconnected` events to group `edgecontroller` and module `dynamiccontroller`, published in
-//! the order sessions report them.
+//! `connected` / `disconnected` events to group `edgecontroller` and modules `dynamiccontroller`
+//! and `synccontroller`, published in the order sessions report them.
 
 use std::sync::Mutex;
 
@@ -62,8 +62,10 @@ impl Events {
             return;
         };
         while let Some(msg) = rx.recv().await {
-            // dynamiccontroller resumes a reconnected node's watches; it may not be running.
+            // dynamiccontroller resumes a reconnected node's watches and synccontroller brings
+            // it up to date; either may not be running.
             let _ = endpoint.try_send(names::DYNAMICCONTROLLER, msg.clone());
+            let _ = endpoint.try_send(names::SYNCCONTROLLER, msg.clone());
             if let Err(e) = endpoint.send_to_group(names::EDGECONTROLLER, msg).await {
                 debug!(error = %e, "node event not published");
             }

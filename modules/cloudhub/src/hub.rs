@@ -9,6 +9,7 @@ use std::time::Duration;
 use actix::{Actor, Context, Handler};
 use beehive::{Endpoint, Message, Module};
 use kubeedge_api::names;
+use kubeedge_api::replicas::Ownership;
 use pki::{CertAndKey, CertificateAuthority, ExtKeyUsage, SignPolicy};
 use tokio::sync::Notify;
 use tracing::{debug, error, info, warn};
@@ -91,6 +92,11 @@ pub struct HubOptions {
     pub kube_ca_pem: String,
     /// Overrides `tokenRefreshDuration` (tests; production uses the configuration).
     pub token_refresh: Option<Duration>,
+    /// Which replica holds which node, shared with the other modules of this replica. The
+    /// hub records its sessions in it, and leaves nodes another replica holds alone: a
+    /// message for such a node is dropped without an ObjectSync record (the holder keeps
+    /// those). Default: a view of its own that knows no other replica.
+    pub ownership: Option<Ownership>,
 }
 
 #[derive(Default)]
@@ -114,6 +120,7 @@ pub(crate) struct Hub {
     pub(crate) counters: HubCounters,
     /// Node certificates revoked by deletion; checked at every TLS handshake.
     pub(crate) revocations: pki::Revocations,
+    pub(crate) ownership: Ownership,
     material: Material,
     sign_policy: SignPolicy,
     token: RwLock<String>,
@@ -207,13 +214,18 @@ impl Hub {
         }
     }
 
-    /// A message for a node without a live session here.
+    /// A message for a node without a live session here. Its record is written here unless
+    /// another replica holds the node: only the holder writes a node's records.
     fn offline(&self, node: &str, msg: &Message) {
         self.counters
             .dropped_offline
             .fetch_add(1, Ordering::Relaxed);
         let known = self.registry.known_counters(node);
         self.count_drop(known.as_deref(), DropReason::Offline, 1);
+        if self.ownership.held_elsewhere(node) {
+            debug!(node, msg = %msg, "node held by another replica, message left to it");
+            return;
+        }
         debug!(node, msg = %msg, "node not connected here, message dropped");
         self.record_offline(node, msg);
     }
@@ -589,6 +601,9 @@ impl CloudHub {
             kube,
             counters: HubCounters::default(),
             revocations,
+            ownership: options
+                .ownership
+                .unwrap_or_else(|| Ownership::new(String::new())),
             material,
             sign_policy,
             token: RwLock::new(token),

@@ -321,6 +321,7 @@ impl Actor for Session {
         ctx.set_mailbox_capacity(self.hub.config.node_queue_size.max(16));
         let keepalive = self.hub.config.keepalive();
         ctx.run_later(keepalive, Self::check_keepalive);
+        self.hub.ownership.hold(&self.node);
         self.hub.events.connected(&self.node);
         info!(node = %self.node, generation = self.generation, "edge connected");
     }
@@ -330,6 +331,7 @@ impl Actor for Session {
         self.account_for_leftovers();
         // Only the registered generation speaks for the node (spec §9.2–9.3).
         if self.hub.registry.remove(&self.node, self.generation) {
+            self.hub.ownership.release(&self.node);
             self.hub.events.disconnected(&self.node);
             info!(node = %self.node, generation = self.generation, "edge disconnected");
         } else {

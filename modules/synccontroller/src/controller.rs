@@ -7,11 +7,17 @@ use std::time::Duration;
 use actix::{Actor, Context, Handler};
 use beehive::{Endpoint, Message, Module};
 use kubeedge_api::lifecycle::Lifecycle;
-use kubeedge_api::names::SYNCCONTROLLER;
+use kubeedge_api::names::operation as hub_op;
+use kubeedge_api::names::{CLOUDHUB, SYNCCONTROLLER};
+use kubeedge_api::replicas::Ownership;
+use tokio::sync::mpsc;
 use tracing::{debug, info};
 
 use crate::config::SyncControllerConfig;
 use crate::reconciler::{Counters, Reconciler, Settings};
+
+/// Connection events waiting for the reconciler.
+const CONNECTED_BACKLOG: usize = 65_536;
 
 /// The synccontroller module: name and group `synccontroller`.
 ///
@@ -20,7 +26,8 @@ use crate::reconciler::{Counters, Reconciler, Settings};
 /// and a delete when the object is gone or was recreated (never one that could remove the new
 /// incarnation at the edge: a recreated Node's record is dropped silently); it removes records
 /// of deleted nodes. Messages go to module `cloudhub` as `edgecontroller` (`devicecontroller` for
-/// `devices.kubeedge.io` kinds). It receives nothing.
+/// `devices.kubeedge.io` kinds). It receives cloudhub's `connected` events: a node that
+/// connects is brought up to date at once rather than at the next pass.
 ///
 /// ```no_run
 /// # async fn demo(client: kube::Client) {
@@ -37,6 +44,9 @@ pub struct SyncController {
     life: Lifecycle,
     counters: Arc<Counters>,
     watch_timeout: Option<Duration>,
+    ownership: Option<Ownership>,
+    /// Connection events to the running reconciler (replaced at each start).
+    connected: mpsc::Sender<String>,
 }
 
 impl std::fmt::Debug for SyncController {
@@ -52,6 +62,8 @@ impl SyncController {
     /// message) and reading Kubernetes with `client`.
     pub fn new(config: SyncControllerConfig, endpoint: Endpoint, client: kube::Client) -> Self {
         SyncController {
+            ownership: None,
+            connected: mpsc::channel(1).0,
             config,
             endpoint,
             client,
@@ -64,6 +76,15 @@ impl SyncController {
     /// Server-side timeout of each watch request (kube's default when unset).
     pub fn with_watch_timeout(mut self, timeout: Duration) -> Self {
         self.watch_timeout = Some(timeout);
+        self
+    }
+
+    /// Shares node ownership with the other modules of this replica (several replicas serve
+    /// the edge): records are then reconciled only for nodes connected here, a node is
+    /// brought up to date as soon as it connects, and a node that moved here from another
+    /// replica is also sent the pods no replica recorded while it was away.
+    pub fn with_ownership(mut self, ownership: Ownership) -> Self {
+        self.ownership = Some(ownership);
         self
     }
 
@@ -121,13 +142,17 @@ impl Actor for SyncController {
         let settings = Settings {
             interval: Duration::from_secs(self.config.reconcile_interval_seconds.max(1)),
             watch_timeout: self.watch_timeout,
+            ownership: self.ownership.clone(),
         };
+        let (tx, connected) = mpsc::channel(CONNECTED_BACKLOG);
+        self.connected = tx;
         let reconciler = Reconciler::new(
             self.client.clone(),
             self.endpoint.clone(),
             settings,
             self.life.clone(),
             self.counters.clone(),
+            connected,
         );
         self.life.spawn(reconciler.run(self.life.stop_signal()));
         info!(
@@ -141,7 +166,20 @@ impl Handler<Message> for SyncController {
     type Result = ();
 
     fn handle(&mut self, msg: Message, _ctx: &mut Self::Context) {
-        debug!(msg_id = %msg.header.id, resource = %msg.route.resource, "synccontroller takes no messages; ignored");
+        let connected = msg.route.source == CLOUDHUB && msg.route.operation == hub_op::CONNECTED;
+        match msg.route.resource.strip_prefix("node/") {
+            Some(node) if connected && !node.is_empty() && !node.contains('/') => {
+                if self.connected.try_send(node.to_owned()).is_err() {
+                    debug!(
+                        node,
+                        "connection backlog full; the node is caught up by the next pass"
+                    );
+                }
+            }
+            _ => {
+                debug!(msg_id = %msg.header.id, resource = %msg.route.resource, "synccontroller takes only cloudhub's connected events; ignored")
+            }
+        }
     }
 }
 

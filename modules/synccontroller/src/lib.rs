@@ -14,6 +14,7 @@ mod controller;
 mod kinds;
 mod reconciler;
 mod record;
+mod takeover;
 
 pub use config::SyncControllerConfig;
 pub use controller::{SyncController, SyncControllerMetrics, SyncMetricsSnapshot};

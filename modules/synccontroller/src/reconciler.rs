@@ -14,7 +14,7 @@
 //! other kinds the record is dropped once a record of the new incarnation shows that one is on
 //! its way, and the delete is sent only when none has appeared after a grace period.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,12 +34,15 @@ use kubeedge_api::names::{CLOUDHUB, GROUP_RESOURCE};
 use kubeedge_api::reliablesyncs::{
     ClusterObjectSync, ObjectSync, object_sync_name, parse_object_sync_name,
 };
+use kubeedge_api::replicas::Ownership;
 use kubeedge_api::watch::{self, CacheWriter, Change};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::kinds;
 use crate::record::{Decision, Record, RecordKey, decide};
+use crate::takeover::{self, Found, Takeovers};
 
 /// Kinds whose content differs per node (filtered by dynamiccontroller): never re-sent here.
 const FILTERED_PER_NODE: [&str; 2] = ["Endpoints", "EndpointSlice"];
@@ -55,6 +58,8 @@ const SUPERSEDED_GRACE: Duration = Duration::from_secs(10);
 /// A record being dropped is not dropped again sooner (its deletion shows in the record watch
 /// long before).
 const DROP_RETRY: Duration = Duration::from_secs(30);
+/// How long connections are collected before their nodes are caught up together.
+const CATCH_UP_DELAY: Duration = Duration::from_millis(200);
 
 /// Counters of the synccontroller.
 #[derive(Debug, Default)]
@@ -95,6 +100,8 @@ struct Tracked {
 pub(crate) struct Settings {
     pub(crate) interval: Duration,
     pub(crate) watch_timeout: Option<Duration>,
+    /// Which replica holds which node; `None`: this replica serves every node.
+    pub(crate) ownership: Option<Ownership>,
 }
 
 pub(crate) struct Reconciler {
@@ -116,6 +123,11 @@ pub(crate) struct Reconciler {
     superseded_since: HashMap<RecordKey, Instant>,
     /// Records of a previous incarnation being dropped, since when.
     dropping: HashMap<RecordKey, Instant>,
+    /// Nodes that connected here, to bring up to date at the next catch-up.
+    connected: mpsc::Receiver<String>,
+    catching_up: HashSet<String>,
+    catch_up_at: Option<Instant>,
+    takeovers: Takeovers,
 }
 
 impl Reconciler {
@@ -125,8 +137,14 @@ impl Reconciler {
         settings: Settings,
         life: Lifecycle,
         counters: Arc<Counters>,
+        connected: mpsc::Receiver<String>,
     ) -> Self {
+        let takeovers = Takeovers::new(client.clone());
         Reconciler {
+            connected,
+            catching_up: HashSet::new(),
+            catch_up_at: None,
+            takeovers,
             client,
             endpoint,
             settings,
@@ -186,6 +204,9 @@ impl Reconciler {
                     self.on_records(changes.into_iter().map(|c| map_change(c, Record::cluster)).collect()).await;
                 }
                 Some((slot, e)) = self.watches.next(), if !self.watches.is_empty() => self.on_object_event(slot, e).await,
+                Some(node) = self.connected.recv() => self.on_connected(node),
+                _ = sleep_until_some(self.catch_up_at), if self.running => self.catch_up().await,
+                Some(found) = self.takeovers.next() => self.on_takeover(found).await,
                 _ = tick.tick(), if self.running => self.full_pass().await,
             }
             if !self.running
@@ -320,6 +341,9 @@ impl Reconciler {
         self.counters.passes.fetch_add(1, Ordering::Relaxed);
         let mut updates = Vec::new();
         for r in self.all_records() {
+            if !self.mine(&r) {
+                continue;
+            }
             match self.assess(&r).await {
                 Some((slot, Decision::Orphan, _)) => self.orphan(slot, &r).await,
                 Some((slot, Decision::Superseded, Some(obj))) => {
@@ -332,6 +356,81 @@ impl Reconciler {
         for (slot, r, obj) in updates {
             self.send_update(slot, &r, &obj).await;
         }
+    }
+
+    /// A node connected here: bring it up to date soon (connections come in bursts, so they
+    /// are caught up together in one pass over the records).
+    fn on_connected(&mut self, node: String) {
+        if let Some(from) = self
+            .settings
+            .ownership
+            .as_ref()
+            .and_then(|o| o.take_over(&node))
+        {
+            info!(
+                node,
+                from, "node moved here from another replica: looking for what it missed"
+            );
+            self.takeovers.scan(node.clone());
+        }
+        self.catching_up.insert(node);
+        self.catch_up_at
+            .get_or_insert_with(|| Instant::now() + CATCH_UP_DELAY);
+    }
+
+    /// Reconciles the records of the nodes that connected since the last catch-up.
+    async fn catch_up(&mut self) {
+        self.catch_up_at = None;
+        let nodes = std::mem::take(&mut self.catching_up);
+        let records: Vec<Record> = self
+            .all_records()
+            .into_iter()
+            .filter(|r| r.target.as_ref().is_some_and(|(n, _)| nodes.contains(n)))
+            .collect();
+        debug!(
+            nodes = nodes.len(),
+            records = records.len(),
+            "catching up connected nodes"
+        );
+        for r in records {
+            self.reconcile(&r).await;
+        }
+    }
+
+    /// The pods bound to a node that moved here: each one without a record of this node is
+    /// one the previous replica never delivered (or never recorded) and no replica recorded
+    /// while the node was away, so it is sent now; cloudhub records it when it is acknowledged.
+    async fn on_takeover(&mut self, found: Found) {
+        let Found { node, pods } = found;
+        let ownership = self.settings.ownership.clone();
+        if ownership.is_some_and(|o| !o.holds(&node)) {
+            return;
+        }
+        let mut sent = 0;
+        for pod in pods {
+            let (Some(ns), Some(uid)) = (pod.metadata.namespace.clone(), pod.metadata.uid.clone())
+            else {
+                continue;
+            };
+            let key = RecordKey::Namespaced {
+                namespace: ns,
+                name: object_sync_name(&node, &uid),
+            };
+            if self.record(&key).is_some() {
+                continue;
+            }
+            let Some(msg) = takeover::pod_message(&node, &pod) else {
+                continue;
+            };
+            if self.send(msg).await {
+                self.counters.updates.fetch_add(1, Ordering::Relaxed);
+                sent += 1;
+            }
+        }
+        info!(
+            node,
+            sent, "pods without a record sent to a node that moved here"
+        );
     }
 
     /// The slot of a record's kind, resolving it (and starting its watch) on first use.
@@ -391,7 +490,20 @@ impl Reconciler {
         }
     }
 
+    /// Whether this replica looks after the record: only the replica holding a node's
+    /// session re-sends to it and changes its records.
+    fn mine(&self, record: &Record) -> bool {
+        match (&self.settings.ownership, &record.target) {
+            (None, _) => true,
+            (Some(o), Some((node, _))) => o.holds(node),
+            (Some(_), None) => false,
+        }
+    }
+
     async fn reconcile(&mut self, record: &Record) {
+        if !self.mine(record) {
+            return;
+        }
         match self.assess(record).await {
             Some((slot, Decision::Update, Some(obj))) => self.send_update(slot, record, &obj).await,
             Some((slot, Decision::Orphan, _)) => self.orphan(slot, record).await,
@@ -710,6 +822,14 @@ impl Reconciler {
 
 /// Whether the API server says `node` does not exist (tried [`DELETE_ATTEMPTS`] times, 1 s
 /// apart; an API server that cannot answer never counts as "gone").
+/// Resolves at `at`, never when `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn node_is_gone(api: &Api<PartialObjectMeta<Node>>, node: &str) -> bool {
     for attempt in 1..=DELETE_ATTEMPTS {
         match api.get_metadata_opt(node).await {

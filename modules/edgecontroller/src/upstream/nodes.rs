@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{GetParams, Patch, PatchParams, PostParams};
 use kubeedge_api::NodeResource;
 use kubeedge_api::client::Identity;
+use kubeedge_api::replicas::CLOUDCORE_ANNOTATION;
 use kubeedge_api::status::StatusError;
 use serde::Deserialize;
 use serde_json::json;
@@ -21,8 +22,6 @@ use super::{Kind, Outcome, Upstream, api, body, content, parts};
 use crate::authz::KUBEEDGE_ROLE_LABELS;
 use crate::reply;
 
-/// Annotation holding the address of the cloudcore a node is connected to.
-pub(crate) const CLOUDCORE_ANNOTATION: &str = "cloudcore";
 /// Annotation listing healthy GPUs, written from legacy node status.
 const GPU_STATUS_ANNOTATION: &str = "huawei.com/gpu-status";
 /// The extended resource whose entries become [`GPU_STATUS_ANNOTATION`].

@@ -23,6 +23,7 @@
 //! # }
 //! ```
 
+mod balancer;
 pub mod binary;
 mod cloud;
 mod edge;
@@ -37,6 +38,7 @@ mod serial;
 mod spdy;
 mod store;
 
+pub use balancer::Balancer;
 pub use cloud::{CloudPorts, CloudSpec, Cloudcore, Metrics, listen_ports};
 pub use edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET, META_SERVER, pem};
 pub use error::{Error, Result};

@@ -376,16 +376,20 @@ async fn node_update_adds_labels_and_keeps_everything_else() {
         .patch(
             &e1,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"keep": "me"}}})),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"keep": "me", "cloudcore": "10.0.0.1"}}}),
+            ),
         )
         .await
         .unwrap();
     let resource = format!("node/{e1}/null/node/{e1}");
+    // The edge's copy names another replica: which one holds the node is not the edge's to say.
     let resp = env
         .ask(request(
             &resource,
             "update",
-            content(json!({"metadata": {"labels": {"zone": "z1"}}})),
+            content(json!({"metadata": {"labels": {"zone": "z1"},
+                "annotations": {"cloudcore": "10.9.9.9"}}})),
         ))
         .await;
     assert_eq!(resp.content.as_json(), r#""OK""#);
@@ -397,6 +401,10 @@ async fn node_update_adds_labels_and_keeps_everything_else() {
     assert_eq!(
         live.annotations().get("keep").map(String::as_str),
         Some("me")
+    );
+    assert_eq!(
+        live.annotations().get("cloudcore").map(String::as_str),
+        Some("10.0.0.1")
     );
     env.stop().await;
 }

@@ -757,3 +757,98 @@ where
     }
     false
 }
+
+/// A pod bound to `node` (pods created by [`pod`] are not bound).
+async fn bound_pod(client: &kube::Client, ns: &str, name: &str, node: &str) -> Pod {
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap()
+}
+
+/// cloudhub's `connected` event for `node`.
+fn connected(node: &str) -> Message {
+    Message::new().with_route("cloudhub", "resource", format!("node/{node}"), "connected")
+}
+
+/// Several replicas: records of a node another replica holds are left alone; once the node
+/// connects here they are reconciled at once (not at the next pass), and because it came from
+/// another replica its bound pods without any record are sent too — a pod it has a record of
+/// is not sent again.
+#[actix_rt::test]
+async fn only_nodes_held_here_are_reconciled_and_a_moved_node_gets_its_unrecorded_pods() {
+    use kubeedge_api::replicas::Ownership;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
+    let client = k8s_testenv::client().await;
+    let ownership = Ownership::new("10.0.0.1");
+    let bus = Bus::new();
+    let edge = FakeEdge::register(&bus, "cloudhub");
+    let config = SyncControllerConfig {
+        reconcile_interval_seconds: 1,
+        ..SyncControllerConfig::default()
+    };
+    let sc = SyncController::new(config, bus.endpoint("synccontroller"), client.clone())
+        .with_ownership(ownership.clone());
+    let metrics = sc.metrics();
+    bus.register(sc).unwrap();
+    bus.start().unwrap();
+
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&client, &e1).await;
+    ownership.observe(&e1, Some("10.0.0.2"));
+    let stale = bound_pod(&client, &ns, "stale", &e1).await;
+    let current = bound_pod(&client, &ns, "current", &e1).await;
+    let missed = bound_pod(&client, &ns, "missed", &e1).await;
+    pod_record(&client, &e1, &stale, "1").await;
+    pod_record(&client, &e1, &current, &current.resource_version().unwrap()).await;
+    let passes = metrics.snapshot().passes;
+    while metrics.snapshot().passes < passes + 3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        edge.matching(|m| m.route.resource.starts_with(&format!("node/{e1}/")))
+            .is_empty(),
+        "held by another replica: nothing sent"
+    );
+
+    // The node connects here, coming from 10.0.0.2.
+    ownership.hold(&e1);
+    bus.endpoint("cloudhub-stand-in")
+        .send("synccontroller", connected(&e1))
+        .await
+        .unwrap();
+    let m = edge
+        .wait_for(WAIT, is(format!("node/{e1}/{ns}/pod/stale"), "update"))
+        .await
+        .expect("the stale record is reconciled");
+    assert_eq!(m.header.resource_version, stale.resource_version().unwrap());
+    let m = edge
+        .wait_for(WAIT, is(format!("node/{e1}/{ns}/pod/missed"), "update"))
+        .await
+        .expect("the unrecorded pod is sent");
+    assert_eq!(
+        m.header.resource_version,
+        missed.resource_version().unwrap()
+    );
+    assert_eq!(body(&m)["metadata"]["uid"], missed.uid().unwrap());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        edge.matching(|m| m.route.resource.ends_with("/pod/current"))
+            .is_empty(),
+        "acknowledged: nothing sent"
+    );
+    assert_eq!(
+        edge.matching(is(format!("node/{e1}/{ns}/pod/missed"), "update"))
+            .len(),
+        1,
+        "sent once (its record comes from cloudhub, which is not running here)"
+    );
+    bus.shutdown().await;
+}

@@ -103,11 +103,10 @@ impl Upstream {
         // A client-supplied resourceVersion or uid would make the create fail.
         node.metadata.resource_version = None;
         node.metadata.uid = None;
+        let annotations = node.metadata.annotations.get_or_insert_default();
+        annotations.remove(CLOUDCORE_ANNOTATION);
         if let Some(ip) = &self.settings.cloudcore_ip {
-            node.metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(CLOUDCORE_ANNOTATION.to_owned(), ip.clone());
+            annotations.insert(CLOUDCORE_ANNOTATION.to_owned(), ip.clone());
         }
         let created: Node = self
             .kube
@@ -134,9 +133,13 @@ impl Upstream {
         self.answer(Kind::UpdateNode, msg, async {
             let r = parts(msg, true, true)?;
             let wanted: Node = content(msg, "a Node")?;
+            // Which replica holds the node is the replicas' to say: an edge echoing its Node
+            // back carries the annotation as it was when it read it.
+            let mut annotations = wanted.metadata.annotations.unwrap_or_default();
+            annotations.remove(CLOUDCORE_ANNOTATION);
             let patch = json!({"metadata": {
                 "labels": wanted.metadata.labels.unwrap_or_default(),
-                "annotations": wanted.metadata.annotations.unwrap_or_default(),
+                "annotations": annotations,
             }});
             let request =
                 api::<Node>(None).patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch));

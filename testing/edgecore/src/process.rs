@@ -266,7 +266,14 @@ mod tests {
 
     #[test]
     fn orphans_recognised_as_ours_are_reaped_and_others_left_alone() {
-        let dir = std::env::temp_dir().join(format!("edgecore-orphan-{}", std::process::id()));
+        // Unique per run: an orphan of an earlier run whose test binary had the same pid must
+        // not look like this one.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let dir =
+            std::env::temp_dir().join(format!("edgecore-orphan-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ours = dir.join("fake-edgecore");
         std::fs::copy("/bin/sleep", &ours).unwrap();
@@ -292,7 +299,8 @@ mod tests {
         let ours_text = ours.display().to_string();
         assert!(reap_orphans(|argv| argv[0] == "no-such-binary").is_empty());
         assert!(alive(pid));
-        assert_eq!(reap_orphans(|argv| argv[0] == ours_text), vec![pid]);
+        let reaped = reap_orphans(|argv| argv[0] == ours_text);
+        assert_eq!(reaped, vec![pid], "reaped {reaped:?}, started {pid}");
         let deadline = Instant::now() + Duration::from_secs(5);
         while alive(pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

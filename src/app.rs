@@ -26,6 +26,9 @@ use crate::leader::LeaderElector;
 use crate::metrics;
 use crate::ops::{Metrics, Phase, Readiness};
 
+/// How long start-up waits for the first list of Nodes (which replica holds which node).
+const OWNERSHIP_LIST_WAIT: Duration = Duration::from_secs(30);
+
 /// Why cloudcore could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -216,6 +219,14 @@ impl CloudCore {
             let life = kubeedge_api::lifecycle::Lifecycle::new();
             life.spawn(ownership.clone().follow(client.clone(), life.stop_signal()));
             lifecycles.push(life);
+            // Until the Nodes are listed, a replica cannot tell which nodes the others hold and
+            // would write their records.
+            if tokio::time::timeout(OWNERSHIP_LIST_WAIT, ownership.listed())
+                .await
+                .is_err()
+            {
+                warn!(waited = ?OWNERSHIP_LIST_WAIT, "nodes not listed yet: starting without knowing which nodes other replicas hold");
+            }
         }
         if m.cloud_hub.enable {
             let store: Arc<dyn ObjectSyncStore> = match &kube {

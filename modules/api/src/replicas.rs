@@ -36,6 +36,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::lifecycle::StopSignal;
@@ -52,6 +53,8 @@ pub struct Ownership {
 struct Inner {
     me: String,
     state: Mutex<State>,
+    /// True once a first list of Nodes was applied.
+    listed: watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -85,6 +88,7 @@ impl Ownership {
             inner: Arc::new(Inner {
                 me: me.into(),
                 state: Mutex::new(State::default()),
+                listed: watch::channel(false).0,
             }),
         }
     }
@@ -196,8 +200,18 @@ impl Ownership {
                 if let Some(list) = s.relist.take() {
                     s.holders = list;
                 }
+                drop(s);
+                self.inner.listed.send_replace(true);
             }
         }
+    }
+
+    /// Resolves once the cluster-wide view holds a first list of Nodes ([`Ownership::follow`]
+    /// running). Until then [`Ownership::held_elsewhere`] knows no other replica's nodes, so a
+    /// replica waits for this before it handles messages.
+    pub async fn listed(&self) {
+        let mut rx = self.inner.listed.subscribe();
+        let _ = rx.wait_for(|listed| *listed).await;
     }
 
     /// Keeps the cluster-wide view current from a metadata-only watch of Nodes until `stop`.
@@ -279,6 +293,7 @@ mod tests {
         }
         assert_eq!(o.holder("gone"), None);
         assert_eq!(o.holder("kept").as_deref(), Some("c"));
+        assert!(*o.inner.listed.borrow(), "listed once the first list is done");
         assert_eq!(o.holder("plain"), None);
         o.apply(Event::Delete(node("kept", Some("c"))));
         assert_eq!(o.holder("kept"), None);

@@ -293,7 +293,10 @@ mod tests {
         }
         assert_eq!(o.holder("gone"), None);
         assert_eq!(o.holder("kept").as_deref(), Some("c"));
-        assert!(*o.inner.listed.borrow(), "listed once the first list is done");
+        assert!(
+            *o.inner.listed.borrow(),
+            "listed once the first list is done"
+        );
         assert_eq!(o.holder("plain"), None);
         o.apply(Event::Delete(node("kept", Some("c"))));
         assert_eq!(o.holder("kept"), None);

@@ -16,6 +16,7 @@ use beehive::constants::operation as op;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kubeedge_api::NodeResourceRef;
 use kubeedge_api::names::{CLOUDHUB, ROUTER};
+use kubeedge_api::replicas::CLOUDCORE_ANNOTATION;
 use kubeedge_api::status::StatusError;
 use kubeedge_api::validation::{self, InvalidName};
 use kubeedge_api::watch::{self, Cache};
@@ -290,7 +291,10 @@ impl NodeAuthorizer {
                     }),
                 }
             }
-            Kind::PatchNode => own_node(&r, "patch"),
+            Kind::PatchNode => {
+                own_node(&r, "patch")?;
+                check_status_patch_metadata(node, &parse(msg, "a Node patch")?)
+            }
             Kind::UpdateNodeStatus => own_node(&r, "update"),
             // Every pod of a legacy status report, before any is written.
             Kind::UpdatePodStatus => {
@@ -593,6 +597,35 @@ fn own_node(r: &NodeResourceRef<'_>, verb: &'static str) -> Decision {
         verb,
         format!("node '{}' may only {verb} its own Node object", r.node),
     ))
+}
+
+/// A node status patch may change the Node's metadata too (the status subresource keeps only
+/// the spec), but not the `cloudcore` annotation: which replica holds the node is the
+/// replicas' to say. `$patch` directives on the metadata or its annotations could remove it,
+/// so they are refused as well.
+fn check_status_patch_metadata(node: &str, patch: &serde_json::Value) -> Decision {
+    let Some(meta) = patch.get("metadata") else {
+        return Ok(());
+    };
+    let deny = |why: &str| Err(Refusal::forbidden("nodes", node, "patch", why));
+    let directive = |v: &serde_json::Value| {
+        v.as_object()
+            .is_some_and(|o| o.keys().any(|k| k.starts_with('$')))
+    };
+    if directive(meta) {
+        return deny("a node status patch may not carry directives on the metadata");
+    }
+    match meta.get("annotations") {
+        None | Some(serde_json::Value::Null) => Ok(()),
+        Some(a) if directive(a) => {
+            deny("a node status patch may not carry directives on the annotations")
+        }
+        Some(serde_json::Value::Object(a)) if a.contains_key(CLOUDCORE_ANNOTATION) => deny(
+            &format!("a node may not set its \"{CLOUDCORE_ANNOTATION}\" annotation"),
+        ),
+        Some(serde_json::Value::Object(_)) => Ok(()),
+        Some(_) => deny("metadata.annotations must be an object"),
+    }
 }
 
 fn own_lease(r: &NodeResourceRef<'_>, verb: &'static str) -> Decision {
@@ -974,6 +1007,28 @@ mod tests {
 
     fn forbidden(d: Decision) -> bool {
         matches!(d, Err(Refusal::Forbidden { .. }))
+    }
+
+    #[test]
+    fn a_status_patch_may_not_write_the_cloudcore_annotation() {
+        let a = authz();
+        let patch = |body: serde_json::Value| msg("node/e1/null/nodepatch/e1", "patch", body);
+        assert_eq!(
+            a.authorize(&patch(json!({"status": {"phase": "Running"}}))),
+            Ok(())
+        );
+        assert_eq!(
+            a.authorize(&patch(json!({"metadata": {"annotations": {"team": "a"}}}))),
+            Ok(())
+        );
+        for refused in [
+            json!({"metadata": {"annotations": {"cloudcore": "10.9.9.9"}}}),
+            json!({"metadata": {"annotations": {"$patch": "replace", "team": "a"}}}),
+            json!({"metadata": {"$patch": "replace"}}),
+            json!({"metadata": {"annotations": "cloudcore"}}),
+        ] {
+            assert!(forbidden(a.authorize(&patch(refused.clone()))), "{refused}");
+        }
     }
 
     #[test]

@@ -210,6 +210,13 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
         );
         single(
             out,
+            "cloudhub_messages_held_elsewhere_total",
+            "counter",
+            "Messages for nodes another replica holds, left to that replica.",
+            s.held_elsewhere as f64,
+        );
+        single(
+            out,
             "cloudhub_token_refused_connected_total",
             "counter",
             "Bootstrap-token certificate requests refused because the node was connected.",

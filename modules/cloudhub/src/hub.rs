@@ -30,6 +30,7 @@ use crate::store::{ObjectSyncStore, SyncKey, SyncSpec};
 pub(crate) struct HubCounters {
     pub(crate) dropped_no_node: AtomicU64,
     pub(crate) dropped_offline: AtomicU64,
+    pub(crate) held_elsewhere: AtomicU64,
     pub(crate) dropped_full: AtomicU64,
     pub(crate) upstream_unroutable: AtomicU64,
     pub(crate) token_refused_connected: AtomicU64,
@@ -54,6 +55,9 @@ pub struct HubStats {
     /// Downstream messages for nodes without a session here (the sync loop redelivers
     /// ACK-class state once the node is back).
     pub dropped_offline: u64,
+    /// Downstream messages for nodes another replica holds: left to that replica (not drops;
+    /// with several replicas, most messages are someone else's).
+    pub held_elsewhere: u64,
     /// Downstream messages refused because the node's session mailbox was full (the
     /// ACK-class ones keep an ObjectSync record, so the sync loop redelivers them).
     pub dropped_full: u64,
@@ -217,15 +221,16 @@ impl Hub {
     /// A message for a node without a live session here. Its record is written here unless
     /// another replica holds the node: only the holder writes a node's records.
     fn offline(&self, node: &str, msg: &Message) {
+        if self.ownership.held_elsewhere(node) {
+            self.counters.held_elsewhere.fetch_add(1, Ordering::Relaxed);
+            debug!(node, msg = %msg, "node held by another replica, message left to it");
+            return;
+        }
         self.counters
             .dropped_offline
             .fetch_add(1, Ordering::Relaxed);
         let known = self.registry.known_counters(node);
         self.count_drop(known.as_deref(), DropReason::Offline, 1);
-        if self.ownership.held_elsewhere(node) {
-            debug!(node, msg = %msg, "node held by another replica, message left to it");
-            return;
-        }
         debug!(node, msg = %msg, "node not connected here, message dropped");
         self.record_offline(node, msg);
     }
@@ -386,6 +391,7 @@ impl HubHandle {
             connection_tasks: c.connection_tasks.load(Ordering::Relaxed),
             dropped_no_node: c.dropped_no_node.load(Ordering::Relaxed),
             dropped_offline: c.dropped_offline.load(Ordering::Relaxed),
+            held_elsewhere: c.held_elsewhere.load(Ordering::Relaxed),
             dropped_full: c.dropped_full.load(Ordering::Relaxed),
             drops: c.drops.snapshot(),
             upstream_unroutable: c.upstream_unroutable.load(Ordering::Relaxed),

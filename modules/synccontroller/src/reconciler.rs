@@ -491,12 +491,12 @@ impl Reconciler {
     }
 
     /// Whether this replica looks after the record: only the replica holding a node's
-    /// session re-sends to it and changes its records.
+    /// session re-sends to it and changes its records. A record whose name names no node is
+    /// anyone's to drop.
     fn mine(&self, record: &Record) -> bool {
         match (&self.settings.ownership, &record.target) {
-            (None, _) => true,
             (Some(o), Some((node, _))) => o.holds(node),
-            (Some(_), None) => false,
+            (None, _) | (Some(_), None) => true,
         }
     }
 

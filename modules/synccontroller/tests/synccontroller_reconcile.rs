@@ -31,6 +31,15 @@ async fn start(interval: u64) -> Env {
 /// A synccontroller with a full pass every `interval` seconds, talking through `controller`;
 /// the returned [`Env::client`] is a plain one.
 async fn start_with(interval: u64, controller: kube::Client) -> Env {
+    start_replica(interval, controller, None).await
+}
+
+/// [`start_with`], as one of several replicas when `ownership` is given.
+async fn start_replica(
+    interval: u64,
+    controller: kube::Client,
+    ownership: Option<kubeedge_api::replicas::Ownership>,
+) -> Env {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -43,7 +52,10 @@ async fn start_with(interval: u64, controller: kube::Client) -> Env {
         reconcile_interval_seconds: interval,
         ..SyncControllerConfig::default()
     };
-    let sc = SyncController::new(config, bus.endpoint("synccontroller"), controller);
+    let mut sc = SyncController::new(config, bus.endpoint("synccontroller"), controller);
+    if let Some(o) = ownership {
+        sc = sc.with_ownership(o);
+    }
     let metrics = sc.metrics();
     bus.register(sc).unwrap();
     bus.start().unwrap();
@@ -781,25 +793,14 @@ fn connected(node: &str) -> Message {
 #[actix_rt::test]
 async fn only_nodes_held_here_are_reconciled_and_a_moved_node_gets_its_unrecorded_pods() {
     use kubeedge_api::replicas::Ownership;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
-    let client = k8s_testenv::client().await;
     let ownership = Ownership::new("10.0.0.1");
-    let bus = Bus::new();
-    let edge = FakeEdge::register(&bus, "cloudhub");
-    let config = SyncControllerConfig {
-        reconcile_interval_seconds: 1,
-        ..SyncControllerConfig::default()
-    };
-    let sc = SyncController::new(config, bus.endpoint("synccontroller"), client.clone())
-        .with_ownership(ownership.clone());
-    let metrics = sc.metrics();
-    bus.register(sc).unwrap();
-    bus.start().unwrap();
-
+    let env = start_replica(1, k8s_testenv::client().await, Some(ownership.clone())).await;
+    let Env {
+        bus,
+        edge,
+        client,
+        metrics,
+    } = env;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&client, &e1).await;
     ownership.observe(&e1, Some("10.0.0.2"));

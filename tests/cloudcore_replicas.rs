@@ -28,7 +28,8 @@ use edge::hub::{Backoff, EdgeCerts, HubClient, HubClientConfig, HubEvent};
 use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent};
 use edgecore_interop::kubelet::{EXIT_CODE, log_body};
 use edgecore_interop::{
-    Balancer, CloudSpec, Cloudcore, EDGE_LABEL, FakeKubelet, eventually, kubectl, kubectl_ok,
+    Balancer, CloudSpec, Cloudcore, EDGE_LABEL, EdgeConfig, EdgeHome, EdgeStore, Edgecore,
+    FakeKubelet, KUBELET, Serial, Stored, eventually, kubectl, kubectl_ok, store_key,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -969,4 +970,135 @@ async fn kubectl_logs_and_exec_reach_nodes_on_every_replica() {
         );
         assert_eq!(out.status.code(), Some(EXIT_CODE as i32), "exit code");
     }
+}
+
+/// The object `key` (`<ns>/<kind>/<name>`) in the real edgecore's store, once `check` holds.
+async fn stored(store: &EdgeStore, key: &str, check: impl Fn(&Stored) -> bool) -> Stored {
+    eventually(WAIT, &format!("{key} in the edge store"), || async {
+        store.get(key).ok().flatten().filter(|s| check(s))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; last seen: {:?}", store.get(key)))
+}
+
+/// `kubectl logs` of `pod`, retried until it answers (the tunnel may be redialing).
+async fn logs(ns: &str, pod: &str) -> Vec<u8> {
+    eventually(WAIT, &format!("kubectl logs {pod}"), || async {
+        let out = kubectl(&["-n", ns, "logs", pod, "-c", "app"], None, WAIT)
+            .await
+            .ok()?;
+        out.status.success().then_some(out.stdout)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn a_real_edgecore_moves_with_its_node_when_its_replica_is_killed() {
+    // Only one edgecore runs on the machine at a time (fixed metaServer and kubelet ports).
+    let _serial = Serial::acquire().expect("the machine-wide edgecore lock");
+    let kubelet = FakeKubelet::try_start_on(KUBELET)
+        .await
+        .expect("kubelet stand-in");
+    let mut replicas = Replicas::start("edgecore").await;
+    let cluster = Cluster::new("replicas-edgecore").await;
+    let ns = cluster.ns.clone();
+    let node = format!("{ns}-real");
+    let created: Node = from(json!({"metadata": {"name": node, "labels": {EDGE_LABEL: ""}}}));
+    cluster
+        .nodes()
+        .create(&PostParams::default(), &created)
+        .await
+        .expect("create node");
+    let address =
+        json!({"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}});
+    cluster
+        .nodes()
+        .patch_status(&node, &PatchParams::default(), &Patch::Merge(&address))
+        .await
+        .expect("node address");
+    let home = EdgeHome::new(&node).expect("edge home");
+    let mut config = EdgeConfig::new(
+        &node,
+        &replicas.token,
+        replicas.https.addr(),
+        replicas.websocket.addr(),
+    );
+    config.tunnel_server = Some(replicas.tunnel.addr());
+    // edgecore redials 2 × heartbeat after losing the cloud (30 s with the template's 15).
+    config.heartbeat = 5;
+    home.write_config(&config).expect("edge config");
+    let mut edgecore = Edgecore::start(&home).expect("edgecore");
+    let store = EdgeStore::new(&home.database());
+    let annotated = |other_than: Option<String>| {
+        let nodes = cluster.nodes();
+        let node = node.clone();
+        async move {
+            eventually(WAIT, &format!("{node} annotated"), || async {
+                let n = nodes.get(&node).await.ok()?;
+                let holder = n.annotations().get(CLOUDCORE_ANNOTATION).cloned()?;
+                (Some(&holder) != other_than.as_ref()).then_some(holder)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    let holder = annotated(None).await;
+
+    // A pod using a ConfigMap, then the ConfigMap: both are sent (edged is off in this
+    // edgecore, so nothing at the edge asks for the ConfigMap).
+    let pod = |name: &str| -> Pod {
+        from(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "app", "image": "nginx"}],
+                "volumes": [{"name": "cm", "configMap": {"name": "cm"}}],
+            },
+        }))
+    };
+    cluster
+        .api::<Pod>()
+        .create(&PostParams::default(), &pod("web"))
+        .await
+        .unwrap();
+    stored(&store, &store_key(&ns, "pod", "web"), |_| true).await;
+    let cm: ConfigMap = from(json!({"metadata": {"name": "cm"}, "data": {"v": "0"}}));
+    cluster
+        .api::<ConfigMap>()
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    stored(&store, &store_key(&ns, "configmap", "cm"), |_| true).await;
+    assert!(logs(&ns, "web").await == log_body(), "logs of web");
+
+    // Its replica dies; the ConfigMap changes and a pod is added meanwhile.
+    let killed_at = Instant::now();
+    replicas.kill(replicas.index(&holder));
+    let cm: ConfigMap = patch(&cluster.api(), "cm", &json!({"data": {"v": "1"}})).await;
+    let rv = cm.resource_version().unwrap();
+    cluster
+        .api::<Pod>()
+        .create(&PostParams::default(), &pod("web2"))
+        .await
+        .unwrap();
+    let now = annotated(Some(holder.clone())).await;
+    stored(&store, &store_key(&ns, "pod", "web2"), |_| true).await;
+    stored(&store, &store_key(&ns, "configmap", "cm"), |s| {
+        s.resource_version() == Some(rv.as_str())
+    })
+    .await;
+    eprintln!(
+        "edgecore moved from {holder} to {now} and has everything {:?} after the kill",
+        killed_at.elapsed()
+    );
+    assert!(logs(&ns, "web2").await == log_body(), "logs of web2");
+    assert!(
+        kubelet
+            .requests()
+            .iter()
+            .any(|r| r.path() == format!("/containerLogs/{ns}/web2/app")),
+        "the edge kubelet served web2's logs"
+    );
+    assert!(edgecore.try_wait().is_none(), "edgecore kept running");
 }

@@ -120,6 +120,10 @@ pub struct CloudSpec {
     pub impersonate: bool,
     /// `modules.dynamicController.enable` (the edge metaServer's cloud side; default on).
     pub dynamic_controller: bool,
+    /// `replicas.address`: this replica's own address when several serve the edge together
+    /// (the Nodes' `cloudcore` annotation and the `cloudcore@<address>` User-Agent). `None`:
+    /// not rendered (the advertised address is used).
+    pub replica_address: Option<String>,
 }
 
 impl CloudSpec {
@@ -137,6 +141,7 @@ impl CloudSpec {
                     .into(),
             impersonate: false,
             dynamic_controller: true,
+            replica_address: None,
         })
     }
 
@@ -165,7 +170,7 @@ impl CloudSpec {
         let d = |p: &str| self.dir.join(p).display().to_string();
         let pki = |p: &str| self.stream_pki.join(p).display().to_string();
         let p = self.ports;
-        let doc = json!({
+        let mut doc = json!({
             "apiVersion": "cloudcore.config.kubeedge.io/v1alpha2",
             "kind": "CloudCore",
             "kubeAPIConfig": {"kubeConfig": self.kubeconfig.display().to_string()},
@@ -201,6 +206,9 @@ impl CloudSpec {
                 "iptablesManager": {"enable": false},
             },
         });
+        if let Some(address) = &self.replica_address {
+            doc["replicas"] = json!({"address": address});
+        }
         serde_yaml::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
     }
 }
@@ -407,6 +415,7 @@ mod tests {
             log_level: "info".into(),
             impersonate: true,
             dynamic_controller: false,
+            replica_address: Some("127.0.0.11".into()),
         };
         let v: serde_yaml::Value = serde_yaml::from_str(&spec.render().unwrap()).unwrap();
         let hub = &v["modules"]["cloudHub"];
@@ -422,6 +431,7 @@ mod tests {
             "/p/stream.crt"
         );
         assert_eq!(v["kubeAPIConfig"]["kubeConfig"], "/k");
+        assert_eq!(v["replicas"]["address"], "127.0.0.11");
         assert_eq!(spec.token_file(), PathBuf::from("/c/ca/tokendata"));
     }
 }

@@ -1,7 +1,7 @@
 //! Load test of cloudhub: N simulated edge nodes (the Rust edge client, real TLS WebSockets on
-//! 127.0.0.1, each node dialing from its own loopback address `127.10.x.y`) against a cloudhub
-//! running in a separate process (this example re-executed with `serve`). Every phase is
-//! bounded in time.
+//! 127.0.0.1, each node dialing from its own loopback address `127.10.x.y`, past 64,000 nodes
+//! `127.11.x.y`) against a cloudhub running in a separate process (this example re-executed
+//! with `serve`). Every phase is bounded in time.
 //!
 //! - default mode: connected nodes, server RSS per idle node, a message to every node, and R
 //!   nodes reconnecting at once with nothing lost.
@@ -11,18 +11,33 @@
 //!   after a warm-up and again at the end, once the churn stopped and everything settled; a
 //!   pod version is *lost* when it never reached its node or was never acknowledged into the
 //!   hub's ObjectSync store. PASS/FAIL per target; the exit status is non-zero on FAIL.
+//! - `replicas-sim`: `--replicas` cloudhub processes (one CA, `nodeLimit` `--node-limit`,
+//!   default 19,000) and `--nodes` edges per replica, run by simulator processes (this example
+//!   re-executed with `sim`, at most `--nodes-per-sim` 17,000 edges each: a process may hold
+//!   20,000 descriptors). Each edge knows every replica's port: it dials its home replica, and
+//!   when its session ends or an attempt fails it dials the next one in turn. The figures:
+//!   time until every edge is connected and each replica's RSS per node; a message to every
+//!   edge, delivered and acknowledged into the stores; one replica killed with SIGKILL and how
+//!   many of its edges come back on the others (as many as their `nodeLimit` leaves room for,
+//!   the rest keep trying); the replica restarted on its port, every edge connected again and
+//!   a second message to all, nothing lost. PASS/FAIL per target; non-zero exit on FAIL.
 //!
 //! ```text
 //! cargo run --release --example cloudhub_load -- --nodes 10000 --reconnect 1000
 //! cargo run --release --example cloudhub_load -- soak --nodes 1000 --churn 10 --minutes 10
+//! cargo run --release --example cloudhub_load -- replicas-sim --replicas 6 --nodes 17000
 //! cargo run --release --example cloudhub_load -- serve --ws-port 10000 --https-port 10002 --dir /tmp/hub
 //! ```
 //!
 //! `serve` alone is a standalone demo hub (in-memory ObjectSync store, no Kubernetes): it
-//! prints its token and reads commands on stdin (`broadcast <tag> [<from> <to>]`, `stats`,
-//! `check`, `quit`). A broadcast changes `--pods` pods (`default/pod/p<k>`) of each node. Its
-//! sync loop re-sends the unacknowledged pods of a node when the node (re)connects and every
-//! 5 s, standing in for synccontroller.
+//! prints its token and reads commands on stdin (`broadcast <tag> [<from> <to> [connected]]`,
+//! `stats`, `check [connected]`, `quit`). A broadcast changes `--pods` pods
+//! (`default/pod/p<k>`) of each node (its connected nodes, or nodes `from..to`), at a resource
+//! version that is wall-clock milliseconds (so those of several hubs compare); with
+//! `connected` it sends only to those of them connected now. Its sync loop re-sends the
+//! unacknowledged pods of a node when the node (re)connects and every 5 s while it is
+//! connected, standing in for synccontroller. `check` counts the unacknowledged pods of every
+//! node changed so far (`connected`: of those connected now).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -63,6 +78,8 @@ fn main() -> anyhow::Result<()> {
     match args.get(1).map(String::as_str) {
         Some("serve") => serve(&args),
         Some("soak") => soak(&args),
+        Some("replicas-sim") => replicas_sim(&args),
+        Some("sim") => sim(&args),
         _ => load(&args),
     }
 }
@@ -87,6 +104,9 @@ fn update_for(node: &str, k: usize, rv: u64, tag: &str) -> Message {
         )
 }
 
+/// What a node's pods should be: the version and tag of their last update.
+type Desired = (u64, Rc<str>);
+
 fn sync_key(node: &str, k: usize) -> SyncKey {
     SyncKey {
         node: node.into(),
@@ -110,6 +130,11 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
     config.https.address = "127.0.0.1".into();
     config.https.port = arg(args, "--https-port", 10002);
     config.node_limit = arg(args, "--node-limit", 20_000);
+    config.websocket.limits.max_connections = arg(
+        args,
+        "--max-connections",
+        config.websocket.limits.max_connections,
+    );
     config.workers = arg(args, "--workers", 0);
     config.unixsocket.enable = false;
     actix_rt::System::new().block_on(async move {
@@ -130,22 +155,21 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
         );
         std::io::stdout().flush()?;
         let ep = bus.endpoint("edgecontroller");
-        // Desired state per node: the last update of each pod (what synccontroller re-sends).
-        let desired: Rc<RefCell<HashMap<String, Vec<Message>>>> = Rc::default();
+        // Desired state per node: the version and tag of the last update of its pods (what
+        // synccontroller re-sends).
+        let desired: Rc<RefCell<HashMap<String, Desired>>> = Rc::default();
         let unacked = {
             let (desired, store) = (desired.clone(), store.clone());
             move |node: &str| -> Vec<Message> {
-                let desired = desired.borrow();
-                let Some(msgs) = desired.get(node) else {
+                let Some((rv, tag)) = desired.borrow().get(node).cloned() else {
                     return Vec::new();
                 };
-                msgs.iter()
-                    .enumerate()
-                    .filter(|(k, msg)| {
-                        let acked = store.record(&sync_key(node, *k)).map(|(_, rv)| rv).unwrap_or_default();
-                        kubeedge_api::version::is_newer(&msg.header.resource_version, &acked)
+                (0..pods)
+                    .filter(|&k| {
+                        let acked = store.record(&sync_key(node, k)).map(|(_, rv)| rv).unwrap_or_default();
+                        kubeedge_api::version::is_newer(&rv.to_string(), &acked)
                     })
-                    .map(|(_, msg)| msg.clone())
+                    .map(|k| update_for(node, k, rv, &tag))
                     .collect()
             }
         };
@@ -165,12 +189,12 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
             });
         }
         {
-            let (unacked, desired, ep) = (unacked.clone(), desired.clone(), ep.clone());
+            let (unacked, handle, ep) = (unacked.clone(), handle.clone(), ep.clone());
             actix_rt::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(5)).await;
-                    let nodes: Vec<String> = desired.borrow().keys().cloned().collect();
-                    for n in nodes {
+                    // A node without a session here gets its pods when it connects.
+                    for n in handle.nodes() {
                         for msg in unacked(&n) {
                             let _ = ep.send("cloudhub", msg).await;
                         }
@@ -193,24 +217,38 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
             let words: Vec<&str> = line.split_whitespace().collect();
             match words.as_slice() {
                 ["broadcast", tag, rest @ ..] => {
-                    let range = match rest {
-                        [from, to] => Some((from.parse::<usize>()?, to.parse::<usize>()?)),
-                        _ => None,
+                    let (range, only_connected) = match rest {
+                        [from, to] => (Some((from.parse::<usize>()?, to.parse::<usize>()?)), false),
+                        [from, to, "connected"] => (Some((from.parse::<usize>()?, to.parse::<usize>()?)), true),
+                        _ => (None, false),
                     };
                     let targets: Vec<String> = match range {
                         // Explicit nodes (connected or not): what the controllers would emit.
                         Some((a, b)) => (a..b).map(|i| format!("node-{i}")).collect(),
                         None => handle.nodes(),
                     };
-                    rv += 1;
-                    for node in &targets {
-                        let msgs: Vec<Message> = (0..pods).map(|k| update_for(node, k, rv, tag)).collect();
-                        desired.borrow_mut().insert(node.clone(), msgs.clone());
-                        for msg in msgs {
-                            ep.send("cloudhub", msg).await?;
+                    // Wall-clock milliseconds (at least one more than the last): the versions
+                    // of several hubs compare, so an edge that moved counts them right.
+                    rv = (rv + 1).max(u64::try_from(beehive::now_millis()).unwrap_or(0));
+                    let tag: Rc<str> = Rc::from(*tag);
+                    {
+                        let mut desired = desired.borrow_mut();
+                        for node in &targets {
+                            desired.insert(node.clone(), (rv, tag.clone()));
                         }
                     }
-                    println!("SENT {tag} {} rv={rv}", targets.len());
+                    // `connected`: only the nodes with a session here now; the others get
+                    // theirs when they connect here.
+                    let send: Vec<String> = if only_connected { handle.nodes() } else { targets };
+                    for node in &send {
+                        if only_connected && !desired.borrow().contains_key(node) {
+                            continue;
+                        }
+                        for k in 0..pods {
+                            ep.send("cloudhub", update_for(node, k, rv, &tag)).await?;
+                        }
+                    }
+                    println!("SENT {tag} {} rv={rv}", send.len());
                 }
                 ["stats"] => {
                     let all = handle.all_node_stats();
@@ -228,11 +266,17 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
                         s.dropped_full
                     );
                 }
-                ["check"] => {
+                ["check", rest @ ..] => {
                     // Acknowledgements are written to the store in batches: flush them first.
                     handle.flush_records().await;
-                    let nodes: Vec<String> = desired.borrow().keys().cloned().collect();
-                    let objects = desired.borrow().values().map(Vec::len).sum::<usize>();
+                    // `connected`: only the nodes with a session here now.
+                    let nodes: Vec<String> = if rest == ["connected"] {
+                        let desired = desired.borrow();
+                        handle.nodes().into_iter().filter(|n| desired.contains_key(n)).collect()
+                    } else {
+                        desired.borrow().keys().cloned().collect()
+                    };
+                    let objects = nodes.len() * pods;
                     let unacked: usize = nodes.iter().map(|n| unacked(n).len()).sum();
                     println!("CHECK objects={objects} unacked={unacked}");
                 }
@@ -262,6 +306,20 @@ impl Server {
     /// Starts `serve` in a child process (under `--wrap <profiler>` when given).
     fn start(args: &[String], pods: usize) -> anyhow::Result<Server> {
         let dir = std::env::temp_dir().join(format!("cloudhub-load-{}", std::process::id()));
+        let pods = pods.to_string();
+        Self::spawn(
+            args,
+            dir,
+            &["--ws-port", "0", "--https-port", "0", "--pods", &pods],
+        )
+    }
+
+    /// Starts `serve --dir <dir> <serve_args>` in a child process.
+    fn spawn(
+        args: &[String],
+        dir: std::path::PathBuf,
+        serve_args: &[&str],
+    ) -> anyhow::Result<Server> {
         let exe = std::env::current_exe()?;
         let wrap: String = arg(args, "--wrap", String::new());
         let mut cmd = if wrap.is_empty() {
@@ -272,10 +330,10 @@ impl Server {
             c
         };
         let mut child = cmd
-            .args(["serve", "--ws-port", "0", "--https-port", "0", "--dir"])
+            .arg("serve")
+            .arg("--dir")
             .arg(&dir)
-            .arg("--pods")
-            .arg(pods.to_string())
+            .args(serve_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()?;
@@ -310,16 +368,7 @@ impl Server {
     fn command(&mut self, cmd: &str, expect: &str) -> anyhow::Result<String> {
         writeln!(self.stdin, "{cmd}")?;
         self.stdin.flush()?;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if self.stdout.read_line(&mut line)? == 0 {
-                bail!("server exited");
-            }
-            if line.starts_with(expect) {
-                return Ok(line.trim().to_owned());
-            }
-        }
+        reply(&mut self.stdout, expect).context("server exited")
     }
 
     /// `broadcast` to nodes `from..to`; the resource version sent.
@@ -340,6 +389,14 @@ impl Server {
         Ok(Self::field(&self.command("check", "CHECK")?, "unacked"))
     }
 
+    /// SIGKILL, like a crashed replica: no session is closed, no record flushed. The
+    /// directory stays for a restart.
+    fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
     fn stop(mut self) {
         let _ = writeln!(self.stdin, "quit");
         let _ = self.stdin.flush();
@@ -350,6 +407,20 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The next line of a child's stdout that starts with `expect`.
+fn reply(stdout: &mut impl BufRead, expect: &str) -> anyhow::Result<String> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stdout.read_line(&mut line)? == 0 {
+            bail!("the child exited");
+        }
+        if line.starts_with(expect) {
+            return Ok(line.trim().to_owned());
+        }
     }
 }
 
@@ -379,9 +450,16 @@ fn wait_for(
 // ---------------------------------------------------------------- simulated edges
 
 /// The loopback address node `i` dials from: real edges have addresses of their own, and
-/// per-source admission limits must see them apart.
+/// per-source admission limits must see them apart. `127.10.x.y` for the first 64,000 nodes,
+/// then `127.11.x.y`, and so on.
 fn node_ip(i: usize) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 10, (i / 250) as u8, (i % 250 + 1) as u8))
+    let (block, j) = (i / 64_000, i % 64_000);
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        10 + block as u8,
+        (j / 250) as u8,
+        (j % 250 + 1) as u8,
+    ))
 }
 
 #[derive(Default)]
@@ -899,6 +977,684 @@ fn soak(args: &[String]) -> anyhow::Result<()> {
     server.stop();
     if !(rss_ok && sessions_ok && fds_ok && lost == 0) {
         bail!("soak targets failed");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- replicas-sim role
+
+/// `SimEdge::on` of an edge without a session.
+const OFF: usize = usize::MAX;
+
+/// One simulated edge of `replicas-sim`, as its supervisor sees it.
+struct SimEdge {
+    /// The replica it has a session with, [`OFF`] while it has none.
+    on: AtomicUsize,
+    /// Highest resource version received, and when (wall-clock ms).
+    rv: AtomicU64,
+    at_ms: AtomicU64,
+}
+
+impl SimEdge {
+    fn record(&self, m: &Message) {
+        let Ok(rv) = m.header.resource_version.parse::<u64>() else {
+            return;
+        };
+        if rv > self.rv.load(Ordering::Acquire) {
+            let now = u64::try_from(beehive::now_millis()).unwrap_or(0);
+            self.at_ms.store(now, Ordering::Relaxed);
+            self.rv.store(rv, Ordering::Release);
+        }
+    }
+}
+
+/// What a simulator process counts, besides its edges.
+struct SimCounts {
+    /// Sessions per replica.
+    per: Vec<AtomicUsize>,
+    /// Sessions that ended (the edge then dials the next replica).
+    lost: AtomicU64,
+    /// Attempts to connect that failed (refused, unreachable, timed out).
+    failed: AtomicU64,
+}
+
+/// Runs edge `i` for good: dials its home replica first; when the session ends or an attempt
+/// fails, it stops that client and starts one on the next replica of its list (round-robin).
+/// The list is the home replica, then the others rotated by `i`: the edges of a lost replica
+/// spread over the others instead of all trying the same one first. A lost session is
+/// followed by a jittered pause (0.5–1 s), failures by a jittered, growing one (at most 6 s),
+/// so edges that find every replica full retry at a modest rate.
+async fn supervise(
+    i: usize,
+    home: usize,
+    ports: Arc<Vec<u16>>,
+    tls: Arc<rustls::ClientConfig>,
+    edge: Arc<SimEdge>,
+    counts: Arc<SimCounts>,
+    sem: Arc<tokio::sync::Semaphore>,
+) {
+    let node = format!("node-{i}");
+    let pause = Backoff {
+        initial: Duration::from_millis(250),
+        max: Duration::from_secs(6),
+    };
+    let (replicas, others) = (ports.len(), ports.len().saturating_sub(1).max(1));
+    let replica = |step: usize| match step % replicas {
+        0 => home,
+        s => (home + 1 + (s - 1 + i) % others) % replicas,
+    };
+    let (mut step, mut r) = (0, home);
+    let mut failed = 0u32;
+    // The first connection waits for a permit: the fleet starts at a bounded dialing rate.
+    let mut permit = sem.acquire_owned().await.ok();
+    loop {
+        let mut cfg = HubClientConfig::new(&node, format!("127.0.0.1:{}", ports[r]));
+        cfg.queue_capacity = 8;
+        cfg.local_address = Some(node_ip(i));
+        cfg.handshake_timeout = Duration::from_secs(20);
+        // One attempt per client: after a failure the supervisor moves on, not the client.
+        cfg.backoff = Backoff {
+            initial: Duration::from_secs(600),
+            max: Duration::from_secs(600),
+        };
+        let (client, mut events) = HubClient::start(cfg, tls.clone());
+        let up = loop {
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Some(HubEvent::Connected) => break true,
+                    Some(HubEvent::Message(m)) => edge.record(&m),
+                    Some(HubEvent::Disconnected { .. }) | None => break false,
+                },
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {
+                    if client.connect_failures() > 0 {
+                        break false;
+                    }
+                }
+            }
+        };
+        if up {
+            permit.take();
+            failed = 0;
+            edge.on.store(r, Ordering::Release);
+            counts.per[r].fetch_add(1, Ordering::AcqRel);
+            while let Some(ev) = events.recv().await {
+                match ev {
+                    HubEvent::Message(m) => edge.record(&m),
+                    HubEvent::Disconnected { .. } => break,
+                    HubEvent::Connected => {}
+                }
+            }
+            counts.per[r].fetch_sub(1, Ordering::AcqRel);
+            edge.on.store(OFF, Ordering::Release);
+            counts.lost.fetch_add(1, Ordering::Relaxed);
+        } else {
+            failed += 1;
+            counts.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        client.stop();
+        step += 1;
+        r = replica(step);
+        let wait = if failed > 0 {
+            pause.delay(failed)
+        } else {
+            Backoff {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(1),
+            }
+            .delay(1)
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// `sim`: a simulator process of `replicas-sim`. Issues certificates for nodes `--from` ..
+/// `--to` from the CA in `--dir`, prints `READY`, and on `go` starts one supervised edge per
+/// node (home replica `i / --per-replica`, then the others of `--ports` in turn). Answers
+/// `status <rv>` with its sessions per replica and how many of its edges reached version
+/// `rv`; exits on `quit` or when stdin closes.
+fn sim(args: &[String]) -> anyhow::Result<()> {
+    let dir = std::path::PathBuf::from(arg(args, "--dir", String::new()));
+    let from: usize = arg(args, "--from", 0);
+    let to: usize = arg(args, "--to", 0);
+    let per_replica: usize = arg(args, "--per-replica", 17_000usize).max(1);
+    let concurrency: usize = arg(args, "--connect-concurrency", 50usize).max(1);
+    let threads: usize = arg(args, "--client-threads", 1usize).max(1);
+    let ports: Vec<u16> = arg(args, "--ports", String::new())
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("--ports")?;
+    let ports = Arc::new(ports);
+    let ca = pki::CertificateAuthority::from_pem(
+        &std::fs::read_to_string(dir.join("ca/rootCA.crt"))?,
+        &std::fs::read_to_string(dir.join("ca/rootCA.key"))?,
+    )?;
+    let t = Instant::now();
+    let tls: Vec<Arc<rustls::ClientConfig>> = (from..to)
+        .map(|i| -> anyhow::Result<_> {
+            let cert = ca.issue(&pki::IssueOptions::edge(&format!("node-{i}")))?;
+            Ok(Arc::new(pki::tls::client_config(
+                ca.cert_der(),
+                Some((&cert.cert_der, &cert.key_der)),
+            )?))
+        })
+        .collect::<Result<_, _>>()?;
+    let edges: Vec<Arc<SimEdge>> = (from..to)
+        .map(|_| {
+            Arc::new(SimEdge {
+                on: AtomicUsize::new(OFF),
+                rv: AtomicU64::new(0),
+                at_ms: AtomicU64::new(0),
+            })
+        })
+        .collect();
+    let counts = Arc::new(SimCounts {
+        per: ports.iter().map(|_| AtomicUsize::new(0)).collect(),
+        lost: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+    });
+    println!("READY issued={} in {:?}", to - from, t.elapsed());
+    std::io::stdout().flush()?;
+    let mut lines = std::io::stdin().lines();
+    if !matches!(lines.next(), Some(Ok(l)) if l.trim() == "go") {
+        return Ok(());
+    }
+    let tls = Arc::new(tls);
+    for t in 0..threads {
+        let (ports, tls, edges, counts) =
+            (ports.clone(), tls.clone(), edges.clone(), counts.clone());
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.div_ceil(threads)));
+                for k in (t..edges.len()).step_by(threads) {
+                    let i = from + k;
+                    tokio::spawn(supervise(
+                        i,
+                        (i / per_replica) % ports.len(),
+                        ports.clone(),
+                        tls[k].clone(),
+                        edges[k].clone(),
+                        counts.clone(),
+                        sem.clone(),
+                    ));
+                }
+                std::future::pending::<()>().await;
+            });
+            Ok(())
+        });
+    }
+    for line in lines {
+        let line = line?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["status", rv] => {
+                let rv: u64 = rv.parse()?;
+                let (mut reached, mut last_ms) = (0usize, 0u64);
+                for e in &edges {
+                    if e.rv.load(Ordering::Acquire) >= rv {
+                        reached += 1;
+                        last_ms = last_ms.max(e.at_ms.load(Ordering::Relaxed));
+                    }
+                }
+                let per: Vec<String> = counts
+                    .per
+                    .iter()
+                    .map(|c| c.load(Ordering::Acquire).to_string())
+                    .collect();
+                println!(
+                    "STATUS per={} reached={reached} last_ms={last_ms} lost={} failed={}",
+                    per.join(","),
+                    counts.lost.load(Ordering::Relaxed),
+                    counts.failed.load(Ordering::Relaxed)
+                );
+            }
+            ["quit"] => break,
+            _ => println!("ERR unknown command {line:?}"),
+        }
+        std::io::stdout().flush()?;
+    }
+    // The sockets close with the process, abruptly, like edges that lost power.
+    std::process::exit(0)
+}
+
+/// A simulator child process.
+struct Sim {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+/// The simulators' counts together.
+#[derive(Debug, Default)]
+struct FleetStatus {
+    /// Sessions per replica, as the edges see them.
+    per: Vec<usize>,
+    /// Edges that received the version asked about.
+    reached: usize,
+    /// When the last of them received it (wall-clock ms).
+    last_ms: u64,
+    lost: u64,
+    failed: u64,
+}
+
+impl FleetStatus {
+    fn up(&self) -> usize {
+        self.per.iter().sum()
+    }
+
+    fn per(&self) -> String {
+        self.per
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+}
+
+/// Asks every simulator for its status (all at once, then the answers).
+fn fleet_status(sims: &mut [Sim], rv: u64) -> anyhow::Result<FleetStatus> {
+    for s in sims.iter_mut() {
+        writeln!(s.stdin, "status {rv}")?;
+        s.stdin.flush()?;
+    }
+    let mut total = FleetStatus::default();
+    for s in sims.iter_mut() {
+        let line = reply(&mut s.stdout, "STATUS").context("a simulator exited")?;
+        let per = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("per="))
+            .unwrap_or_default();
+        for (r, c) in per.split(',').enumerate() {
+            if total.per.len() <= r {
+                total.per.resize(r + 1, 0);
+            }
+            total.per[r] += c.parse::<usize>().unwrap_or(0);
+        }
+        total.reached += Server::field(&line, "reached") as usize;
+        total.last_ms = total.last_ms.max(Server::field(&line, "last_ms"));
+        total.lost += Server::field(&line, "lost");
+        total.failed += Server::field(&line, "failed");
+    }
+    Ok(total)
+}
+
+/// Polls `check` until `done` or `limit` passed; the time it took, or `None`.
+fn poll_until(
+    limit: Duration,
+    mut check: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<Option<Duration>> {
+    let t0 = Instant::now();
+    loop {
+        if check()? {
+            return Ok(Some(t0.elapsed()));
+        }
+        if t0.elapsed() > limit {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What a broadcast to every edge through every live replica came to.
+struct Delivery {
+    targets: u64,
+    reached: usize,
+    delivered: Option<Duration>,
+    acked: Option<Duration>,
+    unacked: u64,
+}
+
+impl Delivery {
+    fn lost(&self, n: usize) -> usize {
+        (n - self.reached.min(n)).max(self.unacked as usize)
+    }
+}
+
+/// Sends `broadcast <tag> 0 <n> connected` to every hub: each takes the change of every
+/// node's pod as its desired state (like synccontroller, which every replica shares in
+/// KubeEdge) and sends it to the nodes connected to it; a node that moves meanwhile gets it
+/// from the replica it connects to. Then waits until every edge received it and every hub's
+/// store holds the acknowledgements of the nodes connected to it.
+fn broadcast_all(
+    hubs: &mut [Server],
+    sims: &mut [Sim],
+    tag: &str,
+    n: usize,
+) -> anyhow::Result<Delivery> {
+    let sent_ms = u64::try_from(beehive::now_millis()).unwrap_or(0);
+    let t0 = Instant::now();
+    for h in hubs.iter_mut() {
+        writeln!(h.stdin, "broadcast {tag} 0 {n} connected")?;
+        h.stdin.flush()?;
+    }
+    let (mut rv, mut targets) = (u64::MAX, 0);
+    for h in hubs.iter_mut() {
+        let line = reply(&mut h.stdout, "SENT").context("a hub exited")?;
+        rv = rv.min(sent_rv(&line)?);
+        targets += line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|c| c.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    // The versions are wall-clock ms: an edge at or above the lowest of this round got it.
+    let mut status = FleetStatus::default();
+    let got_all = poll_until(Duration::from_secs(120), || {
+        status = fleet_status(sims, rv)?;
+        Ok(status.reached >= n)
+    })?;
+    let delivered = got_all.map(|_| Duration::from_millis(status.last_ms.saturating_sub(sent_ms)));
+    let mut unacked = 0;
+    let acked = poll_until(Duration::from_secs(120), || {
+        unacked = 0;
+        for h in hubs.iter_mut() {
+            unacked += Server::field(&h.command("check connected", "CHECK")?, "unacked");
+        }
+        Ok(unacked == 0)
+    })?
+    .map(|_| t0.elapsed());
+    Ok(Delivery {
+        targets,
+        reached: status.reached,
+        delivered,
+        acked,
+        unacked,
+    })
+}
+
+/// Copies the files of `from` into `to` (created), not recursing.
+fn copy_files(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
+fn secs(d: Option<Duration>) -> String {
+    d.map_or_else(
+        || "never".to_owned(),
+        |d| format!("{:.1} s", d.as_secs_f64()),
+    )
+}
+
+fn replicas_sim(args: &[String]) -> anyhow::Result<()> {
+    let replicas: usize = arg(args, "--replicas", 6usize).max(2);
+    let per: usize = arg(args, "--nodes", 17_000usize).max(1);
+    let limit: usize = arg(args, "--node-limit", 19_000usize).max(per);
+    // Every process may hold 20,000 descriptors: at most ~19,000 sockets in any of them.
+    let per_sim: usize = arg(args, "--nodes-per-sim", 17_000usize).clamp(1, 19_000);
+    let kill: usize = arg(args, "--kill", 0usize).min(replicas - 1);
+    let concurrency: usize = arg(args, "--connect-concurrency", 300usize).max(1);
+    let threads: usize = arg(args, "--client-threads", 1usize).max(1);
+    let n = replicas * per;
+    println!(
+        "replicas-sim: {replicas} cloudhub replicas × {per} edges = {n}, nodeLimit {limit} each"
+    );
+    let root = std::env::temp_dir().join(format!("cloudhub-replicas-{}", std::process::id()));
+    let hub_dir = |r: usize| root.join(format!("hub-{r}"));
+    let (limit_s, max_conn) = (limit.to_string(), (limit + 500).to_string());
+    let serve_args = |port: &str| -> Vec<String> {
+        [
+            "--ws-port",
+            port,
+            "--https-port",
+            "0",
+            "--pods",
+            "1",
+            "--node-limit",
+            &limit_s,
+            "--max-connections",
+            &max_conn,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let spawn_hub = |r: usize, port: &str| {
+        let a = serve_args(port);
+        Server::spawn(
+            args,
+            hub_dir(r),
+            &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+    };
+
+    // The first hub creates the CA and the server certificate; the others get copies, so an
+    // edge's certificate is good at every replica.
+    let mut hubs = vec![spawn_hub(0, "0")?];
+    for r in 1..replicas {
+        for sub in ["ca", "certs"] {
+            copy_files(&hub_dir(0).join(sub), &hub_dir(r).join(sub))?;
+        }
+        hubs.push(spawn_hub(r, "0")?);
+    }
+    let ports: Vec<u16> = hubs.iter().map(|h| h.ws_port).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_before: Vec<u64> = hubs.iter().map(|h| rss_kib(h.pid)).collect();
+
+    // Simulators, at most `--nodes-per-sim` edges each.
+    let n_sims = n.div_ceil(per_sim);
+    let chunk = n.div_ceil(n_sims);
+    let exe = std::env::current_exe()?;
+    let port_list = ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let t = Instant::now();
+    let mut sims = Vec::new();
+    for s in 0..n_sims {
+        let (a, b) = (s * chunk, ((s + 1) * chunk).min(n));
+        let mut child = Command::new(&exe)
+            .arg("sim")
+            .arg("--dir")
+            .arg(hub_dir(0))
+            .args(["--from", &a.to_string(), "--to", &b.to_string()])
+            .args(["--per-replica", &per.to_string(), "--ports", &port_list])
+            .args([
+                "--connect-concurrency",
+                &concurrency.div_ceil(n_sims).to_string(),
+                "--client-threads",
+                &threads.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        sims.push(Sim {
+            stdin: child.stdin.take().context("stdin")?,
+            stdout: BufReader::new(child.stdout.take().context("stdout")?),
+            child,
+        });
+    }
+    for s in &mut sims {
+        reply(&mut s.stdout, "READY").context("a simulator exited")?;
+    }
+    println!(
+        "{n_sims} simulator processes issued {n} edge certificates in {:.1?}",
+        t.elapsed()
+    );
+
+    // 1. Every edge connects to its home replica.
+    let t = Instant::now();
+    for s in &mut sims {
+        writeln!(s.stdin, "go")?;
+        s.stdin.flush()?;
+    }
+    let mut status = FleetStatus::default();
+    let connect = poll_until(Duration::from_secs(600), || {
+        status = fleet_status(&mut sims, u64::MAX)?;
+        Ok(status.up() >= n)
+    })?
+    .map(|_| t.elapsed());
+    println!(
+        "connected {} of {n} edges in {} ({})",
+        status.up(),
+        secs(connect),
+        status.per()
+    );
+    if connect.is_none() {
+        bail!("not every edge connected");
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    let mut kib_per_node = Vec::new();
+    let mut sessions = 0;
+    for (r, h) in hubs.iter_mut().enumerate() {
+        let stats = h.command("stats", "STATS")?;
+        let nodes = Server::field(&stats, "nodes");
+        sessions += nodes;
+        let rss = rss_kib(h.pid);
+        let per_node = rss.saturating_sub(rss_before[r]) as f64 / nodes.max(1) as f64;
+        kib_per_node.push(per_node);
+        println!(
+            "  replica {r} (:{}): {nodes} sessions, RSS {:.1} MiB ({:.1} MiB idle), {per_node:.1} KiB per node, {} fds",
+            h.ws_port,
+            mib(rss),
+            mib(rss_before[r]),
+            open_fds(h.pid)
+        );
+    }
+    let kib_max = kib_per_node.iter().copied().fold(0.0, f64::max);
+
+    // 2. One message to every edge.
+    let b1 = broadcast_all(&mut hubs, &mut sims, "b1", n)?;
+    println!(
+        "broadcast b1 to {} nodes: delivered to {} of {n} in {}, acknowledged into every hub's store in {}, {} unacknowledged",
+        b1.targets,
+        b1.reached,
+        secs(b1.delivered),
+        secs(b1.acked),
+        b1.unacked
+    );
+
+    // 3. A replica dies; its edges move to the others as far as their nodeLimit lets them.
+    // Every edge connected first, so that the count of the killed replica's edges is exact.
+    let mut status = FleetStatus::default();
+    poll_until(Duration::from_secs(120), || {
+        status = fleet_status(&mut sims, u64::MAX)?;
+        Ok(status.up() >= n)
+    })?;
+    let orphans = status.per[kill];
+    let survivors_hold = ((replicas - 1) * limit).min(n);
+    let expected_back = survivors_hold.saturating_sub(status.up() - orphans);
+    let spare = expected_back;
+    let t_kill = Instant::now();
+    hubs[kill].kill()?;
+    println!(
+        "replica {kill} (:{}) killed with SIGKILL, {orphans} edges on it; room on the {} others: {spare}",
+        ports[kill],
+        replicas - 1
+    );
+    let mut status = FleetStatus::default();
+    let moved = poll_until(Duration::from_secs(180), || {
+        status = fleet_status(&mut sims, u64::MAX)?;
+        Ok(status.per[kill] == 0 && status.up() >= survivors_hold)
+    })?;
+    // Those that found no room keep trying: none more may get in while the survivors are full.
+    std::thread::sleep(Duration::from_secs(10));
+    let status = fleet_status(&mut sims, u64::MAX)?;
+    let back = status.up().saturating_sub(n - orphans);
+    let waiting = n - status.up();
+    println!(
+        "  {back} of {orphans} back on the {} survivors in {} ({}); {waiting} waiting: the survivors hold at most {} ({} × nodeLimit {limit})",
+        replicas - 1,
+        secs(moved),
+        status.per(),
+        (replicas - 1) * limit,
+        replicas - 1
+    );
+    let t_restart = Instant::now();
+    let port = ports[kill].to_string();
+    hubs[kill] = spawn_hub(kill, &port)?;
+    let mut status = FleetStatus::default();
+    let all_back = poll_until(Duration::from_secs(300), || {
+        status = fleet_status(&mut sims, u64::MAX)?;
+        Ok(status.up() >= n)
+    })?
+    .map(|_| t_restart.elapsed());
+    println!(
+        "replica {kill} restarted: {} of {n} connected {} after the restart ({:.1} s after the kill) ({})",
+        status.up(),
+        secs(all_back),
+        t_kill.elapsed().as_secs_f64(),
+        status.per()
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let b2 = broadcast_all(&mut hubs, &mut sims, "b2", n)?;
+    println!(
+        "broadcast b2 to {} nodes: delivered to {} of {n} in {}, acknowledged into every hub's store in {}, {} unacknowledged",
+        b2.targets,
+        b2.reached,
+        secs(b2.delivered),
+        secs(b2.acked),
+        b2.unacked
+    );
+    let status = fleet_status(&mut sims, u64::MAX)?;
+    let mut stats = Vec::new();
+    for h in hubs.iter_mut() {
+        stats.push(h.command("stats", "STATS")?);
+    }
+
+    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+    let connected_ok = connect.is_some() && sessions == n as u64;
+    let b1_ok = b1.lost(n) == 0 && b1.delivered.is_some() && b1.acked.is_some();
+    let moved_ok = moved.is_some() && back == expected_back;
+    let back_ok = all_back.is_some();
+    let b2_ok = b2.lost(n) == 0 && b2.delivered.is_some() && b2.acked.is_some();
+    println!(
+        "\ncloudhub replicas: {replicas} replicas × {per} edges = {n}, nodeLimit {limit}, one machine"
+    );
+    for s in &stats {
+        println!("  {s}");
+    }
+    println!("targets:");
+    println!(
+        "  {n} edges connected in {}, {sessions} sessions on the hubs; at most {kib_max:.1} KiB per node on a replica: {}",
+        secs(connect),
+        verdict(connected_ok)
+    );
+    println!(
+        "  broadcast to all {n}: delivered in {}, acknowledged in {}, lost {}: {}",
+        secs(b1.delivered),
+        secs(b1.acked),
+        b1.lost(n),
+        verdict(b1_ok)
+    );
+    println!(
+        "  replica {kill} SIGKILLed: {back} of its {orphans} edges back on {} survivors in {}, {waiting} waiting for room (expected {expected_back} back): {}",
+        replicas - 1,
+        secs(moved),
+        verdict(moved_ok)
+    );
+    println!(
+        "  replica {kill} restarted: all {n} connected {} later ({}): {}",
+        secs(all_back),
+        status.per(),
+        verdict(back_ok)
+    );
+    println!(
+        "  second broadcast to all {n}: delivered in {}, acknowledged in {}, lost {}: {}",
+        secs(b2.delivered),
+        secs(b2.acked),
+        b2.lost(n),
+        verdict(b2_ok)
+    );
+    for mut s in sims {
+        let _ = writeln!(s.stdin, "quit");
+        let _ = s.stdin.flush();
+        let _ = s.child.wait();
+    }
+    for h in hubs {
+        h.stop();
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    if !(connected_ok && b1_ok && moved_ok && back_ok && b2_ok) {
+        bail!("replicas-sim targets failed");
     }
     Ok(())
 }

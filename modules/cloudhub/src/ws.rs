@@ -12,7 +12,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -26,10 +26,10 @@ use actix_tls::accept::rustls_0_23::{Acceptor, TlsStream};
 use bytes::BytesMut;
 use kubeedge_api::listener::{Admission, Gate};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tracing::{debug, info, warn};
 
-use crate::conn::{self, Conn, Link};
+use crate::conn::{self, Conn, Link, Throttle};
 use crate::hub::Hub;
 use crate::registry::Refused;
 use crate::session::{Session, Stop, StopReason};
@@ -50,6 +50,10 @@ fn first(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// The `listener` label of the WebSocket listener's admission counters.
 pub(crate) const LISTENER: &str = "cloudhub_websocket";
+
+/// Upgrades refused at `nodeLimit` come in floods (every edge of a full hub retrying): one
+/// log line per period, counting the ones held back.
+static NODE_LIMIT_LOG: Mutex<Throttle> = Mutex::new(Throttle::new(Duration::from_secs(10)));
 
 /// How the pre-authentication deadline of a [`Gated`] stands.
 enum Deadline {
@@ -307,7 +311,13 @@ async fn upgrade(
     let (entry, old) = match registered {
         Ok(r) => r,
         Err(Refused::NodeLimit(n)) => {
-            warn!(node = %node, sessions = n, limit, "node limit reached, upgrade refused");
+            let allowed = NODE_LIMIT_LOG
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .allow(Instant::now());
+            if let Some(suppressed) = allowed {
+                warn!(node = %node, sessions = n, limit, suppressed, "node limit reached, upgrade refused");
+            }
             refuse(
                 &mut io,
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -131,6 +131,7 @@ struct Shared {
     /// notify (e.g. right after connecting) is not lost.
     drops: AtomicU64,
     connects: AtomicU64,
+    connect_failures: AtomicU64,
 }
 
 /// A running hub connection. Dropping it does not stop it; call [`HubClient::stop`].
@@ -228,6 +229,12 @@ impl HubClient {
     /// How many sessions have been established so far.
     pub fn connects(&self) -> u64 {
         self.shared.connects.load(Ordering::Relaxed)
+    }
+
+    /// How many attempts to connect have failed so far (dial, TLS, upgrade refused or timed
+    /// out). An edge that knows several cloudhubs can move on to the next one after a failure.
+    pub fn connect_failures(&self) -> u64 {
+        self.shared.connect_failures.load(Ordering::Relaxed)
     }
 
     /// Drops the current connection (abruptly, like a crashed edge); the client reconnects.
@@ -357,7 +364,10 @@ async fn run(
                     return;
                 }
             }
-            Err(e) => warn!(node = %cfg.node_name, error = %e, "connecting to cloudhub failed"),
+            Err(e) => {
+                shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                warn!(node = %cfg.node_name, error = %e, "connecting to cloudhub failed");
+            }
         }
         if shared.stopped.load(Ordering::Acquire) {
             return;
@@ -475,6 +485,38 @@ mod tests {
             );
             client.stop();
         }
+    }
+
+    #[tokio::test]
+    async fn failed_attempts_are_counted() {
+        // A port nobody listens on: every dial is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let tls = Arc::new(
+            pki::tls::client_config(
+                pki::CertificateAuthority::generate().unwrap().cert_der(),
+                None,
+            )
+            .unwrap(),
+        );
+        let mut cfg = HubClientConfig::new("edge-1", format!("127.0.0.1:{port}"));
+        cfg.backoff = Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(20),
+        };
+        let (client, _events) = HubClient::start(cfg, tls);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while client.connect_failures() < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("failures counted");
+        assert_eq!(client.connects(), 0);
+        client.stop();
     }
 
     #[test]

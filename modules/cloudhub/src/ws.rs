@@ -54,6 +54,17 @@ pub(crate) const LISTENER: &str = "cloudhub_websocket";
 /// Upgrades refused at `nodeLimit` come in floods (every edge of a full hub retrying): one
 /// log line per period, counting the ones held back.
 static NODE_LIMIT_LOG: Mutex<Throttle> = Mutex::new(Throttle::new(Duration::from_secs(10)));
+/// Upgrades refused for their head (wrong node id, certificate mismatch, bad headers) can be
+/// repeated by any edge holding a certificate: one log line per period, counting the rest.
+static REFUSED_LOG: Mutex<Throttle> = Mutex::new(Throttle::new(Duration::from_secs(1)));
+
+/// Whether a line of `throttle` may be written now, and how many were held back before it.
+fn may_log(throttle: &Mutex<Throttle>) -> Option<u64> {
+    throttle
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .allow(Instant::now())
+}
 
 /// How the pre-authentication deadline of a [`Gated`] stands.
 enum Deadline {
@@ -293,7 +304,9 @@ async fn upgrade(
     let node = match check(&hub, &req, &io) {
         Ok(node) => node,
         Err((status, why)) => {
-            warn!(status = status.as_u16(), reason = %why, peer = %io.get_ref().0.peer_addr(), "websocket upgrade refused");
+            if let Some(suppressed) = may_log(&REFUSED_LOG) {
+                warn!(status = status.as_u16(), reason = %why, peer = %io.get_ref().0.peer_addr(), suppressed, "websocket upgrade refused");
+            }
             refuse(&mut io, status, &why).await;
             return Ok(());
         }
@@ -311,11 +324,7 @@ async fn upgrade(
     let (entry, old) = match registered {
         Ok(r) => r,
         Err(Refused::NodeLimit(n)) => {
-            let allowed = NODE_LIMIT_LOG
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .allow(Instant::now());
-            if let Some(suppressed) = allowed {
+            if let Some(suppressed) = may_log(&NODE_LIMIT_LOG) {
                 warn!(node = %node, sessions = n, limit, suppressed, "node limit reached, upgrade refused");
             }
             refuse(

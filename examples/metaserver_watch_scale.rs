@@ -21,7 +21,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,7 +29,7 @@ use anyhow::{Context as _, bail};
 use beehive::{Content, Message};
 use clap::Parser;
 use edge::hub::{EdgeCerts, HubClient, HubClientConfig, HubEvent, bootstrap};
-use edgecore_interop::{CloudSpec, Process, http_get};
+use edgecore_interop::{CloudSpec, http_get};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -39,11 +38,14 @@ use kubeedge_api::application::Application;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
+#[path = "support/cloudcore.rs"]
+mod cloudcore_process;
 #[path = "support/latency.rs"]
 mod latency;
 #[path = "support/procstat.rs"]
 mod procstat;
 
+use cloudcore_process::{settled_rss, start_cloudcore, wait_ready};
 use latency::{ms, percentile};
 use procstat::{mib, open_fds, rss_kib, threads};
 
@@ -318,62 +320,6 @@ async fn dc_metrics(spec: &CloudSpec) -> BTreeMap<String, f64> {
     .collect()
 }
 
-/// A cloudcore process with this run's config (the interop spec plus `nodeLimit` for N
-/// edges); killed on drop.
-fn start_cloudcore(
-    spec: &CloudSpec,
-    nodes: usize,
-    log_level: &str,
-) -> anyhow::Result<(Process, PathBuf)> {
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&spec.render()?)?;
-    config["modules"]["cloudHub"]["nodeLimit"] =
-        serde_yaml::Value::from(nodes.max(500) as u64 + 100);
-    std::fs::create_dir_all(&spec.dir)?;
-    let file = spec.config_file();
-    std::fs::write(&file, serde_yaml::to_string(&config)?)?;
-    let bin = edgecore_interop::binary::cloudcore()?;
-    let mut cmd = Command::new(&bin);
-    cmd.arg("--config")
-        .arg(&file)
-        .arg("--log-level")
-        .arg(log_level)
-        .env_remove("RUST_LOG")
-        .env("NO_COLOR", "1")
-        .current_dir(&spec.dir);
-    Ok((Process::spawn("cloudcore", cmd, &spec.log_file())?, bin))
-}
-
-async fn wait_ready(core: &mut Process, spec: &CloudSpec) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = core.try_wait() {
-            bail!("cloudcore exited: {status}\n{}", core.log_tail(40));
-        }
-        let ready = http_get(spec.ports.monitor_addr(), "/readyz", Duration::from_secs(2)).await;
-        if matches!(&ready, Ok(r) if r.status == 200) && spec.token_file().is_file() {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!("cloudcore not ready within 60 s\n{}", core.log_tail(40));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// cloudcore's RSS once it stopped moving (three reads 1 s apart within 2%), at most 15 s.
-async fn settled_rss(pid: u32) -> u64 {
-    let mut last = rss_kib(pid);
-    for _ in 0..15 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = rss_kib(pid);
-        if now.abs_diff(last) * 50 <= last {
-            return now;
-        }
-        last = now;
-    }
-    last
-}
-
 fn summary_ms(sorted: &[Duration]) -> (f64, f64, f64) {
     if sorted.is_empty() {
         return (f64::NAN, f64::NAN, f64::NAN);
@@ -462,7 +408,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("cloudcore-mswatch-{}", std::process::id()));
     let spec = CloudSpec::for_testenv(&dir)?;
-    let (mut core, bin) = start_cloudcore(&spec, n, &args.log_level)?;
+    // nodeLimit for N edges.
+    let (mut core, bin) = start_cloudcore(&spec, &args.log_level, |config| {
+        config["modules"]["cloudHub"]["nodeLimit"] =
+            serde_yaml::Value::from(n.max(500) as u64 + 100);
+    })?;
     wait_ready(&mut core, &spec).await?;
     let pid = core.id();
     let token = std::fs::read_to_string(spec.token_file())?

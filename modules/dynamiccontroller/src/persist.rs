@@ -15,7 +15,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kubeedge_api::application::Application;
 use kubeedge_api::lifecycle::StopSignal;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tracing::{debug, warn};
 
 use crate::listeners::Registry;
@@ -27,6 +27,8 @@ const NODE_UID: &str = "dynamiccontroller.kubeedge.io/node-uid";
 const FIELD_MANAGER: &str = "cloudcore-dynamiccontroller";
 /// Changes of one node within this time are written once.
 const DEBOUNCE: Duration = Duration::from_secs(2);
+/// Records read at once (each read is up to two GETs and, for a stale record, a DELETE).
+pub(crate) const READ_CONCURRENCY: usize = 16;
 
 /// The ConfigMap name of `node`'s listeners; `None` when it would be too long.
 fn name(node: &str) -> Option<String> {
@@ -40,6 +42,7 @@ pub(crate) struct Persist {
     nodes: Api<Node>,
     dirty: Mutex<HashSet<String>>,
     wake: Notify,
+    reads: Semaphore,
 }
 
 impl std::fmt::Debug for Persist {
@@ -56,6 +59,7 @@ impl Persist {
             nodes: Api::all(client),
             dirty: Mutex::new(HashSet::new()),
             wake: Notify::new(),
+            reads: Semaphore::new(READ_CONCURRENCY),
         }
     }
 
@@ -69,9 +73,14 @@ impl Persist {
     }
 
     /// The watch Applications recorded for `node` (none when there is no record or it cannot
-    /// be read; the edge's next watch sync then restores them).
+    /// be read; the edge's next watch sync then restores them). Waits its turn among
+    /// [`READ_CONCURRENCY`] reads.
     pub(crate) async fn load(&self, node: &str) -> Vec<Application> {
         let Some(name) = name(node) else {
+            return Vec::new();
+        };
+        // Never closed.
+        let Ok(_turn) = self.reads.acquire().await else {
             return Vec::new();
         };
         let cm = match self.api.get_opt(&name).await {
@@ -223,5 +232,56 @@ impl Persist {
         for node in nodes {
             self.write(&node, registry).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A client whose API server answers every request with 404 after `delay`, counting the
+    /// requests in flight (the most at once) and in all.
+    fn counting_client(
+        delay: Duration,
+    ) -> (kube::Client, Arc<(AtomicUsize, AtomicUsize, AtomicUsize)>) {
+        let counts: Arc<(AtomicUsize, AtomicUsize, AtomicUsize)> = Arc::default();
+        let c = counts.clone();
+        let service = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            let c = c.clone();
+            async move {
+                let now = c.0.fetch_add(1, Ordering::SeqCst) + 1;
+                c.1.fetch_max(now, Ordering::SeqCst);
+                c.2.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                c.0.fetch_sub(1, Ordering::SeqCst);
+                let body = serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404, "message": "not found"
+                });
+                http::Response::builder()
+                    .status(404)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.to_string().into_bytes()))
+            }
+        });
+        (kube::Client::new(service, "default"), counts)
+    }
+
+    #[tokio::test]
+    async fn many_nodes_connecting_at_once_read_their_records_a_few_at_a_time() {
+        let (client, counts) = counting_client(Duration::from_millis(20));
+        let persist = Persist::new(client, "kubeedge");
+        let nodes: Vec<String> = (0..200).map(|i| format!("edge-{i}")).collect();
+        let loaded = futures::future::join_all(nodes.iter().map(|n| persist.load(n))).await;
+        assert!(loaded.iter().all(Vec::is_empty), "no record anywhere");
+        assert_eq!(counts.2.load(Ordering::SeqCst), 200, "one read per node");
+        let most = counts.1.load(Ordering::SeqCst);
+        assert!(
+            most <= READ_CONCURRENCY,
+            "{most} reads in flight at once (at most {READ_CONCURRENCY})"
+        );
+        assert!(most > 1, "reads still overlap: {most}");
     }
 }

@@ -36,6 +36,8 @@ use crate::reply;
 pub(crate) use dispatch::{Route, route};
 pub(crate) use queues::Queues;
 
+/// Concurrent `cloudcore` annotation writes for connecting nodes, at least.
+const CONNECTION_WORKERS: i32 = 16;
 /// Most objects one decision may read from the API server because the caches lack them.
 const MAX_LOOKUPS: usize = 16;
 
@@ -154,7 +156,10 @@ impl Kind {
                 b.certificate_signing_request,
                 l.certificate_signing_request_workers,
             ),
-            Kind::Connection => (b.query_node, l.update_node_workers),
+            // The `cloudcore` annotation names a node's replica; thousands of nodes connect at
+            // once when a replica starts or fails over, and until annotated a node looks held
+            // by nobody to the other replicas.
+            Kind::Connection => (b.query_node, l.update_node_workers.max(CONNECTION_WORKERS)),
         };
         (at_least_one(buffer), at_least_one(workers))
     }

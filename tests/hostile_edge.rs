@@ -791,6 +791,29 @@ async fn an_edge_cannot_patch_another_nodes_status() {
     count.one_more().await;
 }
 
+/// Which replica holds a node is the replicas' to say: a status patch that would rewrite the
+/// Node's `cloudcore` annotation is refused whole, and the annotation stays.
+#[tokio::test]
+async fn an_edge_cannot_rewrite_which_replica_holds_it() {
+    let s = Scenario::new("npa").await;
+    let nodes = s.all::<Node>();
+    let before = s.own_node().await;
+    let count = counting("patchNode").await;
+    let patch = r#"{"metadata":{"annotations":{"cloudcore":"10.9.9.9"}},"status":{"conditions":[{"type":"Ready","status":"True","reason":"Pwned"}]}}"#;
+    let reply = s
+        .edge
+        .ask(
+            &format!("default/nodepatch/{}", s.node),
+            "patch",
+            Content::string(patch),
+        )
+        .await;
+    reply.forbidden_object_resp(&s.node);
+    s.unchanged(&nodes, &before, "a status patch naming another replica")
+        .await;
+    count.one_more().await;
+}
+
 #[tokio::test]
 async fn an_edge_reads_its_own_node_but_not_another() {
     let s = Scenario::new("nq").await;

@@ -58,11 +58,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+#[path = "support/apicalls.rs"]
+mod apicalls;
 #[path = "support/latency.rs"]
 mod latency;
 #[path = "support/procstat.rs"]
 mod procstat;
 
+use apicalls::{retry, rv_of};
 use latency::{ms, percentile};
 use procstat::{mib, open_fds, rss_kib, threads};
 
@@ -560,33 +563,6 @@ struct PodRec {
     name: String,
     uid: String,
     rv: u64,
-}
-
-fn rv_of(pod: &Pod) -> u64 {
-    pod.metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Runs `op` up to 5 times (the API server is loaded too).
-async fn retry<T, F, Fut>(mut op: F) -> Result<T, kube::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, kube::Error>>,
-{
-    let mut tries = 0;
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if tries >= 4 => return Err(e),
-            Err(_) => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
-    }
 }
 
 const API_CONCURRENCY: usize = 48;

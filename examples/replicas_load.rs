@@ -50,6 +50,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tracing::{info, warn};
 
+#[path = "support/apicalls.rs"]
+mod apicalls;
 #[path = "support/cloudcore.rs"]
 mod cloudcore_process;
 #[path = "support/latency.rs"]
@@ -57,6 +59,7 @@ mod latency;
 #[path = "support/procstat.rs"]
 mod procstat;
 
+use apicalls::{retry, rv_of};
 use cloudcore_process::{settled_rss, start_cloudcore, wait_ready};
 use latency::{ms, percentile};
 use procstat::{mib, open_fds, threads};
@@ -710,25 +713,6 @@ async fn wait_annotated(
 
 const API_CONCURRENCY: usize = 32;
 
-/// Runs `op` up to 5 times (the API server is loaded too).
-async fn retry<T, F, Fut>(mut op: F) -> Result<T, kube::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, kube::Error>>,
-{
-    let mut tries = 0;
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if tries >= 4 => return Err(e),
-            Err(_) => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
-    }
-}
-
 /// Creates Nodes `<prefix>-0` … labelled `replicas-load=<phase>`.
 async fn create_nodes(
     nodes: &Api<Node>,
@@ -800,14 +784,6 @@ fn summary(sorted: &[Duration]) -> String {
         ms(sorted[sorted.len() - 1]),
         sorted.len()
     )
-}
-
-fn rv_of(pod: &Pod) -> u64 {
-    pod.metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// One pod version the run created or changed, which its node must receive.

@@ -379,15 +379,29 @@ impl Cluster {
         Api::all(self.client.clone())
     }
 
-    /// Creates an edge Node, connects its edge, gives it a pod using a ConfigMap and a Secret
-    /// (created once the pod has reached the edge, so they are sent to it).
-    async fn site(&self, replicas: &Replicas, i: usize) -> Site {
-        let node = format!("{}-{i}", self.ns);
+    /// Creates edge Node `node`; with `loopback`, its InternalIP is 127.0.0.1 (where the
+    /// API server dials its kubelet port for `kubectl logs/exec`).
+    async fn edge_node(&self, node: &str, loopback: bool) {
         let created: Node = from(json!({"metadata": {"name": node, "labels": {EDGE_LABEL: ""}}}));
         self.nodes()
             .create(&PostParams::default(), &created)
             .await
             .expect("create node");
+        if loopback {
+            let address =
+                json!({"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}});
+            self.nodes()
+                .patch_status(node, &PatchParams::default(), &Patch::Merge(&address))
+                .await
+                .expect("node address");
+        }
+    }
+
+    /// Creates an edge Node, connects its edge, gives it a pod using a ConfigMap and a Secret
+    /// (created once the pod has reached the edge, so they are sent to it).
+    async fn site(&self, replicas: &Replicas, i: usize) -> Site {
+        let node = format!("{}-{i}", self.ns);
+        self.edge_node(&node, false).await;
         let edge = Edge::connect(replicas, &node, &self.ns).await;
         let mut site = Site {
             configmap: format!("cm-{i}"),
@@ -892,19 +906,7 @@ async fn kubectl_logs_and_exec_reach_nodes_on_every_replica() {
     let mut nodes = Vec::new();
     for i in 0..3 {
         let node = format!("{}-{i}", cluster.ns);
-        let created: Node = from(json!({"metadata": {"name": node, "labels": {EDGE_LABEL: ""}}}));
-        cluster
-            .nodes()
-            .create(&PostParams::default(), &created)
-            .await
-            .expect("create node");
-        let address =
-            json!({"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}});
-        cluster
-            .nodes()
-            .patch_status(&node, &PatchParams::default(), &Patch::Merge(&address))
-            .await
-            .expect("node address");
+        cluster.edge_node(&node, true).await;
         let edge = Edge::connect(&replicas, &node, &cluster.ns).await;
         let kubelet = FakeKubelet::start().await;
         let agent = edge.stream_agent(&replicas, &kubelet);
@@ -1010,19 +1012,7 @@ async fn a_real_edgecore_moves_with_its_node_when_its_replica_is_killed() {
     let cluster = Cluster::new("replicas-edgecore").await;
     let ns = cluster.ns.clone();
     let node = format!("{ns}-real");
-    let created: Node = from(json!({"metadata": {"name": node, "labels": {EDGE_LABEL: ""}}}));
-    cluster
-        .nodes()
-        .create(&PostParams::default(), &created)
-        .await
-        .expect("create node");
-    let address =
-        json!({"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}});
-    cluster
-        .nodes()
-        .patch_status(&node, &PatchParams::default(), &Patch::Merge(&address))
-        .await
-        .expect("node address");
+    cluster.edge_node(&node, true).await;
     let home = EdgeHome::new(&node).expect("edge home");
     let mut config = EdgeConfig::new(
         &node,

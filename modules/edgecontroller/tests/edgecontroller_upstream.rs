@@ -89,8 +89,10 @@ async fn nodepatch_for_a_missing_node_answers_404_in_err() {
 async fn node_registration_takes_the_name_from_the_resource_and_keeps_all_labels() {
     let env = start().await;
     let e9 = unique("e9");
+    // The annotation naming another replica is the edge's claim, not the replicas' word.
     let node = json!({"metadata": {"name": "ignored", "labels": {
-        "kubernetes.io/hostname": e9, "node-role.kubernetes.io/edge": "", "team": "a"}}});
+        "kubernetes.io/hostname": e9, "node-role.kubernetes.io/edge": "", "team": "a"},
+        "annotations": {"cloudcore": "10.9.9.9"}}});
     let resp = env
         .ask(request(
             &format!("node/{e9}/null/node/{e9}"),

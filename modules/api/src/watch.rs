@@ -311,6 +311,11 @@ fn same_version<K: Resource>(a: &K, b: &K) -> bool {
 
 /// The watch stream of `api` with `config`, restarted with kube's default back-off after
 /// errors (which are logged, not returned): the stream never ends on its own.
+///
+/// Objects arrive without `metadata.managedFields`: nothing here reads field ownership, and it
+/// is often the largest part of a cached object (a Node written by its edge, by cloudcore and
+/// by several replicas carries one entry per writer). Read an object from the API server when
+/// its field ownership matters.
 pub fn events<K>(api: kube::Api<K>, config: watcher::Config) -> impl Stream<Item = Event<K>> + Send
 where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
@@ -321,6 +326,7 @@ where
 }
 
 /// [`events`] for types without a static kind (`DynamicObject`): `kind` labels the logs.
+/// Objects arrive without `metadata.managedFields`, as from [`events`].
 pub fn labelled_events<K>(
     api: kube::Api<K>,
     config: watcher::Config,
@@ -331,6 +337,7 @@ where
 {
     watcher::watcher(api, config)
         .default_backoff()
+        .modify(|object| object.meta_mut().managed_fields = None)
         .filter_map(move |item| {
             let out = match item {
                 Ok(event) => Some(event),

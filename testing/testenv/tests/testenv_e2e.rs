@@ -120,6 +120,38 @@ async fn a_pod_bound_to_the_edge_node_is_seen_by_a_field_selected_watch() {
     assert_eq!(seen.metadata.name.as_deref(), Some("web"));
 }
 
+#[tokio::test]
+async fn the_controllers_watch_streams_cache_objects_without_managed_fields() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::Event;
+    let client = k8s_testenv::client().await;
+    let ns = k8s_testenv::namespace("strip").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "owned"}, "data": {"k": "v"},
+    }))
+    .unwrap();
+    let created = cms.create(&PostParams::default(), &cm).await.unwrap();
+    // The API server records field ownership on every write; the watch streams drop it.
+    assert!(
+        created.metadata.managed_fields.is_some_and(|m| !m.is_empty()),
+        "the API server records managedFields"
+    );
+    let mut events = kubeedge_api::watch::events(cms, watcher::Config::default()).boxed();
+    let listed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Some(Event::InitApply(cm)) = events.next().await {
+                return cm;
+            }
+        }
+    })
+    .await
+    .expect("listed within 20 s");
+    assert_eq!(listed.metadata.name.as_deref(), Some("owned"));
+    assert_eq!(listed.metadata.managed_fields, None);
+}
+
 #[test]
 fn kubectl_works_against_the_environment() {
     let env = k8s_testenv::env();

@@ -83,7 +83,7 @@ async fn iptables_manager_should_keep_the_tunnel_port_chain_equal_to_the_record(
     assert_eq!(ns.nat_rules(), rules);
 
     // An IP that leaves the record loses its rule; a new one gets its own; a changed port
-    // replaces the old rule (upstream keeps it, W27).
+    // replaces the old rule (upstream keeps it).
     m.reconcile(&record(&[("10.0.0.6", 10352), ("10.0.0.7", 10353)]))
         .await
         .unwrap();

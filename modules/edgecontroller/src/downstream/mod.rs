@@ -1,8 +1,8 @@
-//! Kubernetes → edge: watches and the messages they produce (spec §2).
+//! Kubernetes → edge: watches and the messages they produce (docs/controllers.md).
 //!
 //! One task owns every watch and processes their events one at a time, so the edge-node set,
 //! the pod cache and the location cache change in a single order. Start-up is ordered by cache
-//! barriers (spec §2.7): the edge-node watch lists first; the pod watch starts once the
+//! barriers: the edge-node watch lists first; the pod watch starts once the
 //! edge-node set is complete; ConfigMaps, Secrets and (with a router) Rules start once the pods
 //! have listed, so the location cache is complete before their events are routed.
 //!

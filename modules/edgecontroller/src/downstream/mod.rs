@@ -7,13 +7,13 @@
 //! have listed, so the location cache is complete before their events are routed.
 //!
 //! # Which pods are watched
-//! Pods are watched with the field selector `spec.nodeName!=` (the API server drops
-//! unscheduled pods), and every pod not bound to an edge node is dropped in process before
-//! anything about it is kept (W23). One watch per edge node (`spec.nodeName=<node>`) would
-//! filter fully server-side, but means thousands of long-lived watches for a large fleet, and a
-//! label selector cannot express "bound to an edge node"; a single watch plus the in-process
-//! filter keeps memory proportional to the edge fleet at the cost of streaming other pods'
-//! changes. When a node joins the edge set later, its pods are listed with
+//! Pods are watched with the field selector `spec.nodeName!=` (the API server drops unscheduled
+//! pods), and every pod not bound to an edge node is dropped in process before anything about it is
+//! kept (memory follows the edge fleet, not the cluster). One watch per edge node
+//! (`spec.nodeName=<node>`) would filter fully server-side, but means thousands of long-lived
+//! watches for a large fleet, and a label selector cannot express "bound to an edge node"; a single
+//! watch plus the in-process filter keeps memory proportional to the edge fleet at the cost of
+//! streaming other pods' changes. When a node joins the edge set later, its pods are listed with
 //! `spec.nodeName=<node>` and sent.
 //!
 //! # Recovery

@@ -524,7 +524,7 @@ async fn device_records_are_resent_as_devicecontroller() {
         .wait_for(WAIT, is(format!("node/{e1}/{ns}/device/d1"), "update"))
         .await
         .expect("device update");
-    assert_eq!(m.route.source, "devicecontroller", "device kinds go to devicetwin");
+    assert_eq!(m.route.source, "devicecontroller", "for devicetwin");
     assert_eq!(body(&m)["apiVersion"], "devices.kubeedge.io/v1beta1");
     env.bus.shutdown().await;
 }

@@ -6,11 +6,24 @@ use std::sync::Arc;
 use cloudstream::TunnelPortRecord;
 use cloudstream::iptables::{IptablesError, IptablesManager, SystemRunner};
 
+/// Fails, naming the package to install, when `tool` is not on `PATH`: these tests run the
+/// real one.
+fn require(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
+    assert!(
+        found,
+        "`{tool}` is not installed; these tests run the real one (apt-get install {package})"
+    );
+}
+
 /// A network namespace that is deleted when dropped.
 struct Netns(String);
 
 impl Netns {
     fn new(tag: &str) -> Netns {
+        require("ip", "iproute2");
+        require("iptables", "iptables");
         let name = format!("cs-{tag}-{}", std::process::id());
         let _ = Command::new("ip")
             .args(["netns", "del", &name])
@@ -118,6 +131,7 @@ async fn iptables_manager_should_say_it_is_unavailable_without_a_binary_or_root(
     ));
 
     let ns = Netns::new("nonroot");
+    require("setpriv", "util-linux");
     let unprivileged = SystemRunner::with_prefix([
         "ip",
         "netns",

@@ -324,6 +324,8 @@ async fn a_connected_node_should_be_ok_until_its_node_advertises_another_port() 
 /// Needs root, as the other iptables tests do.
 #[actix_rt::test]
 async fn a_missing_dnat_rule_in_internal_mode_should_be_named() {
+    support::require("ip", "iproute2");
+    support::require("iptables", "iptables");
     let ns = format!("cc-diag-{}", std::process::id());
     let ip = |args: &[&str]| {
         let out = Command::new("ip").args(args).output().expect("run ip");

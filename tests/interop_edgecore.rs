@@ -387,7 +387,7 @@ async fn keepalive_holds_the_session_and_a_lost_edge_is_detected_within_the_time
         "reason"
     );
     ensure!(count(&log, "edge disconnected") == 1);
-    // The disconnected event reaches edgecontroller, which ignores it (controllers spec §2.7):
+    // The disconnected event reaches edgecontroller, which ignores it (as KubeEdge does):
     // the Node is left as it was, annotation included.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let ignored = it.cloud().log().lines().any(|l| {

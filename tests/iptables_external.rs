@@ -49,6 +49,8 @@ struct Netns {
 
 impl Netns {
     fn new() -> Netns {
+        support::require("ip", "iproute2");
+        support::require("iptables", "iptables");
         let pid = std::process::id();
         let name = format!("cc-ipt-{pid}");
         let _ = Command::new("ip")

@@ -1,14 +1,14 @@
-//! The message model against the JSON Go's beehive produces (spec beehive.md §1, behaviours 37-41).
+//! The message model against the JSON Go's beehive produces (docs/beehive.md).
 
 use beehive::{Content, Message, constants::operation};
 
-/// spec §1.6: a configmap update exactly as Go writes it on the wire (431 bytes).
+/// A configmap update exactly as Go writes it on the wire (431 bytes).
 const GO_CONFIGMAP_UPDATE: &str = r#"{"header":{"msg_id":"8b6e2f4a-91c3-4d7e-b5a2-3c1d0e9f8a76","timestamp":1733140800123,"resourceversion":"90211"},"route":{"source":"edgecontroller","group":"resource","operation":"update","resource":"default/configmap/app-config"},"content":{"metadata":{"name":"app-config","namespace":"default","uid":"4f3c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a09","resourceVersion":"90211","creationTimestamp":null},"data":{"level":"info","mode":"edge"}}}"#;
 
-/// spec §1.6: the edge's ACK of it.
+/// The edge's ACK of it.
 const GO_ACK: &str = r#"{"header":{"msg_id":"e7d6c5b4-a392-4817-9f6e-5d4c3b2a1908","parent_msg_id":"8b6e2f4a-91c3-4d7e-b5a2-3c1d0e9f8a76","timestamp":1733140800187},"route":{"source":"edgecontroller","group":"resource","operation":"response","resource":"default/configmap/app-config"},"content":"OK"}"#;
 
-/// cloudhub.md §1.2.4: the edge keepalive (196 bytes with the newline Go's encoder adds).
+/// The edge keepalive (196 bytes with the newline Go's encoder adds).
 const GO_KEEPALIVE: &str = r#"{"header":{"msg_id":"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01","timestamp":1700000000000},"route":{"source":"websocket","group":"resource","operation":"keepalive","resource":"node"},"content":"ping"}"#;
 
 /// Every header and route field set, content keys unsorted, an integer above 2^53 and

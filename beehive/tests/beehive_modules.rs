@@ -1,4 +1,5 @@
-//! Module registration, start and shutdown (beehive.md §5, behaviours 1-7, 28-34).
+//! Module registration, start and shutdown: documented start order, one
+//! shutdown hook each, refused duplicates, late modules, restarts and stopped receivers.
 
 mod support;
 

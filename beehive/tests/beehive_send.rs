@@ -1,4 +1,6 @@
-//! Sends, back-pressure and groups (beehive.md §5, behaviours 4, 5, 20-22, 27, 30, 35).
+//! Sends, back-pressure and groups: a full mailbox makes `send`
+//! wait and `try_send` fail, group sends keep order and reach each member once, membership may
+//! change mid-send, and many senders into one full mailbox lose and duplicate nothing.
 
 mod support;
 

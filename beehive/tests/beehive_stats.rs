@@ -1,4 +1,4 @@
-//! Counters after a scripted run (beehive.md §5, behaviour 36).
+//! Counters after a scripted run: every counter is exact.
 
 mod support;
 

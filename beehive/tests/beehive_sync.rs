@@ -1,4 +1,6 @@
-//! Sync request/response through the waiter table (beehive.md §5, behaviours 8-19, 23-26, 29).
+//! Sync request/response through the waiter table: every caller gets its
+//! own answer, late answers are dropped and counted, duplicate ids refused, and shutdown wakes
+//! every waiter.
 
 mod support;
 

@@ -39,3 +39,14 @@ pub(crate) fn testenv_config(dir: &Path) -> CloudCoreConfig {
     c.modules.iptables_manager.enable = false;
     c
 }
+
+/// Fails, naming the package to install, when `tool` is not on `PATH`: these tests run the
+/// real one.
+pub(crate) fn require(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
+    assert!(
+        found,
+        "`{tool}` is not installed; these tests run the real one (apt-get install {package})"
+    );
+}

@@ -1,5 +1,6 @@
 //! Bounded request queues served with a concurrency limit, shared by the controllers'
-//! upstream paths (spec §8 W1).
+//! upstream paths, so one slow kind of request never stalls the others (KubeEdge feeds all its
+//! queues from one dispatcher with blocking sends).
 //!
 //! Enqueueing never waits: a full queue hands the request back at once (counted as
 //! rejected), so the caller can answer it (`429`) instead of stalling every other kind behind

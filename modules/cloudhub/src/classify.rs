@@ -1,4 +1,4 @@
-//! Which downstream messages need an acknowledgement from the edge (spec §3.2), and the few
+//! Which downstream messages need an acknowledgement from the edge, and the few
 //! object fields the reliable path reads from content.
 
 use beehive::Message;
@@ -47,8 +47,9 @@ fn is_error_or_text_content(msg: &Message) -> bool {
     false
 }
 
-/// Classifies a downstream message (rules of spec §3.2, evaluated in order, plus the Rust rule
-/// that a `response` with string or `ErrStatus` content is no-ACK).
+/// Classifies a downstream message by KubeEdge's rules, evaluated in order (see
+/// docs/hub-protocol.md), where a `response` with string or `ErrStatus` content counts as an
+/// error answer and is no-ACK: Go decides by the in-process type, which JSON does not carry.
 pub fn classify(msg: &Message) -> Delivery {
     let r = &msg.route;
     let res = r.resource.as_str();
@@ -81,7 +82,8 @@ pub fn classify(msg: &Message) -> Delivery {
     }
 }
 
-/// The legacy `edgemgr` filter of spec §3.1 step 2: true when the message must be dropped.
+/// The legacy `edgemgr` source filter KubeEdge still applies: true when the message must be
+/// dropped.
 pub(crate) fn legacy_drop(msg: &Message) -> bool {
     if msg.route.source != SOURCE_EDGEMGR {
         return false;
@@ -152,7 +154,7 @@ pub fn object_info(msg: &Message) -> Option<ObjectInfo> {
     })
 }
 
-/// Spec §3.4: a delete is operation `delete` or an object being deleted.
+/// A delete is operation `delete` or an object being deleted (`metadata.deletionTimestamp`).
 pub(crate) fn is_delete(msg: &Message, info: Option<&ObjectInfo>) -> bool {
     msg.route.operation == op::DELETE || info.is_some_and(|i| i.deleting)
 }

@@ -56,7 +56,7 @@ pub(crate) struct Conn {
     drained: RefCell<Option<Waker>>,
     /// The node's counters, for the backlog gauge (set by the session before any push).
     gauge: RefCell<Option<Arc<NodeCounters>>>,
-    /// When the last keepalive arrived (spec §2.3: only keepalives count).
+    /// When the last keepalive arrived (only keepalives count, as in KubeEdge).
     pub(crate) last_keepalive: Cell<Instant>,
 }
 
@@ -468,7 +468,8 @@ enum Target {
 }
 
 /// Sends upstream with back-pressure. A `query` nobody can take gets an `error` reply at once
-/// (spec §9.17) instead of leaving the edge waiting 60 s.
+/// (the edge's meta manager handles it) instead of leaving the edge waiting out its 60 s
+/// remote-query timeout, as KubeEdge's silent drop does.
 async fn forward(link: &Link, msg: Message, target: Target) {
     let is_query = msg.route.operation == beehive::constants::operation::QUERY;
     let id = msg.header.id.clone();

@@ -1,4 +1,5 @@
-//! Per-node delivery state (spec §3.3–§3.6, with the Rust pipeline of §9.7): a paced no-ACK
+//! Per-node delivery state (docs/hub-protocol.md, a window per node instead of KubeEdge's one
+//! blocking sender): a paced no-ACK
 //! FIFO, and an ACK store keyed by object UID (coalescing) feeding a bounded window of
 //! in-flight messages that are re-sent every 5 s, 5 writes in all, then re-queued with
 //! back-off. Pure state: the session actor feeds it and writes what it returns.
@@ -14,10 +15,10 @@ use tokio::time::Instant;
 use crate::classify::{ObjectInfo, is_delete, object_info};
 use crate::registry::DropReason;
 
-/// Spec §3.6: re-send period and writes per round.
+/// Re-send period and writes per round, as KubeEdge's: every 5 s, 5 writes.
 pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 pub(crate) const WRITES_PER_ROUND: u32 = 5;
-/// Spec §3.6 back-off of a key after an unacknowledged round: 5 ms doubling, at most 1000 s.
+/// KubeEdge's back-off of a key after an unacknowledged round: 5 ms doubling, at most 1000 s.
 const BACKOFF_BASE: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(1000);
 
@@ -190,7 +191,7 @@ impl Downstream {
         self.entries.len() + self.lookups.len() >= self.cfg.queue_limit
     }
 
-    /// Offers an ACK-class message (spec §3.4 rules; Rust: a message without a UID is keyed by
+    /// Offers an ACK-class message (KubeEdge's rules; here a message without a UID is keyed by
     /// its id and delivered without a record; unparsable versions count as newer).
     pub(crate) fn intake_ack(&mut self, msg: Message) -> Intake {
         let info = object_info(&msg);
@@ -255,7 +256,8 @@ impl Downstream {
     }
 
     /// The record lookup for `key` finished: `Some(rv)` is the recorded version (`""` counts as
-    /// `"0"`, spec §9.22), `None` means it failed and the message is delivered anyway.
+    /// `"0"`: KubeEdge drops every message for such an object forever), `None` means it failed and
+    /// the message is delivered anyway.
     pub(crate) fn lookup_done(&mut self, key: &str, recorded: Option<String>) -> Intake {
         let Some(msg) = self.lookups.remove(key) else {
             // The session forgot it (ended); nothing was waiting.

@@ -171,9 +171,9 @@ impl Hub {
         }
     }
 
-    /// Routes one downstream message to its node's session (spec §3.1). Never blocks: a
-    /// node without a session here, or with a full mailbox, does not get the message (counted,
-    /// and an ACK-class object keeps a record the sync loop redelivers from).
+    /// Routes one downstream message to its node's session (the node after `node/` in the
+    /// resource). Never blocks: a node without a session here, or with a full mailbox, does not get
+    /// the message (counted, and an ACK-class object keeps a record the sync loop redelivers from).
     fn dispatch(self: &Arc<Self>, msg: Message) {
         let Some(node) = kubeedge_api::node_of(&msg.route.resource).map(str::to_owned) else {
             self.counters
@@ -296,7 +296,8 @@ impl Hub {
                     info!("bootstrap token refreshed");
                 }
                 Err(e) => {
-                    // spec §9.10: keep trying, never give up on refreshing.
+                    // Keep trying: KubeEdge's refresh stops for good after one failure and tokens
+                    // expire.
                     failures += 1;
                     wait = Duration::from_secs(1u64 << failures.min(8)).min(self.token_refresh);
                     error!(error = %e, retry_in_s = wait.as_secs(), "storing the refreshed token failed");
@@ -538,7 +539,7 @@ impl std::fmt::Debug for CloudHub {
 
 impl CloudHub {
     /// Prepares the hub: validates the configuration, loads or creates the CA, server
-    /// certificate and token (spec §5.4 order). `endpoint` is what the hub sends with
+    /// certificate and token, in that order. `endpoint` is what the hub sends with
     /// (normally `bus.endpoint("cloudhub")`); `kube` enables the Secrets, `/node/{name}` and
     /// the token Secret; `store` holds acknowledgement records ([`crate::KubeStore`] with
     /// Kubernetes, [`crate::MemoryStore`] without).
@@ -677,9 +678,10 @@ impl Module for CloudHub {
     }
 }
 
-/// The record to ensure for a downstream message its node could not take (spec §3.4): an
-/// ACK-class `resource` message with a resource version about an object with a UID, that is
-/// neither a delete (the sync loop finds the object gone by itself) nor an answer to a query.
+/// The record to ensure for a downstream message its node could not take, so the sync loop delivers
+/// it later: an ACK-class `resource` message with a resource version about an object with a UID,
+/// that is neither a delete (the sync loop finds the object gone by itself) nor an answer to a
+/// query.
 fn offline_record(node: &str, msg: &Message) -> Option<(SyncKey, SyncSpec)> {
     if classify(msg) != Delivery::Ack
         || msg.route.group != names::GROUP_RESOURCE

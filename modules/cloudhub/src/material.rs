@@ -1,6 +1,6 @@
-//! Key material at start (spec §5.4): local files, else Secrets `kubeedge/casecret` and
+//! Key material at start (docs/hub-protocol.md): local files, else Secrets `kubeedge/casecret` and
 //! `kubeedge/cloudcoresecret`, else generated once and stored (files without Kubernetes,
-//! Secrets with it; create-only, so concurrent replicas converge on one CA, §9.11). Plus the
+//! Secrets with it; create-only, so concurrent replicas converge on one CA). Plus the
 //! token: Secret `kubeedge/tokensecret` and the `tokendata` file.
 
 use std::collections::BTreeMap;
@@ -152,7 +152,7 @@ async fn load_pair(
     Ok(pair)
 }
 
-/// Loads or creates the CA and server certificate (spec §5.4 order).
+/// Loads or creates the CA, then the server certificate.
 pub async fn prepare(config: &CloudHubConfig, kube: Option<&kube::Client>) -> Result<Material> {
     let ca_pair = load_pair(
         (&config.tls_ca_file, &config.tls_ca_key_file),

@@ -1,5 +1,6 @@
-//! Success points written after acknowledgements, off the sessions' path: coalesced per
-//! record and written by a few background workers (spec §9.7: never inside a sender).
+//! Success points written after acknowledgements, off the sessions' path: coalesced per record and
+//! written by a few background workers (never inside a sender: API server latency must not stall
+//! delivery).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

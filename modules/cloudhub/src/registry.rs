@@ -1,5 +1,6 @@
 //! The node id → session table, with generations so a replaced session can never remove or
-//! speak for its successor (spec §2.2, §9.2–§9.3).
+//! speak for its successor (KubeEdge's old socket can close the new session and publish a stale
+//! `disconnected`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -290,7 +290,7 @@ impl Session {
     fn record_ack(&self, acked: crate::downstream::Acked) {
         let Some(info) = acked.info else { return };
         if acked.msg.route.group != kubeedge_api::names::GROUP_RESOURCE {
-            return; // spec §3.7: twin (and other groups) record nothing.
+            return; // twin (and other groups) record nothing.
         }
         let Some(key) = self.sync_key(&acked.msg.route.resource, &info.uid) else {
             return;
@@ -329,7 +329,7 @@ impl Actor for Session {
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
         self.conn.close();
         self.account_for_leftovers();
-        // Only the registered generation speaks for the node (spec §9.2–9.3).
+        // Only the registered generation speaks for the node.
         if self.hub.registry.remove(&self.node, self.generation) {
             self.hub.ownership.release(&self.node);
             self.hub.events.disconnected(&self.node);

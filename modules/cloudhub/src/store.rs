@@ -1,5 +1,6 @@
 //! Where acknowledged resource versions are recorded: ObjectSync / ClusterObjectSync records
-//! (spec §3.5), behind a trait with an in-memory and a Kubernetes implementation.
+//! (docs/hub-protocol.md#the-records), behind a trait with an in-memory and a Kubernetes
+//! implementation.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -315,7 +316,8 @@ impl ObjectSyncStore for KubeStore {
                     Err(e) => Err(e.into()),
                 }
             } else {
-                // spec §9.9: another replica won the race; compare with what it stored.
+                // Another replica won the race; compare with what it stored (KubeEdge drops the
+                // message).
                 Ok(Created::Existed(
                     Self::get_rv(client, key).await?.unwrap_or_default(),
                 ))

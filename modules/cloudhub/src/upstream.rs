@@ -1,4 +1,5 @@
-//! Where a message from an edge goes (spec §4.1), as a pure decision.
+//! Where a message from an edge goes (KubeEdge's routing rules, docs/hub-protocol.md), as a pure
+//! decision.
 
 use beehive::constants::operation as op;
 use beehive::{Content, Message};
@@ -96,7 +97,7 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
     }
 }
 
-/// The hub's answer to a `k8s/ca.crt` query (spec §4.1 rule 7): parent = query id, source
+/// The hub's answer to a `k8s/ca.crt` query: parent = query id, source
 /// `cloudhub`, group `resource`, resource `node/<id>/k8s/ca.crt`, operation `response`,
 /// content the Kubernetes CA PEM (empty when unknown).
 pub(crate) fn ca_answer(node: &str, query: &Message, ca_pem: &str) -> Message {

@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn keepalive_vector_is_byte_exact() {
-        // spec §1.2.4: 196 bytes ending with a newline.
+        // A real edge's keepalive: 196 bytes ending with a newline.
         let wire = "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n";
         assert_eq!(wire.len(), 196);
         let m = decode_json(wire.as_bytes()).unwrap();

@@ -1,5 +1,5 @@
-//! The certificate server through real HTTPS (spec §5, §8 items 34–38, 40–41 without
-//! Kubernetes), and the Rust edge's bootstrap against it.
+//! The certificate server through real HTTPS (CA download, token and certificate authentication,
+//! CSR checks, usages; without Kubernetes), and the Rust edge's bootstrap against it.
 
 mod support;
 

@@ -1,5 +1,5 @@
 //! Downstream delivery through real sockets: trimming, classification, retries, ACKs and
-//! ObjectSync records (spec §3, §8 items 14–25).
+//! ObjectSync records.
 
 mod support;
 
@@ -42,7 +42,7 @@ async fn downstream_message_arrives_trimmed_and_otherwise_identical() {
         msg.content.as_json(),
         "content byte-identical"
     );
-    // Test vector: the exact wire form of the downstream pod update (spec §1.2.4).
+    // Test vector: the exact wire form of the downstream pod update.
     let mut expected = msg.clone();
     expected.route.resource = "default/pod/nginx".into();
     assert_eq!(text.as_bytes(), cloudhub::wire::encode_json(&expected));
@@ -543,7 +543,7 @@ async fn non_numeric_versions_never_crash_and_are_delivered() {
     h.downstream(pod("edge-1", "p", "u1", "xyz", "update"))
         .await;
     assert_eq!(e.recv().await.header.resource_version, "xyz");
-    // Empty status counts as "0" (spec §9.22).
+    // Empty status counts as "0" (KubeEdge drops the object's messages forever).
     h.store
         .insert(key("edge-1", "default", "u2"), SyncSpec::default(), "");
     h.downstream(pod("edge-1", "q", "u2", "3", "update")).await;

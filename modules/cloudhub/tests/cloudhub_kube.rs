@@ -1,5 +1,5 @@
 //! cloudhub against a real kube-apiserver (k8s-testenv): ObjectSync records, secrets, token,
-//! `/node/{name}` (spec §8 items 17–19, 39–41).
+//! `/node/{name}`.
 
 mod support;
 

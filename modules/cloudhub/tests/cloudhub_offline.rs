@@ -1,5 +1,5 @@
 //! Objects sent while their node has no session here still get their reliable-delivery record
-//! (spec §3.4 step 4), so the sync loop delivers them after the node reconnects. Regression: an
+//! (created at `"0"`), so the sync loop delivers them after the node reconnects. Regression: an
 //! object created while a real edgecore was away never reached it (edgecore interop suite).
 
 mod support;

@@ -1,5 +1,5 @@
 //! Connection lifecycle through real TLS sockets: checks before the upgrade, identity,
-//! keepalive, replacement, node limit and events (spec §2, §8 items 1–13, 43).
+//! keepalive, replacement, node limit and events.
 
 mod support;
 

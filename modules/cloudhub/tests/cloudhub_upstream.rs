@@ -1,4 +1,4 @@
-//! Upstream routing through real sockets (spec §4, §8 items 26–32) and the wire vectors.
+//! Upstream routing through real sockets and the wire vectors.
 
 mod support;
 
@@ -20,7 +20,7 @@ async fn the_keepalive_vector_is_accepted_and_forwarded_nowhere() {
         (event.route.source.as_str(), event.route.operation.as_str()),
         ("cloudhub", "connected")
     );
-    // spec §1.2.4: the exact 196 bytes of a real edge keepalive.
+    // The exact 196 bytes of a real edge keepalive.
     let wire = "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n";
     e.ws.send(Frame::Text(wire.into())).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;

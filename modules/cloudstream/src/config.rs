@@ -31,7 +31,7 @@ pub struct CloudStreamConfig {
     /// Stream server listen port, and the DNAT target of the iptables rules.
     pub stream_port: u32,
     /// Rust: verify the API server's client certificate against `tlsStreamCAFile`
-    /// (upstream requests it but never verifies, W1). Set `false` for upstream behaviour.
+    /// (upstream requests it but never verifies it). Set `false` for upstream behaviour.
     pub verify_stream_client_cert: bool,
     /// Rust: how the stream server authorizes a caller after its certificate, as a kubelet
     /// does (`authorization` of the kubelet configuration; upstream has no such step).
@@ -171,7 +171,8 @@ pub struct Tuning {
     /// Interval of TCP keepalive probes on accepted sockets (first probe after this much
     /// idleness, then every this long); zero leaves keepalive off.
     pub tcp_keepalive: Duration,
-    /// Read buffer of API-side relays (upstream reads 256 bytes at a time, W24).
+    /// Read buffer of API-side relays (upstream reads 256 bytes at a time: one frame
+    /// and one syscall per 256 bytes).
     pub relay_buffer: usize,
     /// Messages queued toward one tunnel's socket.
     pub tunnel_queue: usize,

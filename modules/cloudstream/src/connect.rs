@@ -287,7 +287,7 @@ fn go_string(out: &mut String, s: &str) {
 mod tests {
     use super::*;
 
-    /// spec §3.4: what Go emits for a LOGS_CONNECT with id 7 (303 bytes).
+    /// What Go emits for a LOGS_CONNECT with id 7 (303 bytes).
     const GO_LOGS_7: &str = r#"{"MessID":7,"url":{"Scheme":"http","Opaque":"","User":null,"Host":"127.0.0.1:10350","Path":"/containerLogs/default/nginx/nginx","Fragment":"","RawQuery":"follow=true\u0026tailLines=10","RawPath":"","RawFragment":"","ForceQuery":false,"OmitHost":false},"header":{"User-Agent":["kube-apiserver/v1.32.0"]}}"#;
 
     fn logs_7() -> ConnectRequest {

@@ -307,7 +307,7 @@ fn read_uvarint(buf: &[u8]) -> Result<(u64, usize), VarintError> {
     Err(VarintError::Truncated)
 }
 
-/// Bytes as spaced lowercase hex (`81 03 ac`), as the spec writes its worked examples.
+/// Bytes as spaced lowercase hex (`81 03 ac`), as docs/tunnel-protocol.md writes its examples.
 #[cfg(test)]
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter()

@@ -200,7 +200,7 @@ impl CloudStreamTls {
     /// The tunnel's material as upstream picks it (`cloudstream/config/config.go`): the CA
     /// from `tlsTunnelCAFile` if readable, else the cloudhub CA; the certificate and key from
     /// the `tlsTunnel*` files if both are readable, else cloudhub's. A file that is readable
-    /// but unusable is an error (upstream panics, W29).
+    /// but unusable is an error (upstream panics on a file without a PEM block).
     pub fn tunnel_from_config(
         config: &CloudStreamConfig,
         cloudhub: TlsMaterial,
@@ -491,7 +491,7 @@ impl Actor for CloudStream {
     type Context = Context<Self>;
 
     fn started(&mut self, _ctx: &mut Self::Context) {
-        // spec: upstream waits for cloudhub's tunnel certificates; here the composer hands
+        // Upstream waits for cloudhub's tunnel certificates; here the composer hands
         // them over before the module exists.
         self.start_servers();
     }

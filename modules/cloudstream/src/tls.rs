@@ -22,7 +22,7 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
-    /// No certificate in the given input (upstream panics on this, W29).
+    /// No certificate in the given input (upstream panics on this).
     #[error("no certificate found in the {0}")]
     NoCertificate(&'static str),
     /// No usable private key (tried PKCS#8, SEC1 and PKCS#1).

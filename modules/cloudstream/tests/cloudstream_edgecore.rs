@@ -1,10 +1,11 @@
 //! Interop with an unmodified KubeEdge edgecore (its edgestream, Go + gorilla) against our
 //! tunnel: logs, follow with the client going away, metrics and exec, bytes unchanged.
 //!
-//! The `edgecore-interop` harness unpacks the binary (`shared/peers/edgecore/*.xz` beside the
-//! repository) into a cache folder, writes its config and runs it; the test fails loudly when
-//! something is missing. The end-to-end suite through kube-apiserver is
-//! `tests/interop_edgecore.rs` at the repository root.
+//! The `edgecore-interop` harness finds the binary (`EDGECORE_BIN`, `EDGECORE_XZ`, or
+//! `shared/peers/edgecore/*.xz` beside the repository; see the README), unpacks it into a cache
+//! folder when compressed, writes its config and runs it; the test fails loudly when something
+//! is missing. The end-to-end suite through kube-apiserver is `tests/interop_edgecore.rs` at the
+//! repository root.
 
 mod support;
 

@@ -6,11 +6,24 @@ use std::sync::Arc;
 use cloudstream::TunnelPortRecord;
 use cloudstream::iptables::{IptablesError, IptablesManager, SystemRunner};
 
+/// Fails, naming the package to install, when `tool` is not on `PATH`: these tests run the
+/// real one.
+fn require(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
+    assert!(
+        found,
+        "`{tool}` is not installed; these tests run the real one (apt-get install {package})"
+    );
+}
+
 /// A network namespace that is deleted when dropped.
 struct Netns(String);
 
 impl Netns {
     fn new(tag: &str) -> Netns {
+        require("ip", "iproute2");
+        require("iptables", "iptables");
         let name = format!("cs-{tag}-{}", std::process::id());
         let _ = Command::new("ip")
             .args(["netns", "del", &name])
@@ -83,7 +96,7 @@ async fn iptables_manager_should_keep_the_tunnel_port_chain_equal_to_the_record(
     assert_eq!(ns.nat_rules(), rules);
 
     // An IP that leaves the record loses its rule; a new one gets its own; a changed port
-    // replaces the old rule (upstream keeps it, W27).
+    // replaces the old rule (upstream keeps it).
     m.reconcile(&record(&[("10.0.0.6", 10352), ("10.0.0.7", 10353)]))
         .await
         .unwrap();
@@ -118,6 +131,7 @@ async fn iptables_manager_should_say_it_is_unavailable_without_a_binary_or_root(
     ));
 
     let ns = Netns::new("nonroot");
+    require("setpriv", "util-linux");
     let unprivileged = SystemRunner::with_prefix([
         "ip",
         "netns",

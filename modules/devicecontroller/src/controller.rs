@@ -27,7 +27,8 @@ use crate::upstream::Kind;
 /// * **Downstream**: Devices bound to a node are announced to it (membership, model, device,
 ///   in that order); model edits are pushed to every node using the model.
 /// * **Upstream**: devicetwin's twin and state reports are merge-patched into the Device's
-///   DeviceStatus and confirmed; membership detail requests are answered (extension, W16).
+///   DeviceStatus and confirmed; membership detail requests are answered (an extension: KubeEdge
+///   ignores them).
 /// * **Node authorization**, always on: a report is written only when the Device's
 ///   `spec.nodeName` is the node of the connection it came from (decided from the Device watch
 ///   cache), and only for well-formed names; anything else is refused before any API call,

@@ -1,4 +1,5 @@
-//! Devices and models → edge nodes (spec §5.3, W17, W18, W25).
+//! Devices and models → edge nodes (docs/controllers.md#devicecontroller): model edits pushed,
+//! DeviceStatus creation retried, start-up ordered by cache barriers.
 //!
 //! One task owns the three watches. DeviceModels and DeviceStatuses are listed first; Devices
 //! are watched only once both have (a cache barrier instead of Go's sleeps), so a device's
@@ -24,7 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::shared::{Shared, member, membership, object_message};
 
-/// Back-off of a device whose DeviceStatus could not be made (W18).
+/// Back-off of a device whose DeviceStatus could not be made (KubeEdge never sends it).
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(60);
 
@@ -189,7 +190,7 @@ impl Downstream {
             false => Ok(()),
         };
         if let Err(error) = status {
-            // Nothing is sent until the DeviceStatus exists; retried with back-off (W18).
+            // Nothing is sent until the DeviceStatus exists; retried with back-off.
             let backoff = self
                 .retries
                 .get(&k)
@@ -274,13 +275,13 @@ impl Downstream {
                     self.shared.send(m).await;
                 }
             }
-            // Sent when the model appears (W17).
+            // Sent when the model appears.
             None => debug!(device = %key_of(d), model = name, "model not known yet"),
         }
     }
 
-    /// W17: model edits reach every node with a device using the model; a model created
-    /// after its devices reaches them too.
+    /// Model edits reach every node with a device using the model (KubeEdge never pushes them); a
+    /// model created after its devices reaches them too.
     async fn on_model_event(&mut self, event: Event<DeviceModel>) {
         for change in self.models.apply(event) {
             let (model, op) = match &change {

@@ -1,5 +1,5 @@
 //! The edge's twin and state reports (`devicecontroller/types`), and how a twin report is
-//! merged into `DeviceStatus.status.twins` (spec §5.4, W14).
+//! merged into `DeviceStatus.status.twins` (docs/controllers.md#devicecontroller).
 
 use std::collections::BTreeMap;
 
@@ -72,9 +72,9 @@ fn property(value: &TwinValue, twin: &MsgTwin) -> Option<TwinProperty> {
     Some(TwinProperty { value: v, metadata })
 }
 
-/// `twins` with every report for a property of the device applied: `actual` →
-/// `reported`, `expected` → `observedDesired`; a property reported for the first time gets an
-/// entry *with* its values (Go loses them, W14); reports for unknown properties are ignored.
+/// `twins` with every report for a property of the device applied: `actual` → `reported`,
+/// `expected` → `observedDesired`; a property reported for the first time gets an entry *with* its
+/// values (Go writes them to a copy and loses them); reports for unknown properties are ignored.
 pub(crate) fn merge_twins(
     mut twins: Vec<Twin>,
     properties: &[DeviceProperty],

@@ -1,6 +1,6 @@
-//! Edge devicetwin → Kubernetes (spec §5.4, W14, W16): twin and state reports written to
-//! DeviceStatus, membership detail requests answered. A report is written only after node
-//! authorization (`authz`) has allowed it.
+//! Edge devicetwin → Kubernetes (docs/controllers.md#devicecontroller): twin and state reports
+//! written to DeviceStatus, membership detail requests answered. A report is written only after
+//! node authorization (`authz`) has allowed it.
 
 use std::sync::Arc;
 
@@ -215,9 +215,10 @@ impl Shared {
         Ok(())
     }
 
-    /// W16 (extension): a confirmation that clears the edge's retry entry, then the list of
-    /// devices bound to the node as a parentless `membership/detail` message.
-    /// It lists only the requesting node's devices, so it needs no other check.
+    /// An extension (KubeEdge ignores membership detail requests): a confirmation that clears the
+    /// edge's retry entry, then the list of devices bound to the node as a parentless
+    /// `membership/detail` message. It lists only the requesting node's devices, so it needs no
+    /// other check.
     async fn membership_detail(&self, msg: &Message, req: Request<'_>) -> Result<(), StatusError> {
         let node = req.node;
         self.send(confirmation(msg, node)).await;

@@ -1,5 +1,6 @@
-//! devicecontroller against a real API server (controllers.md §7, items 45–50, and W14, W16,
-//! W17, W18), with a fake edge capturing what is sent to `cloudhub`.
+//! devicecontroller against a real API server (downstream order, node moves, twin and state
+//! reports, membership detail, model edits, DeviceStatus retries), with a fake edge capturing what
+//! is sent to `cloudhub`.
 
 use std::time::Duration;
 
@@ -345,7 +346,7 @@ async fn a_first_twin_report_is_written_with_its_values_and_confirmed() {
     assert_eq!(
         t["reported"],
         json!({"value": "21", "metadata": {"timestamp": "1700000000000", "type": "int"}}),
-        "W14"
+        "a first report keeps its values"
     );
     env.bus.shutdown().await;
 }
@@ -478,7 +479,7 @@ async fn a_model_change_reaches_every_node_using_it() {
         assert_eq!(
             env.wait_seen(node, 1).await,
             [format!("update {ns}/devicemodel/m1")],
-            "W17"
+            "a model edit is pushed"
         );
     }
     let m = &env
@@ -504,7 +505,7 @@ async fn a_device_whose_status_cannot_be_created_is_retried_until_it_can() {
             &format!("insert {ns}/devicemodel/m1"),
             &format!("insert {ns}/device/d1")
         ],
-        "sent once the DeviceStatus exists (W18)"
+        "sent once the DeviceStatus exists"
     );
     assert!(faults.injected() >= 2);
     assert!(env.statuses().get_opt("d1").await.unwrap().is_some());

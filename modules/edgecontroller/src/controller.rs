@@ -356,7 +356,7 @@ impl Handler<Message> for EdgeController {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 debug!(reason, msg_id = %msg.header.id, resource = %msg.route.resource, operation = %msg.route.operation, "message ignored");
                 if msg.header.sync {
-                    // The sender waits for an answer (W8): say why it will not come.
+                    // The sender waits for an answer: say why it will not come.
                     let err = StatusError::bad_request(format!(
                         "edgecontroller: {reason}: {} {}",
                         msg.route.operation, msg.route.resource

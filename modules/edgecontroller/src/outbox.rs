@@ -1,5 +1,5 @@
 //! Where edgecontroller's messages go: module `router` for router resources
-//! (`rule/<name>`, `ruleendpoint/<name>`), module `cloudhub` for everything else (spec §1.2).
+//! (`rule/<name>`, `ruleendpoint/<name>`), module `cloudhub` for everything else.
 
 use beehive::{Endpoint, Message};
 use kubeedge_api::names::{CLOUDHUB, ROUTER};

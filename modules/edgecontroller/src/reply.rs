@@ -1,5 +1,5 @@
-//! The messages edgecontroller sends: responses in the four shapes the edge decodes (spec
-//! §3.2) and downstream pushes.
+//! The messages edgecontroller sends: responses in the four shapes the edge decodes (`"OK"`,
+//! raw object, raw `ErrStatus`, ObjectResp; docs/controllers.md) and downstream pushes.
 //!
 //! | Shape | Content |
 //! |---|---|

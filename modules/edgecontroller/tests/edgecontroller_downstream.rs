@@ -1,4 +1,5 @@
-//! Kubernetes → edge against a real API server (controllers.md §7, items 1–18, and W3–W5).
+//! Kubernetes → edge against a real API server (docs/controllers.md), location cache
+//! pruning and recreated objects included.
 
 mod support;
 
@@ -363,7 +364,7 @@ async fn after_the_last_user_pod_is_deleted_the_configmap_is_no_longer_sent() {
     let after: Vec<_> = env.edge.messages().split_off(mark);
     assert!(
         !after.iter().any(|m| m.route.resource == cfg),
-        "the location cache was pruned (W3)"
+        "the location cache was pruned"
     );
     env.stop().await;
 }
@@ -384,7 +385,7 @@ async fn a_deleted_then_recreated_configmap_reaches_the_nodes_still_using_it() {
     let resource = format!("node/{e1}/{ns}/configmap/cfg");
     env.expect("delete", is(resource.clone(), "delete")).await;
     configmap(&env.client, &ns, "cfg", &[("a", "new")]).await;
-    env.expect("recreated (W5)", |m| {
+    env.expect("recreated", |m| {
         is(resource.clone(), "insert")(m) && body(m)["data"]["a"] == "new"
     })
     .await;

@@ -47,7 +47,7 @@ async fn an_unreachable_api_server_is_answered_with_a_complete_500() {
     );
     assert!(
         !err["message"].as_str().unwrap_or_default().is_empty(),
-        "never an empty status (W9)"
+        "never an empty status"
     );
     let query = env
         .ask(request(
@@ -258,7 +258,7 @@ async fn objects_deleted_mid_flight_get_404_and_are_not_recreated() {
     assert_eq!(
         code(&resp),
         Some(404),
-        "node update of a deleted node is answered (W8)"
+        "node update of a deleted node is answered"
     );
     assert!(
         Api::<Node>::all(env.client.clone())
@@ -455,7 +455,7 @@ async fn a_full_queue_answers_429_while_other_kinds_keep_flowing() {
     for r in &reqs {
         env.inject(r.clone()).await;
     }
-    // A lease renewal is not held up by the saturated node status queue (W1).
+    // A lease renewal is not held up by the saturated node status queue.
     let started = Instant::now();
     let lease = env
         .ask(request(

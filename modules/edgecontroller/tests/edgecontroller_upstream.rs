@@ -1,4 +1,4 @@
-//! Edge → Kubernetes against a real API server (controllers.md §7, items 19–36), with the
+//! Edge → Kubernetes against a real API server (docs/controllers.md), with the
 //! requests injected exactly as cloudhub publishes them.
 
 mod support;
@@ -538,7 +538,7 @@ async fn legacy_pod_status_for_another_uid_deletes_the_edge_copy_only() {
     assert_eq!(
         body(&delete)["metadata"]["uid"],
         "stale-uid",
-        "the edge deletes by UID (W13)"
+        "the edge deletes by UID"
     );
     let live = Api::<Pod>::namespaced(env.client.clone(), &ns)
         .get("web")
@@ -648,7 +648,7 @@ async fn connection_events_unknown_types_and_bad_bodies_write_nothing_and_break_
     assert_eq!(
         body(&answer)["Err"]["ErrStatus"]["code"],
         400,
-        "a bad body is answered, not dropped (W8)"
+        "a bad body is answered, not dropped"
     );
     let resp = env
         .ask(request(
@@ -677,7 +677,7 @@ async fn connection_events_unknown_types_and_bad_bodies_write_nothing_and_break_
     assert_eq!(
         after.annotations().get("cloudcore").map(String::as_str),
         Some(CLOUDCORE_IP),
-        "connected sets the annotation (W20)"
+        "connected sets the annotation"
     );
     assert!(env.metrics.snapshot().ignored >= 1);
     env.stop().await;

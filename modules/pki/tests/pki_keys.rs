@@ -18,7 +18,7 @@ fn openssl(args: &[&str]) {
     let out = Command::new("openssl")
         .args(args)
         .output()
-        .expect("openssl is installed");
+        .expect("run openssl (apt-get install openssl)");
     assert!(
         out.status.success(),
         "openssl {args:?}: {}",

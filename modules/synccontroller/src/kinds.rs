@@ -23,7 +23,8 @@ pub(crate) fn type_name(kind: &str) -> String {
     kind.to_lowercase()
 }
 
-/// KubeEdge's kind → plural rule (spec §4.7), used only when discovery cannot answer.
+/// KubeEdge's kind → plural rule (docs/controllers.md#synccontroller), used only when discovery
+/// cannot answer.
 pub(crate) fn plural_of(kind: &str) -> String {
     match kind {
         "Endpoints" => return "endpoints".into(),
@@ -44,7 +45,8 @@ pub(crate) fn plural_of(kind: &str) -> String {
 }
 
 /// The module an update of this group is sent as: devicecontroller for device kinds, so
-/// the edge hands it to devicetwin (W15); edgecontroller otherwise.
+/// the edge hands it to devicetwin (KubeEdge sends everything as
+/// edgecontroller, so resynced devices reach edged instead); edgecontroller otherwise.
 pub(crate) fn source_for(group: &str) -> &'static str {
     if group == devices::GROUP {
         DEVICECONTROLLER

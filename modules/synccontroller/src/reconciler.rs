@@ -1,10 +1,11 @@
 //! The reconcile loop: records, the objects they track, and the messages that bring an edge
-//! up to date (spec §4.4–§4.6, W11, W15, W19, W22).
+//! up to date (docs/controllers.md#synccontroller).
 //!
-//! One task owns every cache. It reconciles a record when the record changes, when the
-//! object it tracks changes or disappears (event-driven, W22), and every record once per
-//! interval (the safety net, and the resend for edges that missed a message). Object caches
-//! exist per kind, are filled by one watch per kind and keep only objects some record tracks.
+//! One task owns every cache. It reconciles a record when the record changes, when the object it
+//! tracks changes or disappears (event-driven; KubeEdge polls every record every 5 s), and every
+//! record once per interval (the safety net, and the resend for edges that missed a message).
+//! Object caches exist per kind, are filled by one watch per kind and keep only objects some record
+//! tracks.
 //!
 //! A record whose object exists under another UID belongs to a previous incarnation (deleted
 //! and recreated under the same name, typically while the edge was away). Its delete is sent
@@ -48,7 +49,7 @@ use crate::takeover::{self, Found, Takeovers};
 const FILTERED_PER_NODE: [&str; 2] = ["Endpoints", "EndpointSlice"];
 /// How long a kind that discovery could not resolve is left alone.
 const DISCOVERY_RETRY: Duration = Duration::from_secs(30);
-/// Record deletions are tried this many times, 1 s apart (spec §4.6).
+/// Record deletions are tried this many times, 1 s apart (as KubeEdge does).
 const DELETE_ATTEMPTS: u32 = 5;
 /// How long the record of a previous incarnation of a kind the edge deletes by name waits for
 /// a record of the new incarnation before the old copy's delete is sent. cloudhub records a
@@ -623,7 +624,8 @@ impl Reconciler {
         let slot = self.slot_for(record).await?;
         let lookup_ns = match (&record.key, self.slots[slot].namespaced) {
             (RecordKey::Namespaced { namespace, .. }, true) => Some(namespace.clone()),
-            // W19: a cluster-scoped object recorded under a namespace is found by name.
+            // A cluster-scoped object recorded under a namespace (the edge queries
+            // VolumeAttachments in `default`) is found by name.
             (RecordKey::Namespaced { .. }, false) | (RecordKey::Cluster { .. }, false) => None,
             (RecordKey::Cluster { name }, true) => {
                 debug!(record = %name, kind = %record.kind, "cluster record of a namespaced kind: cannot look it up");
@@ -725,7 +727,7 @@ impl Reconciler {
 
     async fn send_orphan_delete(&mut self, slot: usize, record: &Record) {
         let Some(resource) = self.resource_for(slot, record) else {
-            // Nothing the edge could match: drop the record itself (spec §4.5).
+            // Nothing the edge could match: drop the record itself.
             self.delete_records(vec![record.key.clone()]);
             return;
         };

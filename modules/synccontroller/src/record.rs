@@ -84,7 +84,7 @@ impl Record {
     }
 }
 
-/// What to do for a record (spec §4.4).
+/// What to do for a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// Send nothing (why, for the log).
@@ -100,7 +100,7 @@ pub(crate) enum Decision {
 }
 
 /// Decides for `record` given the live object (`None` = it does not exist). Never panics on
-/// bad versions: an unparsable one counts as "unknown, resend" (W11).
+/// bad versions: an unparsable one counts as "unknown, resend" (Go panics).
 pub(crate) fn decide(record: &Record, object: Option<&DynamicObject>) -> Decision {
     let Some((_, uid)) = &record.target else {
         return Decision::Skip("record name is not <node>.<uid>");

@@ -1,5 +1,6 @@
-//! ObjectSync reconciliation against a real API server (controllers.md §7, items 37–44, and
-//! W15, W19, W22), with a fake edge capturing what is sent to `cloudhub`.
+//! ObjectSync reconciliation against a real API server (docs/controllers.md#synccontroller:
+//! updates, orphan deletes, GC, device source, cluster scope, event-driven reconciles), with a fake
+//! edge capturing what is sent to `cloudhub`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -523,7 +524,7 @@ async fn device_records_are_resent_as_devicecontroller() {
         .wait_for(WAIT, is(format!("node/{e1}/{ns}/device/d1"), "update"))
         .await
         .expect("device update");
-    assert_eq!(m.route.source, "devicecontroller", "W15");
+    assert_eq!(m.route.source, "devicecontroller", "for devicetwin");
     assert_eq!(body(&m)["apiVersion"], "devices.kubeedge.io/v1beta1");
     env.bus.shutdown().await;
 }
@@ -554,7 +555,7 @@ async fn a_cluster_scoped_object_recorded_under_a_namespace_is_found_by_name() {
         .edge
         .wait_for(WAIT, is(resource.clone(), "update"))
         .await
-        .expect("update, not delete (W19)");
+        .expect("update, not delete: cluster-scoped, found by name");
     assert_eq!(body(&m)["kind"], "VolumeAttachment");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(env.edge.matching(is(resource, "delete")).is_empty());
@@ -588,7 +589,7 @@ async fn object_changes_are_reconciled_at_once_without_waiting_for_a_pass() {
             is(format!("node/{e1}/{ns}/pod/web"), "update"),
         )
         .await
-        .expect("event-driven update (W22)");
+        .expect("event-driven update");
     assert_eq!(
         m.header.resource_version,
         changed.resource_version().unwrap()

@@ -1,4 +1,9 @@
 //! Finding, unpacking and verifying the edgecore binary, and finding our cloudcore binary.
+//!
+//! The edgecore is, in order: `$EDGECORE_BIN` (an unpacked binary, e.g. `edge/edgecore` from
+//! KubeEdge's official release archive), `$EDGECORE_XZ`, or the one `edgecore-*.xz` in the
+//! `shared/peers/edgecore` folder beside the repository (where the development machines keep
+//! the build the suite is written against).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -10,7 +15,8 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 
 /// sha256 of the unpacked edgecore the suite is written against (KubeEdge v1.23.0-beta.0 +150,
-/// commit `16cd8548`); `EDGECORE_SHA256` overrides it for another build.
+/// commit `16cd8548`); `EDGECORE_SHA256` overrides it for another build. A binary given by
+/// `EDGECORE_BIN` is checked only against `EDGECORE_SHA256`, when that is set.
 pub const EDGECORE_SHA256: &str =
     "b50771d1923c464e63fcc797c87e07048f888f3c19b3043ccf5bf19e0cd8c28a";
 
@@ -22,7 +28,8 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Where the peer files live: the folder of `$EDGECORE_XZ`, else `<repo>/../shared/peers/edgecore`.
+/// Where the peer files live: the folder of `$EDGECORE_XZ`, else `shared/peers/edgecore` beside
+/// the repository.
 pub fn peer_dir() -> PathBuf {
     match std::env::var_os("EDGECORE_XZ") {
         Some(xz) => PathBuf::from(xz)
@@ -48,7 +55,8 @@ pub fn archive() -> Result<PathBuf> {
     let dir = peer_dir();
     let entries = std::fs::read_dir(&dir).map_err(|e| {
         Error::EdgecoreMissing(format!(
-            "{}: {e} (set EDGECORE_XZ to the edgecore-*.xz file)",
+            "{}: {e} (set EDGECORE_BIN to an edgecore binary, or EDGECORE_XZ to an \
+             edgecore-*.xz; README, \"Interop with a real edgecore\", says where to get one)",
             dir.display()
         ))
     })?;
@@ -63,20 +71,49 @@ pub fn archive() -> Result<PathBuf> {
     found.sort();
     found.pop().ok_or_else(|| {
         Error::EdgecoreMissing(format!(
-            "no edgecore-*.xz in {} (set EDGECORE_XZ)",
+            "no edgecore-*.xz in {} (set EDGECORE_BIN or EDGECORE_XZ; see the README)",
             dir.display()
         ))
     })
 }
 
-/// The config template beside the archive (`edgecore.yaml`, with `@EDGECORE_HOME@` and `@TOKEN@`).
+/// The config template (`edgecore.yaml`, with `@EDGECORE_HOME@` and `@TOKEN@`): the one beside
+/// the archive when there is one, else this crate's copy.
 pub fn config_template() -> Result<String> {
-    let path = archive()?
-        .parent()
-        .map(|d| d.join("edgecore.yaml"))
-        .unwrap_or_default();
+    let beside = std::env::var_os("EDGECORE_BIN")
+        .is_none()
+        .then(|| archive().ok())
+        .flatten()
+        .and_then(|a| a.parent().map(|d| d.join("edgecore.yaml")))
+        .filter(|t| t.is_file());
+    let path =
+        beside.unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("edgecore.yaml"));
     std::fs::read_to_string(&path)
         .map_err(|e| Error::EdgecoreMissing(format!("template {}: {e}", path.display())))
+}
+
+/// `$EDGECORE_BIN`, checked: a file, executable, and matching `$EDGECORE_SHA256` when set.
+fn given_binary(bin: PathBuf) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(&bin)
+        .map_err(|e| Error::EdgecoreMissing(format!("EDGECORE_BIN={}: {e}", bin.display())))?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(Error::EdgecoreMissing(format!(
+            "EDGECORE_BIN={} is not an executable file",
+            bin.display()
+        )));
+    }
+    if let Ok(expected) = std::env::var("EDGECORE_SHA256") {
+        let actual = sha256_file(&bin).map_err(|e| Error::io(&bin, e))?;
+        if actual != expected {
+            return Err(Error::Checksum {
+                file: bin.display().to_string(),
+                expected,
+                actual,
+            });
+        }
+    }
+    Ok(bin)
 }
 
 /// The cache folder for the unpacked binary, outside the repository:
@@ -144,9 +181,10 @@ fn unpack(archive: &Path, cache: &Path, target: &Path, sha: &str) -> Result<()> 
     std::fs::rename(&tmp, target).map_err(|e| Error::io(target, e))
 }
 
-/// The edgecore binary, unpacked from [`archive`] into [`cache_dir`] on first use and
-/// verified against [`EDGECORE_SHA256`]. The cached file is named by its hash, so a cache hit is
-/// the verified binary; later calls in the same process return the same path.
+/// The edgecore binary: `$EDGECORE_BIN` as it is, else unpacked from [`archive`] into
+/// [`cache_dir`] on first use and verified against [`EDGECORE_SHA256`]. The cached file is
+/// named by its hash, so a cache hit is the verified binary; later calls in the same process
+/// return the same path.
 ///
 /// # Errors
 /// [`Error::EdgecoreMissing`], [`Error::XzMissing`], [`Error::XzFailed`] or
@@ -154,6 +192,9 @@ fn unpack(archive: &Path, cache: &Path, target: &Path, sha: &str) -> Result<()> 
 pub fn edgecore() -> Result<PathBuf> {
     static BIN: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("EDGECORE_BIN") {
+            return given_binary(PathBuf::from(bin)).map_err(|e| e.to_string());
+        }
         let sha = expected_sha256();
         let cache = cache_dir();
         let target = cache.join(format!("edgecore-{}", &sha[..sha.len().min(16)]));
@@ -215,8 +256,16 @@ mod tests {
     fn the_peer_archive_unpacks_to_the_expected_binary() {
         let dir =
             std::env::temp_dir().join(format!("edgecore-interop-real-{}", std::process::id()));
-        let target = dir.join("edgecore");
-        unpack(&archive().unwrap(), &dir, &target, EDGECORE_SHA256).unwrap();
+        let target = match std::env::var_os("EDGECORE_BIN") {
+            // A binary given as it is: check that one instead.
+            Some(_) => edgecore().unwrap_or_else(|e| panic!("{e}")),
+            None => {
+                let archive = archive().unwrap_or_else(|e| panic!("{e}"));
+                let target = dir.join("edgecore");
+                unpack(&archive, &dir, &target, EDGECORE_SHA256).unwrap_or_else(|e| panic!("{e}"));
+                target
+            }
+        };
         // It runs: `--version` wants a config file, `--defaultconfig` does not.
         let out = Command::new(&target)
             .arg("--defaultconfig")
@@ -233,7 +282,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let plain = dir.join("bin");
         std::fs::write(&plain, b"not edgecore").unwrap();
-        let status = Command::new("xz").arg("-kf").arg(&plain).status().unwrap();
+        let status = Command::new("xz")
+            .arg("-kf")
+            .arg(&plain)
+            .status()
+            .expect("run xz (apt-get install xz-utils)");
         assert!(status.success());
         let target = dir.join("edgecore-x");
         let err = unpack(&dir.join("bin.xz"), &dir, &target, EDGECORE_SHA256).unwrap_err();

@@ -9,7 +9,7 @@ pub enum Error {
     #[error("edgecore binary missing: {0}")]
     EdgecoreMissing(String),
     /// `xz` could not be run.
-    #[error("xz is missing (needed to unpack edgecore): {0}")]
+    #[error("xz is missing (needed to unpack edgecore; apt-get install xz-utils): {0}")]
     XzMissing(String),
     /// `xz` ran and failed.
     #[error("xz failed: {0}")]

@@ -17,9 +17,9 @@ use crate::tunnel::{ApiStream, Shared};
 const EARLY_INPUT_LIMIT: usize = 64 * 1024;
 
 /// Pipes `conn` and `stream` until either side ends. `leftover` holds bytes that arrived
-/// with the request head (upstream drops them, W11). The API side's EOF sends
+/// with the request head (upstream drops them). The API side's EOF sends
 /// `REMOVE_CONNECT` once (by dropping the stream); the edge's `REMOVE_CONNECT` closes the API
-/// connection at once (upstream waits for the next API read, W10).
+/// connection at once (upstream waits for the next API read).
 ///
 /// Nothing goes toward the edge before the edge's first DATA (the kubelet's `101` head): a
 /// Go edge registers the connection in a goroutine after the CONNECT, so DATA sent right

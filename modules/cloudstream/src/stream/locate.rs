@@ -1,5 +1,5 @@
 //! Which node a pod runs on: a reflector cache of pods (upstream does one live GET per
-//! request, W25), with a live GET when the cache does not know the pod yet.
+//! request), with a live GET when the cache does not know the pod yet.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -13,7 +13,9 @@ pub(crate) enum SessionKey {
     Host(String),
 }
 
-/// The registry key for a metrics request (spec §4.3).
+/// The registry key for a metrics request: the node named in an `X-Forwarded-Uri` of
+/// `/api/v1/nodes/<node>/proxy/…` (more than 6 `/`-separated parts), else the host part of
+/// `Host` (the node IP the API server dialed).
 pub(crate) fn session_key(head: &RequestHead) -> Option<SessionKey> {
     if let Some(uri) = head.headers.get_str("X-Forwarded-Uri")
         && uri.starts_with("/api/v1/nodes/")
@@ -30,7 +32,7 @@ pub(crate) fn session_key(head: &RequestHead) -> Option<SessionKey> {
 }
 
 /// `[::1]:10351` → `::1`, `10.0.0.5:10351` → `10.0.0.5`, `edge` → `edge` (upstream splits
-/// on the first `:`, which breaks IPv6, W7).
+/// on the first `:`, which breaks IPv6).
 fn host_part(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         return rest.split(']').next().unwrap_or("");

@@ -1,5 +1,5 @@
-//! The kubelet paths the stream server answers (spec §4.2); everything else is 404/405 with
-//! go-restful's texts.
+//! The kubelet paths the stream server answers (docs/tunnel-protocol.md); everything else is
+//! 404/405 with go-restful's texts.
 
 /// A routed request.
 #[derive(Debug, Clone, PartialEq, Eq)]

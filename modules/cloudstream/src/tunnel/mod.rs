@@ -42,7 +42,8 @@ pub enum SessionError {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) registry: Registry,
-    /// Connect ids: process-wide, from 1, never reused (spec §3.3).
+    /// Connect ids: process-wide, from 1, never reused (the edge keys its table by id, and `0`
+    /// is for CLOSE_CONNECT).
     pub(crate) next_id: AtomicU64,
     pub(crate) counters: Arc<Counters>,
     pub(crate) tuning: Tuning,

@@ -124,7 +124,7 @@ fn admit(head: &RequestHead, cn: Option<&str>, peer: SocketAddr) -> Result<Ident
             format!("missing {NODE_HEADER} header"),
         ));
     }
-    // The node name is the verified certificate's (upstream trusts the header, W2).
+    // The node name is the verified certificate's (upstream trusts the header).
     let want = format!("system:node:{node}");
     if cn != Some(want.as_str()) {
         return Err(Refusal::identity(
@@ -141,7 +141,7 @@ fn admit(head: &RequestHead, cn: Option<&str>, peer: SocketAddr) -> Result<Ident
         Some(ip) if !ip.is_empty() => ip.parse::<IpAddr>().map_err(|_| {
             Refusal::identity(400, format!("{IP_HEADER} {ip:?} is not an IP address"))
         })?,
-        // Upstream splits RemoteAddr on ':' (IPv6-unsafe, W7).
+        // Upstream splits RemoteAddr on ':' (IPv6-unsafe).
         _ => peer.ip(),
     };
     Ok(Identity {
@@ -354,7 +354,7 @@ async fn authenticate(
 }
 
 /// Registration already happened; this runs beside the session (upstream runs it first,
-/// leaving the socket unread for up to 2 min, W6). On failure the edge is told and the
+/// leaving the socket unread for up to 2 min). On failure the edge is told and the
 /// tunnel closes, as upstream intends.
 async fn update_node(nodes: NodeUpdater, session: Arc<Session>) {
     let result = tokio::select! {

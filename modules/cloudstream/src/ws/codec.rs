@@ -1,5 +1,10 @@
 //! RFC 6455 frames and message reassembly, without UTF-8 checks: the tunnel carries binary
-//! data in Text messages (gorilla never validates), which tungstenite and actix refuse.
+//! data in Text messages (gorilla never validates). tungstenite refuses such messages, and so
+//! does actix-web-actors (its `ws::Message::Text` is a `ByteString`); `actix_http::ws::Codec`
+//! itself does not (its `Frame::Text(Bytes)` is not UTF-8 checked, and `Parser::write_message`
+//! writes raw bytes in a Text frame), so it could carry the tunnel too. This codec is shared by
+//! the cloud's tunnel server and the edge agent's client, and this crate does not depend on
+//! actix-http.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 

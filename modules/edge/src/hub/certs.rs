@@ -1,5 +1,5 @@
 //! The edge's key material and its bootstrap through the certificate server, exactly as
-//! edgecore does it (spec §5.5).
+//! edgecore does it (docs/hub-protocol.md, "What edgecore does at first start").
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -169,7 +169,7 @@ async fn sign(
     })
 }
 
-/// First-start bootstrap (spec §5.5 steps 3–5): download the CA without verifying the
+/// First-start bootstrap: download the CA without verifying the
 /// server, check its SHA-256 against the token's first part, generate a P-256 key and a CSR
 /// (`C=CN, ST=Zhejiang, L=Hangzhou, O=system:nodes, CN=system:node:<node>`), and get it
 /// signed by `GET /edge.crt` with `Authorization: Bearer <jwt>` and `NodeName`, verifying the

@@ -141,7 +141,8 @@ pub struct HubClient {
     shared: Arc<Shared>,
 }
 
-/// The keepalive edgecore sends (spec §1.2.4).
+/// The keepalive edgecore sends: source `websocket`, group `resource`, resource `node`,
+/// operation `keepalive`, content `"ping"`.
 pub fn keepalive() -> Message {
     Message::new()
         .with_route("websocket", "resource", "node", "keepalive")

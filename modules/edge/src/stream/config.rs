@@ -76,18 +76,19 @@ pub struct AgentOptions {
     /// `modules.edged.nodeIP`; empty means the local address of the tunnel connection.
     pub node_ip: String,
     /// The local kubelet-compatible server. Streams only ever go here, whatever host the
-    /// cloud names (upstream dials the cloud's `url.Host`, W4).
+    /// cloud names (upstream dials the cloud's `url.Host`).
     pub kubelet: SocketAddr,
     /// Ping period (upstream 5 s).
     pub ping_interval: Duration,
-    /// Wait before redialing after a tunnel ends (upstream 2 s); doubles on each failed
-    /// dial up to [`AgentOptions::redial_max`], with ±25 % jitter (upstream has none, W23).
+    /// Wait before redialing after a tunnel ends (upstream 2 s); doubles on each failed dial up to
+    /// [`AgentOptions::redial_max`], with ±25 % jitter (upstream has none, so edges redial in
+    /// lockstep).
     pub redial_base: Duration,
     /// Longest wait between dials.
     pub redial_max: Duration,
     /// Bytes queued toward one slow local connection before that stream is ended.
     pub stream_queue_bytes: usize,
-    /// Read buffer of local connections (upstream 256 bytes, W24).
+    /// Read buffer of local connections (upstream 256 bytes).
     pub relay_buffer: usize,
 }
 

@@ -88,7 +88,7 @@ pub(crate) async fn relay(
 }
 
 /// A complete line (with its `\n`) from the front of `partial`; a line longer than `max`
-/// goes out in `max`-byte pieces rather than being cut (upstream truncates at 64 KiB, W19).
+/// goes out in `max`-byte pieces rather than being cut (upstream truncates at 64 KiB).
 fn next_line(partial: &mut BytesMut, max: usize) -> Option<Bytes> {
     match partial.iter().position(|b| *b == b'\n') {
         Some(i) if i < max => Some(partial.split_to(i + 1).freeze()),

@@ -1,7 +1,7 @@
-//! One tunnel session on the edge: reads the cloud's messages, starts a relay per CONNECT,
-//! feeds DATA/REMOVE_CONNECT to the relays without ever waiting on one (W15), and pings.
-//! When the cloud granted a per-stream window, each stream sends only what the window
-//! allows and `WINDOW` messages reopen it.
+//! One tunnel session on the edge: reads the cloud's messages, starts a relay per CONNECT, feeds
+//! DATA/REMOVE_CONNECT to the relays without ever waiting on one (upstream's reader blocks on a
+//! full stream queue and stalls the whole tunnel), and pings. When the cloud granted a per-stream
+//! window, each stream sends only what the window allows and `WINDOW` messages reopen it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -260,7 +260,8 @@ async fn ping(out: mpsc::Sender<Outgoing>, every: Duration, session: Cancellatio
 }
 
 /// Runs one stream's relay, then unregisters it and, when the end was local, sends
-/// REMOVE_CONNECT once (always, unlike upstream: bad JSON and dial failures included, W17).
+/// REMOVE_CONNECT once (always, unlike upstream: bad JSON and dial failures included, so
+/// the cloud's request never hangs).
 async fn run_stream(
     kind: MessageType,
     json: Bytes,

@@ -1,4 +1,4 @@
-//! ConfigMaps and Secrets, sent to the nodes whose pods use them (spec §2.4).
+//! ConfigMaps and Secrets, sent to the nodes whose pods use them.
 
 use beehive::constants::{operation, resource_type};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -41,7 +41,7 @@ impl Downstream {
         }
         let (resource_type, op) = match (kind, &change) {
             (RefKind::ConfigMap, Change::Added(_)) => (resource_type::CONFIGMAP, operation::INSERT),
-            // Secrets are always `update`, even when added: old edges expect it (spec §2.4).
+            // Secrets are always `update`, even when added: old edges expect it.
             (RefKind::Secret, Change::Added(_)) => (resource_type::SECRET, operation::UPDATE),
             (RefKind::ConfigMap, Change::Modified { .. }) => {
                 (resource_type::CONFIGMAP, operation::UPDATE)

@@ -1,6 +1,7 @@
 //! The location cache: which edge node needs which ConfigMap, Secret and PersistentVolumeClaim.
 //!
-//! Derived from the current pods only (spec §8 W3–W5): each pod on an edge node contributes
+//! Derived from the current pods only (KubeEdge's only grows and ignores init and
+//! ephemeral containers): each pod on an edge node contributes
 //! its references to its node (mirror pods contribute none), with a reference count per (node, object). A pod that is
 //! deleted, stops referencing an object, or whose node is deleted takes its counts with it,
 //! so Secrets stop flowing to nodes that no longer run a pod using them, and a deleted then
@@ -39,7 +40,8 @@ impl ObjectRef {
 
 /// Every ConfigMap, Secret and PVC `pod` references: volumes (including projected sources,
 /// CSI/FlexVolume-style secret refs and generic ephemeral volumes' claims), env and envFrom of
-/// regular, init **and** ephemeral containers (W4), and image pull secrets.
+/// regular, init **and** ephemeral containers (the kubelet needs those objects too), and image pull
+/// secrets.
 pub(crate) fn references(pod: &Pod) -> BTreeSet<ObjectRef> {
     let mut out = Refs {
         namespace: pod.metadata.namespace.as_deref().unwrap_or_default(),

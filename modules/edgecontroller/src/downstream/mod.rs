@@ -1,19 +1,19 @@
-//! Kubernetes → edge: watches and the messages they produce (spec §2).
+//! Kubernetes → edge: watches and the messages they produce (docs/controllers.md).
 //!
 //! One task owns every watch and processes their events one at a time, so the edge-node set,
 //! the pod cache and the location cache change in a single order. Start-up is ordered by cache
-//! barriers (spec §2.7): the edge-node watch lists first; the pod watch starts once the
+//! barriers: the edge-node watch lists first; the pod watch starts once the
 //! edge-node set is complete; ConfigMaps, Secrets and (with a router) Rules start once the pods
 //! have listed, so the location cache is complete before their events are routed.
 //!
 //! # Which pods are watched
-//! Pods are watched with the field selector `spec.nodeName!=` (the API server drops
-//! unscheduled pods), and every pod not bound to an edge node is dropped in process before
-//! anything about it is kept (W23). One watch per edge node (`spec.nodeName=<node>`) would
-//! filter fully server-side, but means thousands of long-lived watches for a large fleet, and a
-//! label selector cannot express "bound to an edge node"; a single watch plus the in-process
-//! filter keeps memory proportional to the edge fleet at the cost of streaming other pods'
-//! changes. When a node joins the edge set later, its pods are listed with
+//! Pods are watched with the field selector `spec.nodeName!=` (the API server drops unscheduled
+//! pods), and every pod not bound to an edge node is dropped in process before anything about it is
+//! kept (memory follows the edge fleet, not the cluster). One watch per edge node
+//! (`spec.nodeName=<node>`) would filter fully server-side, but means thousands of long-lived
+//! watches for a large fleet, and a label selector cannot express "bound to an edge node"; a single
+//! watch plus the in-process filter keeps memory proportional to the edge fleet at the cost of
+//! streaming other pods' changes. When a node joins the edge set later, its pods are listed with
 //! `spec.nodeName=<node>` and sent.
 //!
 //! # Recovery

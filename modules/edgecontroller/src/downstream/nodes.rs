@@ -1,4 +1,5 @@
-//! Edge nodes, selected by the label `node-role.kubernetes.io/edge=` exactly (spec §2.5).
+//! Edge nodes, selected by the label `node-role.kubernetes.io/edge=` exactly (`=true` is not an
+//! edge node).
 
 use beehive::Content;
 use beehive::constants::{operation, resource_type};

@@ -1,4 +1,4 @@
-//! Pods bound to edge nodes (spec §2.3).
+//! Pods bound to edge nodes.
 
 use beehive::constants::{operation, resource_type};
 use k8s_openapi::api::core::v1::Pod;
@@ -15,7 +15,7 @@ use super::locations::{bound_node, granted};
 use crate::reply;
 
 /// Whether an update is worth sending: metadata or spec changed, ignoring
-/// `resourceVersion`, `generation` and `managedFields` (W2: nearly every status write
+/// `resourceVersion`, `generation` and `managedFields` (nearly every status write
 /// changes managedFields, so comparing them leaks status-only churn).
 pub(crate) fn meta_or_spec_changed(old: &Pod, new: &Pod) -> bool {
     fn strip(m: &ObjectMeta) -> ObjectMeta {

@@ -1,4 +1,4 @@
-//! Rules and RuleEndpoints for the router module (spec §2.6): added → `insert`, deleted →
+//! Rules and RuleEndpoints for the router module: added → `insert`, deleted →
 //! `delete`, modified → ignored, as KubeEdge does.
 
 use beehive::constants::{operation, resource_type};

@@ -1,4 +1,4 @@
-//! Classifies an upstream message by resource type (segment 3) and operation (spec §3.1).
+//! Classifies an upstream message by resource type (segment 3) and operation.
 
 use beehive::Message;
 use beehive::constants::{operation as op, resource_type as rt};

@@ -1,4 +1,5 @@
-//! Events from edged: create, update or patch, as the node, never answered (spec §3.3).
+//! Events from edged: create, update or patch, as the node, never answered (the edge does not
+//! wait).
 
 use beehive::Message;
 use beehive::constants::operation;

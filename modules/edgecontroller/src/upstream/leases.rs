@@ -1,4 +1,5 @@
-//! Node leases: create/update and query, answered with ObjectResp (spec §3.3).
+//! Node leases: create/update and query, answered with ObjectResp (a lease query too,
+//! where other queries get the raw object).
 
 use beehive::Message;
 use beehive::constants::operation;
@@ -28,7 +29,8 @@ impl Upstream {
         .await
     }
 
-    /// `lease`/`query`: a direct GET as the node (no cluster-wide lease cache, W23).
+    /// `lease`/`query`: a direct GET as the node (no cluster-wide lease cache: memory follows the
+    /// edge fleet, not the cluster).
     pub(crate) async fn query_lease(&self, msg: &Message) -> Outcome {
         self.answer(Kind::QueryLease, msg, async {
             let r = parts(msg, true, true)?;

@@ -1,5 +1,6 @@
 //! Edge → Kubernetes: requests from edge nodes, one bounded queue and concurrency limit per
-//! kind (spec §3), each answered in the shape the edge decodes.
+//! kind (KubeEdge's blocking single dispatcher lets one slow kind stall lease renewals), each
+//! answered in the shape the edge decodes.
 
 mod csr;
 mod dispatch;
@@ -41,7 +42,7 @@ const CONNECTION_WORKERS: i32 = 16;
 /// Most objects one decision may read from the API server because the caches lack them.
 const MAX_LOOKUPS: usize = 16;
 
-/// The request kinds, one queue each (spec §3.1), plus the connection events.
+/// The request kinds, one queue each (KubeEdge's queues), plus the connection events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     UpdateNodeStatus,
@@ -64,8 +65,8 @@ pub(crate) enum Kind {
     QueryLease,
     UpdateRuleStatus,
     CertificateSigningRequest,
-    /// cloudhub's `connected` events (W20): not a KubeEdge queue; sized like `queryNode`,
-    /// served by `updateNodeWorkers`.
+    /// cloudhub's `connected` events (KubeEdge ignores them): not a KubeEdge queue; sized like
+    /// `queryNode`, served by `updateNodeWorkers`.
     Connection,
 }
 
@@ -150,7 +151,7 @@ impl Kind {
             Kind::CreatePod => (b.create_pod, l.create_pod_works),
             Kind::CreateLease => (b.create_lease, l.create_lease_workers),
             Kind::QueryLease => (b.query_lease, l.query_lease_workers),
-            // Go sizes the rule status queue with the node status buffer (spec §3.1).
+            // Go sizes the rule status queue with the node status buffer.
             Kind::UpdateRuleStatus => (b.update_node_status, l.update_rule_status_workers),
             Kind::CertificateSigningRequest => (
                 b.certificate_signing_request,
@@ -164,7 +165,7 @@ impl Kind {
         (at_least_one(buffer), at_least_one(workers))
     }
 
-    /// How a request of this kind is answered (spec §3.2).
+    /// How a request of this kind is answered (docs/controllers.md, "The four answer shapes").
     fn shape(self, op: &str) -> Shape {
         match self {
             Kind::ProcessEvent | Kind::UpdateRuleStatus | Kind::Connection => Shape::None,
@@ -206,7 +207,8 @@ pub(crate) struct Settings {
     /// Written to the `cloudcore` annotation; `None` leaves it alone.
     pub(crate) cloudcore_ip: Option<String>,
     /// How long a cache-backed request waits for the cache's first list before falling back
-    /// to the API (W7).
+    /// to the API (KubeEdge answers from unsynced caches, so edges get NotFound for objects
+    /// that exist right after cloudcore starts).
     pub(crate) cache_wait: Duration,
 }
 

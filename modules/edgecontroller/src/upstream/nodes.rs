@@ -1,5 +1,6 @@
 //! Node requests: registration, label/annotation update, status patch, legacy status, and
-//! the `cloudcore` annotation on connect (spec §3.3, W20, W21).
+//! the `cloudcore` annotation on connect (merge patches of only what changes, where KubeEdge
+//! sends whole objects that conflict).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -91,7 +92,9 @@ impl Upstream {
         .await
     }
 
-    /// Go's `createNode` (spec §3.3 steps 2–5).
+    /// Go's `createNode`: reserved labels (`kubernetes.io/…`, `*.kubernetes.io/…`) removed before
+    /// the create as the node, then patched back as cloudcore (NodeRestriction forbids a kubelet
+    /// to set them).
     async fn create_node(
         &self,
         node_id: &str,
@@ -128,7 +131,8 @@ impl Upstream {
     }
 
     /// `node`/`update`: merges the request's labels and annotations into the Node with a merge
-    /// patch of only those two maps (W21); answers `"OK"` with the new RV.
+    /// patch of only those two maps (KubeEdge patches the whole object, which conflicts); answers
+    /// `"OK"` with the new RV.
     pub(crate) async fn update_node(&self, msg: &Message) -> Outcome {
         self.answer(Kind::UpdateNode, msg, async {
             let r = parts(msg, true, true)?;
@@ -276,7 +280,8 @@ impl Upstream {
     }
 
     /// cloudhub's `connected` event: make sure the Node's `cloudcore` annotation names this
-    /// cloudcore, with a merge patch of that annotation only (W20). Retried 3 times, 1 s
+    /// cloudcore, with a merge patch of that annotation only (KubeEdge's cloudhub
+    /// does a GET and PUT of the whole Node, racing with status writes). Retried 3 times, 1 s
     /// apart; never answered.
     pub(crate) async fn connected(&self, msg: &Message) -> Outcome {
         let Some(ip) = self.settings.cloudcore_ip.clone() else {

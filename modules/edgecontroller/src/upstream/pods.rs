@@ -1,4 +1,4 @@
-//! Pod requests: status patch, legacy status, delete and create (spec §3.3, W13).
+//! Pod requests: status patch, legacy status, delete and create.
 
 use beehive::Message;
 use beehive::constants::{operation, resource_type};
@@ -267,7 +267,8 @@ impl Upstream {
     }
 
     /// `podstatus`/`update` (deprecated): one status or, without a name, a list (refused
-    /// whole past [`Upstream::pod_status_list_limit`]). Exactly one answer per request (W13):
+    /// whole past [`Upstream::pod_status_list_limit`]). Exactly one answer per request (KubeEdge
+    /// sends one per status, all with the same parent):
     /// `"OK"`, or the first error.
     pub(crate) async fn legacy_pod_status(&self, msg: &Message) -> Outcome {
         self.answer(Kind::UpdatePodStatus, msg, async {
@@ -361,7 +362,8 @@ impl Upstream {
         Ok(())
     }
 
-    /// The pod is gone or was recreated: tell the edge to delete its copy, by UID (W13).
+    /// The pod is gone or was recreated: tell the edge to delete its copy, by UID (the
+    /// edge matches pod deletes by UID; KubeEdge leaves it out).
     async fn delete_at_edge(
         &self,
         r: &NodeResource,

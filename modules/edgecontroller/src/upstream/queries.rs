@@ -1,9 +1,9 @@
 //! Queries: configmap, secret, node (caches), persistentvolume(claim), volumeattachment,
-//! certificatesigningrequest (API) and serviceaccounttoken (TokenRequest), spec §3.3.
+//! certificatesigningrequest (API) and serviceaccounttoken (TokenRequest).
 //!
 //! A node may read only the ConfigMaps, Secrets and PVCs its pods use (what the Node
 //! authorizer enforces for kubelets): anything else is answered `403 Forbidden`. Cache-backed
-//! queries wait for their cache's first list, then fall back to a direct GET (W7).
+//! queries wait for their cache's first list, then fall back to a direct GET.
 
 use beehive::Message;
 use k8s_openapi::api::authentication::v1::TokenRequest;

@@ -1,4 +1,4 @@
-//! One bounded queue per request kind with its own concurrency limit (W1), built on
+//! One bounded queue per request kind with its own concurrency limit, built on
 //! [`kubeedge_api::queue`]: a full queue refuses at once (answered `429` by the dispatcher),
 //! so a saturated kind never holds up another; each request counts against its node's share
 //! of the queue, so one node cannot fill it for all; on stop, queued requests are answered

@@ -1,4 +1,5 @@
-//! Rule status from the router module: counters merge-patched under `status` (W12).
+//! Rule status from the router module: counters merge-patched under `status` (KubeEdge puts
+//! them at the top level, where the CRD schema prunes them).
 
 use beehive::Message;
 use kube::api::{GetParams, Patch, PatchParams};

@@ -8,14 +8,32 @@ use kubeedge_api::names::{self, operation as hub_op};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-/// Events waiting for the publisher; beyond this they are dropped with a warning.
+/// Events waiting for each destination; beyond this they are dropped with a warning.
 const CAPACITY: usize = 65_536;
 
-/// The event queue shared by every session.
+/// Where node events go. Each destination has its own queue and publisher, so a slow or
+/// stuck module delays only its own events.
+#[derive(Debug, Clone, Copy)]
+enum Destination {
+    /// Every member of group `edgecontroller`.
+    Group(&'static str),
+    /// One module, which may not be running in this composition.
+    Module(&'static str),
+}
+
+const DESTINATIONS: [Destination; 3] = [
+    Destination::Group(names::EDGECONTROLLER),
+    // dynamiccontroller resumes a reconnected node's watches; synccontroller brings it up to
+    // date (and, with several replicas, takes over what a node that moved here missed).
+    Destination::Module(names::DYNAMICCONTROLLER),
+    Destination::Module(names::SYNCCONTROLLER),
+];
+
+/// The event queues shared by every session.
 #[derive(Debug)]
 pub(crate) struct Events {
-    tx: mpsc::Sender<Message>,
-    rx: Mutex<Option<mpsc::Receiver<Message>>>,
+    queues: Vec<mpsc::Sender<Message>>,
+    receivers: Mutex<Vec<(Destination, mpsc::Receiver<Message>)>>,
 }
 
 /// The event message: source `cloudhub`, group `resource`, resource `node/<id>`, content
@@ -35,16 +53,25 @@ pub fn event_message(node: &str, event: &str) -> Message {
 
 impl Events {
     pub(crate) fn new() -> Self {
-        let (tx, rx) = mpsc::channel(CAPACITY);
+        let (queues, receivers) = DESTINATIONS
+            .iter()
+            .map(|d| {
+                let (tx, rx) = mpsc::channel(CAPACITY);
+                (tx, (*d, rx))
+            })
+            .unzip();
         Events {
-            tx,
-            rx: Mutex::new(Some(rx)),
+            queues,
+            receivers: Mutex::new(receivers),
         }
     }
 
     fn publish(&self, node: &str, event: &str) {
-        if self.tx.try_send(event_message(node, event)).is_err() {
-            warn!(node, event, "event queue full, event dropped");
+        let msg = event_message(node, event);
+        for (queue, destination) in self.queues.iter().zip(DESTINATIONS) {
+            if queue.try_send(msg.clone()).is_err() {
+                warn!(node, event, ?destination, "event queue full, event dropped");
+            }
         }
     }
 
@@ -56,19 +83,36 @@ impl Events {
         self.publish(node, hub_op::DISCONNECTED);
     }
 
-    /// Publishes queued events forever (started once, with the module).
+    /// Publishes queued events until the bus shuts down (started once, with the module).
+    /// Each destination gets every event in order, waiting while its mailbox is full: a burst
+    /// of reconnects must not lose the events that catch nodes up.
     pub(crate) async fn run(&self, endpoint: Endpoint) {
-        let Some(mut rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            return;
+        let receivers =
+            std::mem::take(&mut *self.receivers.lock().unwrap_or_else(|e| e.into_inner()));
+        let publishers = receivers
+            .into_iter()
+            .map(|(destination, rx)| publish(destination, rx, endpoint.clone()));
+        futures::future::join_all(publishers).await;
+    }
+}
+
+async fn publish(destination: Destination, mut rx: mpsc::Receiver<Message>, endpoint: Endpoint) {
+    while let Some(msg) = rx.recv().await {
+        let sent = match destination {
+            Destination::Group(group) => endpoint.send_to_group(group, msg).await.map(drop),
+            Destination::Module(module) => endpoint.send(module, msg).await,
         };
-        while let Some(msg) = rx.recv().await {
-            // dynamiccontroller resumes a reconnected node's watches and synccontroller brings
-            // it up to date; either may not be running.
-            let _ = endpoint.try_send(names::DYNAMICCONTROLLER, msg.clone());
-            let _ = endpoint.try_send(names::SYNCCONTROLLER, msg.clone());
-            if let Err(e) = endpoint.send_to_group(names::EDGECONTROLLER, msg).await {
-                debug!(error = %e, "node event not published");
-            }
+        match sent {
+            Ok(()) => {}
+            // The composition does not run that module, or it stopped: nobody to tell.
+            Err(
+                beehive::Error::UnknownModule { .. }
+                | beehive::Error::ModuleDisabled { .. }
+                | beehive::Error::EmptyGroup { .. }
+                | beehive::Error::Stopped { .. },
+            ) => {}
+            Err(beehive::Error::Shutdown) => return,
+            Err(error) => debug!(?destination, %error, "node event not published"),
         }
     }
 }

@@ -299,6 +299,35 @@ async fn connected_and_disconnected_events_reach_edgecontroller_exactly_once() {
 }
 
 #[actix_rt::test]
+async fn a_burst_of_connections_reaches_a_busy_synccontroller_whole() {
+    // synccontroller catches up (and, with replicas, takes over) every node that connects: an
+    // event lost to a full mailbox is a node that is never brought up to date.
+    let mut h = Harness::start().await;
+    let mut sync = h
+        .bus
+        .register_inbox("synccontroller", "synccontroller", 1)
+        .unwrap();
+    let mut edges = Vec::new();
+    for i in 0..8 {
+        edges.push(h.connect(&format!("edge-{i}")).await);
+    }
+    h.wait_nodes(8).await;
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 8 {
+        let ev = tokio::time::timeout(Duration::from_secs(10), sync.recv())
+            .await
+            .expect("every connected event reaches synccontroller")
+            .unwrap();
+        assert_eq!(ev.route.operation, "connected");
+        seen.insert(ev.route.resource.clone());
+    }
+    // edgecontroller got all of them too, while synccontroller was not reading.
+    for _ in 0..8 {
+        assert_eq!(h.next_event().await.route.operation, "connected");
+    }
+}
+
+#[actix_rt::test]
 async fn a_second_connection_replaces_the_first_without_a_stale_disconnect() {
     let mut h = Harness::with(|c| c.keepalive_interval = 2).await;
     let mut first = h.connect("edge-1").await;

@@ -75,7 +75,8 @@ pub enum StartError {
 /// A Kubernetes client as `kubeAPIConfig` says: the kubeconfig file when it exists, else the
 /// in-cluster configuration or `$KUBECONFIG`; `master` overrides the server.
 pub async fn kube_client(config: &KubeApiConfig) -> Result<kube::Client, StartError> {
-    kube::Client::try_from(kube_config(config).await?).map_err(|e| StartError::Kube(e.to_string()))
+    crate::apiclient::client(kube_config(config).await?)
+        .map_err(|e| StartError::Kube(e.to_string()))
 }
 
 /// The CA (PEM, every certificate) a client configuration trusts for the API server: the
@@ -510,7 +511,7 @@ pub async fn run(
             cfg.headers.push((http::header::USER_AGENT, agent));
         }
         let ca = kube_ca_pem(&cfg);
-        let client = kube::Client::try_from(cfg).map_err(|e| StartError::Kube(e.to_string()))?;
+        let client = crate::apiclient::client(cfg).map_err(|e| StartError::Kube(e.to_string()))?;
         Ok::<_, StartError>((client, ca))
     };
     let (kube, kube_ca_pem) = if config.needs_kubernetes() || config.leader_election.leader_elect {

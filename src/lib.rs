@@ -8,6 +8,7 @@
 //! kubectl ⇄ apiserver ⇄ cloudstream ⇄ edge
 //! ```
 
+pub mod apiclient;
 pub mod app;
 pub mod config;
 pub mod diagnose;

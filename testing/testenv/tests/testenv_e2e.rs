@@ -135,7 +135,10 @@ async fn the_controllers_watch_streams_cache_objects_without_managed_fields() {
     let created = cms.create(&PostParams::default(), &cm).await.unwrap();
     // The API server records field ownership on every write; the watch streams drop it.
     assert!(
-        created.metadata.managed_fields.is_some_and(|m| !m.is_empty()),
+        created
+            .metadata
+            .managed_fields
+            .is_some_and(|m| !m.is_empty()),
         "the API server records managedFields"
     );
     let mut events = kubeedge_api::watch::events(cms, watcher::Config::default()).boxed();

@@ -42,7 +42,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::kinds;
-use crate::record::{Decision, Record, RecordKey, decide};
+use crate::record::{Decision, NOT_ACKNOWLEDGED, Record, RecordKey, decide};
 use crate::takeover::{self, Found, Takeovers};
 
 /// Kinds whose content differs per node (filtered by dynamiccontroller): never re-sent here.
@@ -56,6 +56,13 @@ const DELETE_ATTEMPTS: u32 = 5;
 /// copy as soon as it is given one (also for an edge that is away), so after this no new copy
 /// is on its way to that edge and a delete by name can only remove the old one.
 const SUPERSEDED_GRACE: Duration = Duration::from_secs(10);
+/// How long a record may stay without a status before it counts as `"0"` (never
+/// acknowledged) and its object is sent. Its writer creates a record and sets its status in two
+/// calls (status is a subresource); a writer that dies in between — a replica killed while it
+/// recorded what its nodes could not take — leaves a record nothing else would ever complete.
+/// Within this grace the status is on its way and sending would duplicate an acknowledged
+/// version.
+const UNRECORDED_STATUS_GRACE: Duration = Duration::from_secs(20);
 /// A record being dropped is not dropped again sooner (its deletion shows in the record watch
 /// long before).
 const DROP_RETRY: Duration = Duration::from_secs(30);
@@ -122,6 +129,8 @@ pub(crate) struct Reconciler {
     running: bool,
     /// Records of a previous incarnation waiting for the new one's record, since when.
     superseded_since: HashMap<RecordKey, Instant>,
+    /// Records seen without a status, since when (see [`UNRECORDED_STATUS_GRACE`]).
+    statusless_since: HashMap<RecordKey, Instant>,
     /// Records of a previous incarnation being dropped, since when.
     dropping: HashMap<RecordKey, Instant>,
     /// Nodes that connected here, to bring up to date at the next catch-up.
@@ -161,6 +170,7 @@ impl Reconciler {
             watches: SelectAll::new(),
             running: false,
             superseded_since: HashMap::new(),
+            statusless_since: HashMap::new(),
             dropping: HashMap::new(),
         }
     }
@@ -192,9 +202,20 @@ impl Reconciler {
         let mut tick = tokio::time::interval(self.settings.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Control events first: the watch streams below can be ready without pause (every
+            // node's status and annotation changes), and a connected node, a catch-up, a
+            // takeover or the periodic pass must not wait behind them.
             tokio::select! {
                 biased;
                 _ = stop.wait() => break,
+                Some(node) = self.connected.recv() => self.on_connected(node),
+                _ = sleep_until_some(self.catch_up_at), if self.running => self.catch_up().await,
+                Some(found) = self.takeovers.next() => self.on_takeover(found).await,
+                // A full interval of watch events between passes, however long a pass takes.
+                _ = tick.tick(), if self.running => {
+                    self.full_pass().await;
+                    tick.reset();
+                }
                 Some(e) = nodes.next() => self.on_node_event(e).await,
                 Some(e) = syncs.next() => {
                     let changes = self.syncs.apply(e);
@@ -205,10 +226,6 @@ impl Reconciler {
                     self.on_records(changes.into_iter().map(|c| map_change(c, Record::cluster)).collect()).await;
                 }
                 Some((slot, e)) = self.watches.next(), if !self.watches.is_empty() => self.on_object_event(slot, e).await,
-                Some(node) = self.connected.recv() => self.on_connected(node),
-                _ = sleep_until_some(self.catch_up_at), if self.running => self.catch_up().await,
-                Some(found) = self.takeovers.next() => self.on_takeover(found).await,
-                _ = tick.tick(), if self.running => self.full_pass().await,
             }
             if !self.running
                 && self.syncs.reader().is_ready()
@@ -273,6 +290,7 @@ impl Reconciler {
                 }
                 Change::Deleted(r) => {
                     self.superseded_since.remove(&r.key);
+                    self.statusless_since.remove(&r.key);
                     self.dropping.remove(&r.key);
                     self.untrack(&r.key);
                 }
@@ -418,8 +436,10 @@ impl Reconciler {
                 name: object_sync_name(&node, &uid),
             };
             if self.record(&key).is_some() {
+                debug!(node, pod = ?pod.metadata.name, "takeover: recorded, left to the reconcile");
                 continue;
             }
+            debug!(node, pod = ?pod.metadata.name, rv = ?pod.metadata.resource_version, "takeover: no record, sending");
             let Some(msg) = takeover::pod_message(&node, &pod) else {
                 continue;
             };
@@ -653,7 +673,24 @@ impl Reconciler {
             t.seeded = true;
         }
         let object = self.slots[slot].cache.reader().get(&obj_key.1);
-        let decision = decide(record, object.as_deref());
+        let mut decision = decide(record, object.as_deref());
+        if record.acked.is_empty() {
+            let since = *self
+                .statusless_since
+                .entry(record.key.clone())
+                .or_insert_with(Instant::now);
+            if decision == Decision::Skip(NOT_ACKNOWLEDGED)
+                && since.elapsed() >= UNRECORDED_STATUS_GRACE
+            {
+                debug!(
+                    record = record.key.name(),
+                    "record without a status for too long: counts as never acknowledged"
+                );
+                decision = Decision::Update;
+            }
+        } else {
+            self.statusless_since.remove(&record.key);
+        }
         if let Decision::Skip(why) = decision {
             debug!(record = record.key.name(), why, "nothing to send");
         }

@@ -84,6 +84,9 @@ impl Record {
     }
 }
 
+/// Why a record without a status sends nothing (yet: see the reconciler's grace).
+pub(crate) const NOT_ACKNOWLEDGED: &str = "nothing acknowledged yet";
+
 /// What to do for a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decision {
@@ -112,7 +115,7 @@ pub(crate) fn decide(record: &Record, object: Option<&DynamicObject>) -> Decisio
         return Decision::Superseded;
     }
     if record.acked.is_empty() {
-        return Decision::Skip("nothing acknowledged yet");
+        return Decision::Skip(NOT_ACKNOWLEDGED);
     }
     let live = object
         .metadata

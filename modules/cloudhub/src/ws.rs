@@ -475,15 +475,15 @@ pub(crate) fn start(
     actix_rt::spawn(server);
     let files = kubeedge_api::listener::file_limit();
     info!(addr = %local, workers, limits = ?gate.limits(), file_limit = ?files, "websocket server listening");
-    if let Some(budget) = kubeedge_api::listener::file_budget() {
-        if u64::from(cfg.node_limit) > budget {
-            warn!(
-                node_limit = cfg.node_limit,
-                file_limit = ?files,
-                files_until_refused = budget,
-                "the open-file limit does not leave room for nodeLimit edges: connections are refused once the process holds files_until_refused files (raise LimitNOFILE)"
-            );
-        }
+    if let Some(budget) = kubeedge_api::listener::file_budget()
+        && u64::from(cfg.node_limit) > budget
+    {
+        warn!(
+            node_limit = cfg.node_limit,
+            file_limit = ?files,
+            files_until_refused = budget,
+            "the open-file limit does not leave room for nodeLimit edges: connections are refused once the process holds files_until_refused files (raise LimitNOFILE)"
+        );
     }
     Ok((handle, local, gate))
 }

@@ -620,6 +620,23 @@ fn cpu_seconds(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The machine's count of connections dropped because a listen queue was full
+/// (`TcpExt: ListenOverflows` in `/proc/net/netstat`; every process's listeners); 0 when
+/// unreadable.
+fn listen_overflows() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(k, _)| *k == "ListenOverflows")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The default mode: one hub process holding `--nodes` edges run by simulator processes (at
 /// most `--nodes-per-sim` each, so no process nears its open-file limit), measured from the
 /// hub process only.
@@ -657,6 +674,7 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     let (rss_before, fds_before) = (rss_kib(pid), open_fds(pid));
 
     // 1. Every edge connects.
+    let (overflows, cpu0) = (listen_overflows(), cpu_seconds(pid));
     let t = Instant::now();
     send_all(&mut sims, "go")?;
     let mut status = FleetStatus::default();
@@ -666,10 +684,12 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     })?
     .map(|_| t.elapsed());
     println!(
-        "connected {} of {n} edges in {} ({} attempts failed)",
+        "connected {} of {n} edges in {} ({} attempts failed, hub CPU {:.1} s, {} listen queue overflows on the machine)",
         status.up(),
         secs(connect),
-        status.failed
+        status.failed,
+        cpu_seconds(pid) - cpu0,
+        listen_overflows() - overflows
     );
     if connect.is_none() {
         bail!("not every edge connected");
@@ -703,14 +723,16 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     );
 
     // 3. One message to every edge, delivered and acknowledged into the hub's store.
+    let cpu0 = cpu_seconds(pid);
     let b1 = broadcast_all(std::slice::from_mut(&mut server), &mut sims, "b1", n)?;
     println!(
-        "broadcast b1 to {} edges: delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged",
+        "broadcast b1 to {} edges: delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged (hub CPU {:.1} s)",
         b1.targets,
         b1.reached,
         secs(b1.delivered),
         secs(b1.acked),
-        b1.unacked
+        b1.unacked,
+        cpu_seconds(pid) - cpu0
     );
     std::thread::sleep(Duration::from_secs(2));
     let rss_acked = rss_kib(pid);
@@ -722,6 +744,7 @@ fn load(args: &[String]) -> anyhow::Result<()> {
 
     // 4. `reconnect` edges drop their sessions at once; an update for them is sent meanwhile.
     let lost_before = fleet_status(&mut sims, u64::MAX)?.lost;
+    let (overflows, cpu0) = (listen_overflows(), cpu_seconds(pid));
     send_all(&mut sims, &format!("drop 0 {reconnect}"))?;
     for s in &mut sims {
         reply(&mut s.stdout, "DROPPED").context("a simulator exited")?;
@@ -751,8 +774,10 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     .map(|_| t.elapsed());
     let ended = status.lost - lost_before;
     println!(
-        "{reconnect} edges dropped at once: all back in {}; the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {}, {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped)",
+        "{reconnect} edges dropped at once: all back in {} ({} listen queue overflows on the machine, hub CPU {:.1} s); the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {}, {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped)",
         secs(back),
+        listen_overflows() - overflows,
+        cpu_seconds(pid) - cpu0,
         status.reached,
         secs(reached),
         secs(acked)

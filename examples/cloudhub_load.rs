@@ -726,8 +726,9 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     let cpu0 = cpu_seconds(pid);
     let b1 = broadcast_all(std::slice::from_mut(&mut server), &mut sims, "b1", n)?;
     println!(
-        "broadcast b1 to {} edges: delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged (hub CPU {:.1} s)",
+        "broadcast b1 to {} edges (handed to cloudhub in {:.2} s): delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged (hub CPU {:.1} s)",
         b1.targets,
+        b1.handed.as_secs_f64(),
         b1.reached,
         secs(b1.delivered),
         secs(b1.acked),
@@ -744,7 +745,8 @@ fn load(args: &[String]) -> anyhow::Result<()> {
 
     // 4. `reconnect` edges drop their sessions at once; an update for them is sent meanwhile.
     let lost_before = fleet_status(&mut sims, u64::MAX)?.lost;
-    let (overflows, cpu0) = (listen_overflows(), cpu_seconds(pid));
+    let sims_cpu = |sims: &[Sim]| sims.iter().map(|s| cpu_seconds(s.child.id())).sum::<f64>();
+    let (overflows, cpu0, sims0) = (listen_overflows(), cpu_seconds(pid), sims_cpu(&sims));
     send_all(&mut sims, &format!("drop 0 {reconnect}"))?;
     for s in &mut sims {
         reply(&mut s.stdout, "DROPPED").context("a simulator exited")?;
@@ -774,10 +776,11 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     .map(|_| t.elapsed());
     let ended = status.lost - lost_before;
     println!(
-        "{reconnect} edges dropped at once: all back in {} ({} listen queue overflows on the machine, hub CPU {:.1} s); the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {}, {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped)",
+        "{reconnect} edges dropped at once: all back in {} ({} listen queue overflows on the machine, hub CPU {:.1} s, simulators' {:.1} s); the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {}, {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped)",
         secs(back),
         listen_overflows() - overflows,
         cpu_seconds(pid) - cpu0,
+        sims_cpu(&sims) - sims0,
         status.reached,
         secs(reached),
         secs(acked)
@@ -1557,6 +1560,8 @@ fn poll_until(
 /// What a broadcast to every edge through every live replica came to.
 struct Delivery {
     targets: u64,
+    /// Until every hub had handed its messages to cloudhub (its `SENT` answer).
+    handed: Duration,
     reached: usize,
     delivered: Option<Duration>,
     acked: Option<Duration>,
@@ -1596,6 +1601,7 @@ fn broadcast_all(
             .and_then(|c| c.parse::<u64>().ok())
             .unwrap_or(0);
     }
+    let handed = t0.elapsed();
     // The versions are wall-clock ms: an edge at or above the lowest of this round got it.
     let mut status = FleetStatus::default();
     let got_all = poll_until(Duration::from_secs(120), || {
@@ -1614,6 +1620,7 @@ fn broadcast_all(
     .map(|_| t0.elapsed());
     Ok(Delivery {
         targets,
+        handed,
         reached: status.reached,
         delivered,
         acked,

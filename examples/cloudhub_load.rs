@@ -3,9 +3,15 @@
 //! `127.11.x.y`) against a cloudhub running in a separate process (this example re-executed
 //! with `serve`). Every phase is bounded in time.
 //!
-//! - default mode: connected nodes, server RSS per idle node, a message to every node, and R
-//!   nodes reconnecting at once with nothing lost.
-//! - `soak`: churn. For `--minutes`, every `--interval-secs` another `--churn` percent of the
+//! - default mode: one hub process holding `--nodes` (default 19,000) edges, run by simulator
+//!   processes (this example re-executed with `sim`, at most `--nodes-per-sim` 10,000 each: a
+//!   process may hold 20,000 descriptors, and the hub needs one per edge). Measured from the
+//!   hub process only: the time until every edge is connected, RSS per idle edge, descriptors,
+//!   CPU per idle edge over `--idle-secs` (keepalives only), a message to every edge delivered
+//!   and acknowledged into the store, and `--reconnect` (default 5,000) edges dropping their
+//!   sessions at once while an update for them is sent, nothing lost. PASS/FAIL per target;
+//!   non-zero exit on FAIL.
+//! - `soak` (its edges run in this process): churn. For `--minutes`, every `--interval-secs` another `--churn` percent of the
 //!   nodes drop their connection and reconnect, while the pods of those nodes and of another
 //!   `--churn` percent change. The server's RSS, descriptors, threads and sessions are taken
 //!   after a warm-up and again at the end, once the churn stopped and everything settled; a
@@ -23,7 +29,7 @@
 //!   a second message to all, nothing lost. PASS/FAIL per target; non-zero exit on FAIL.
 //!
 //! ```text
-//! cargo run --release --example cloudhub_load -- --nodes 10000 --reconnect 1000
+//! cargo run --release --example cloudhub_load -- --nodes 19000
 //! cargo run --release --example cloudhub_load -- soak --nodes 1000 --churn 10 --minutes 10
 //! cargo run --release --example cloudhub_load -- replicas-sim --replicas 6 --nodes 17000
 //! cargo run --release --example cloudhub_load -- serve --ws-port 10000 --https-port 10002 --dir /tmp/hub

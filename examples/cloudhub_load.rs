@@ -3,9 +3,15 @@
 //! `127.11.x.y`) against a cloudhub running in a separate process (this example re-executed
 //! with `serve`). Every phase is bounded in time.
 //!
-//! - default mode: connected nodes, server RSS per idle node, a message to every node, and R
-//!   nodes reconnecting at once with nothing lost.
-//! - `soak`: churn. For `--minutes`, every `--interval-secs` another `--churn` percent of the
+//! - default mode: one hub process holding `--nodes` (default 19,000) edges, run by simulator
+//!   processes (this example re-executed with `sim`, at most `--nodes-per-sim` 10,000 each: a
+//!   process may hold 20,000 descriptors, and the hub needs one per edge). Measured from the
+//!   hub process only: the time until every edge is connected, RSS per idle edge, descriptors,
+//!   CPU per idle edge over `--idle-secs` (keepalives only), a message to every edge delivered
+//!   and acknowledged into the store, and `--reconnect` (default 5,000) edges dropping their
+//!   sessions at once while an update for them is sent, nothing lost. PASS/FAIL per target;
+//!   non-zero exit on FAIL.
+//! - `soak` (its edges run in this process): churn. For `--minutes`, every `--interval-secs` another `--churn` percent of the
 //!   nodes drop their connection and reconnect, while the pods of those nodes and of another
 //!   `--churn` percent change. The server's RSS, descriptors, threads and sessions are taken
 //!   after a warm-up and again at the end, once the churn stopped and everything settled; a
@@ -23,7 +29,7 @@
 //!   a second message to all, nothing lost. PASS/FAIL per target; non-zero exit on FAIL.
 //!
 //! ```text
-//! cargo run --release --example cloudhub_load -- --nodes 10000 --reconnect 1000
+//! cargo run --release --example cloudhub_load -- --nodes 19000
 //! cargo run --release --example cloudhub_load -- soak --nodes 1000 --churn 10 --minutes 10
 //! cargo run --release --example cloudhub_load -- replicas-sim --replicas 6 --nodes 17000
 //! cargo run --release --example cloudhub_load -- serve --ws-port 10000 --https-port 10002 --dir /tmp/hub
@@ -464,9 +470,6 @@ fn node_ip(i: usize) -> IpAddr {
 
 #[derive(Default)]
 struct NodeState {
-    connects: AtomicU64,
-    /// Resource version of the last update received, and when (ms since start).
-    last: Mutex<(u64, u128)>,
     /// Highest resource version received per pod `p<k>`.
     pods: Mutex<Vec<u64>>,
 }
@@ -486,7 +489,6 @@ struct Fleet {
     clients: Vec<HubClient>,
     /// Clients whose session is up (client side).
     connected: Arc<AtomicUsize>,
-    start: Instant,
     stop: Arc<AtomicBool>,
     shards: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
 }
@@ -507,7 +509,6 @@ impl Fleet {
             .map(|i| ca.issue(&pki::IssueOptions::edge(&format!("node-{i}"))))
             .collect::<Result<_, _>>()?;
         println!("issued {n} edge certificates in {:?}", t.elapsed());
-        let start = Instant::now();
         let nodes: Vec<Arc<NodeState>> = (0..n).map(|_| Arc::new(NodeState::default())).collect();
         let connected = Arc::new(AtomicUsize::new(0));
         let slots: Arc<Mutex<Vec<Option<HubClient>>>> = Arc::new(Mutex::new(vec![None; n]));
@@ -551,7 +552,6 @@ impl Fleet {
                                 match ev {
                                     HubEvent::Connected => {
                                         permit.take();
-                                        state.connects.fetch_add(1, Ordering::Relaxed);
                                         connected.fetch_add(1, Ordering::Relaxed);
                                     }
                                     HubEvent::Disconnected { .. } => {
@@ -562,13 +562,6 @@ impl Fleet {
                                         else {
                                             continue;
                                         };
-                                        let at = start.elapsed().as_millis();
-                                        {
-                                            let mut last = lock(&state.last);
-                                            if rv > last.0 {
-                                                *last = (rv, at);
-                                            }
-                                        }
                                         let k = m
                                             .route
                                             .resource
@@ -601,7 +594,6 @@ impl Fleet {
             nodes,
             clients,
             connected,
-            start,
             stop,
             shards,
         })
@@ -620,86 +612,238 @@ impl Fleet {
 
 // ---------------------------------------------------------------- load role
 
+/// CPU time (user + system) the process `pid` used so far, in seconds; 0 when unreadable.
+fn cpu_seconds(pid: u32) -> f64 {
+    // Fields 14 and 15 of /proc/<pid>/stat, counted after the command name's `)`, in
+    // USER_HZ ticks (100 per second on Linux).
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// The machine's count of connections dropped because a listen queue was full
+/// (`TcpExt: ListenOverflows` in `/proc/net/netstat`; every process's listeners); 0 when
+/// unreadable.
+fn listen_overflows() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(k, _)| *k == "ListenOverflows")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The default mode: one hub process holding `--nodes` edges run by simulator processes (at
+/// most `--nodes-per-sim` each, so no process nears its open-file limit), measured from the
+/// hub process only.
 fn load(args: &[String]) -> anyhow::Result<()> {
-    let n: usize = arg(args, "--nodes", 10_000);
-    let reconnect: usize = arg(args, "--reconnect", 1_000).min(n);
-    let mut server = Server::start(args, 1)?;
+    let n: usize = arg(args, "--nodes", 19_000usize).max(1);
+    let reconnect: usize = arg(args, "--reconnect", 5_000usize).min(n);
+    let idle = Duration::from_secs(arg(args, "--idle-secs", 30));
+    let options = SimOptions {
+        per_replica: n,
+        per_sim: arg(args, "--nodes-per-sim", 10_000usize).clamp(1, 19_000),
+        concurrency: arg(args, "--connect-concurrency", 300usize).max(1),
+        threads: arg(args, "--client-threads", 1usize).max(1),
+    };
+    let (limit, max_conn) = (n.to_string(), (n + 500).to_string());
+    let dir = std::env::temp_dir().join(format!("cloudhub-load-{}", std::process::id()));
+    let mut server = Server::spawn(
+        args,
+        dir.clone(),
+        &[
+            "--ws-port",
+            "0",
+            "--https-port",
+            "0",
+            "--pods",
+            "1",
+            "--node-limit",
+            &limit,
+            "--max-connections",
+            &max_conn,
+        ],
+    )?;
     let pid = server.pid;
-
+    let mut sims = spawn_sims(&dir, n, &[server.ws_port], &options)?;
     std::thread::sleep(Duration::from_millis(500));
-    let rss_before = rss_kib(pid);
-    let t_connect = Instant::now();
-    let fleet = Fleet::start(args, &server, n)?;
-    let connected = fleet.connected.clone();
-    let took = wait_for("all nodes connected", Duration::from_secs(300), || {
-        connected.load(Ordering::Relaxed) >= n
-    })?;
-    let connect_time = t_connect.elapsed();
-    println!("connected {n} nodes in {connect_time:?} (last one {took:?} after the dialing loop)");
+    let (rss_before, fds_before) = (rss_kib(pid), open_fds(pid));
 
+    // 1. Every edge connects.
+    let (overflows, cpu0) = (listen_overflows(), cpu_seconds(pid));
+    let t = Instant::now();
+    send_all(&mut sims, "go")?;
+    let mut status = FleetStatus::default();
+    let connect = poll_until(Duration::from_secs(600), || {
+        status = fleet_status(&mut sims, u64::MAX)?;
+        Ok(status.up() >= n)
+    })?
+    .map(|_| t.elapsed());
+    println!(
+        "connected {} of {n} edges in {} ({} attempts failed, hub CPU {:.1} s, {} listen queue overflows on the machine)",
+        status.up(),
+        secs(connect),
+        status.failed,
+        cpu_seconds(pid) - cpu0,
+        listen_overflows() - overflows
+    );
+    if connect.is_none() {
+        bail!("not every edge connected");
+    }
     std::thread::sleep(Duration::from_secs(5));
     let stats = server.command("stats", "STATS")?;
-    let rss_after = rss_kib(pid);
-    let per_node = (rss_after.saturating_sub(rss_before)) as f64 / n as f64;
+    let sessions = Server::field(&stats, "nodes");
+    let (rss_idle, fds_idle) = (rss_kib(pid), open_fds(pid));
+    let kib_idle = rss_idle.saturating_sub(rss_before) as f64 / n as f64;
     println!("{stats}");
     println!(
-        "server RSS {rss_before} KiB before, {rss_after} KiB with {n} idle nodes: {per_node:.1} KiB per node"
+        "hub RSS {:.1} MiB before, {:.1} MiB with {n} idle edges: {kib_idle:.1} KiB per edge; descriptors {fds_before} → {fds_idle}",
+        mib(rss_before),
+        mib(rss_idle)
     );
 
-    // A message to every node.
-    let sent_at = fleet.start.elapsed().as_millis();
-    let rv = sent_rv(&server.command("broadcast b1", "SENT")?)?;
-    let nodes = fleet.nodes.clone();
-    let all = wait_for(
-        "broadcast delivered to all",
-        Duration::from_secs(60),
-        || nodes.iter().all(|s| lock(&s.last).0 >= rv),
-    )?;
-    let mut lat: Vec<u128> = fleet
-        .nodes
-        .iter()
-        .map(|s| lock(&s.last).1.saturating_sub(sent_at))
-        .collect();
-    lat.sort_unstable();
+    // 2. Idle: only keepalives (one per edge every 15 s). The hub's CPU time over the window.
+    let lost_before = fleet_status(&mut sims, u64::MAX)?.lost;
+    let cpu0 = cpu_seconds(pid);
+    let t = Instant::now();
+    std::thread::sleep(idle);
+    let cpu = cpu_seconds(pid) - cpu0;
+    let window = t.elapsed().as_secs_f64();
+    let status = fleet_status(&mut sims, u64::MAX)?;
+    let idle_ended = status.lost - lost_before;
+    let us_per_edge = cpu / window / n as f64 * 1e6;
     println!(
-        "broadcast to {n} nodes: all delivered in {all:?} (p50 {} ms, p99 {} ms, max {} ms after the command)",
-        lat[n / 2],
-        lat[(n * 99) / 100],
-        lat[n - 1]
+        "idle {window:.0} s: hub CPU {:.2} s ({:.2}% of one core), {us_per_edge:.2} µs per second per edge; {idle_ended} sessions ended meanwhile",
+        cpu,
+        cpu / window * 100.0
+    );
+
+    // 3. One message to every edge, delivered and acknowledged into the hub's store.
+    let cpu0 = cpu_seconds(pid);
+    let b1 = broadcast_all(std::slice::from_mut(&mut server), &mut sims, "b1", n)?;
+    println!(
+        "broadcast b1 to {} edges (handed to cloudhub in {:.2} s): delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged (hub CPU {:.1} s)",
+        b1.targets,
+        b1.handed.as_secs_f64(),
+        b1.reached,
+        secs(b1.delivered),
+        secs(b1.acked),
+        b1.unacked,
+        cpu_seconds(pid) - cpu0
     );
     std::thread::sleep(Duration::from_secs(2));
-    println!("{}", server.command("stats", "STATS")?);
-
-    // R nodes drop their connection at once; an update for them is sent meanwhile.
-    let before: Vec<u64> = fleet.nodes[..reconnect]
-        .iter()
-        .map(|s| s.connects.load(Ordering::Relaxed))
-        .collect();
-    for c in &fleet.clients[..reconnect] {
-        c.drop_connection();
-    }
-    let rv = server.broadcast("r1", 0, reconnect)?;
-    let nodes = fleet.nodes.clone();
-    let back = wait_for("reconnected", Duration::from_secs(60), || {
-        nodes[..reconnect]
-            .iter()
-            .zip(&before)
-            .all(|(s, b)| s.connects.load(Ordering::Relaxed) > *b)
-    })?;
-    let delivered = wait_for(
-        "update delivered after reconnect",
-        Duration::from_secs(60),
-        || nodes[..reconnect].iter().all(|s| lock(&s.last).0 >= rv),
-    )?;
+    let rss_acked = rss_kib(pid);
+    let kib_acked = rss_acked.saturating_sub(rss_before) as f64 / n as f64;
     println!(
-        "{reconnect} nodes dropped at once: all back in {back:?}; the update sent meanwhile reached all {reconnect} by {:?}",
-        back + delivered
+        "hub RSS {:.1} MiB after one acknowledged update each: {kib_acked:.1} KiB per edge",
+        mib(rss_acked)
+    );
+
+    // 4. `reconnect` edges drop their sessions at once; an update for them is sent meanwhile.
+    let lost_before = fleet_status(&mut sims, u64::MAX)?.lost;
+    let sims_cpu = |sims: &[Sim]| sims.iter().map(|s| cpu_seconds(s.child.id())).sum::<f64>();
+    let (overflows, cpu0, sims0) = (listen_overflows(), cpu_seconds(pid), sims_cpu(&sims));
+    send_all(&mut sims, &format!("drop 0 {reconnect}"))?;
+    for s in &mut sims {
+        reply(&mut s.stdout, "DROPPED").context("a simulator exited")?;
+    }
+    let t = Instant::now();
+    // The update goes out once they are all off (each waits at least 0.5 s to reconnect).
+    poll_until(Duration::from_secs(2), || {
+        Ok(fleet_status(&mut sims, u64::MAX)?.up() <= n - reconnect)
+    })?;
+    let rv = server.broadcast("r1", 0, reconnect)?;
+    let mut status = FleetStatus::default();
+    let back = poll_until(Duration::from_secs(120), || {
+        status = fleet_status(&mut sims, rv)?;
+        Ok(status.dropped == 0 && status.up() >= n)
+    })?
+    .map(|_| t.elapsed());
+    let reached = poll_until(Duration::from_secs(120), || {
+        status = fleet_status(&mut sims, rv)?;
+        Ok(status.reached >= reconnect)
+    })?
+    .map(|_| t.elapsed());
+    let mut unacked = 0;
+    let acked = poll_until(Duration::from_secs(120), || {
+        unacked = server.unacked()?;
+        Ok(unacked == 0)
+    })?
+    .map(|_| t.elapsed());
+    let ended = status.lost - lost_before;
+    println!(
+        "{reconnect} edges dropped at once: all back in {} ({} listen queue overflows on the machine, hub CPU {:.1} s, simulators' {:.1} s); the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {}, {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped)",
+        secs(back),
+        listen_overflows() - overflows,
+        cpu_seconds(pid) - cpu0,
+        sims_cpu(&sims) - sims0,
+        status.reached,
+        secs(reached),
+        secs(acked)
     );
     std::thread::sleep(Duration::from_secs(3));
-    println!("{}", server.command("stats", "STATS")?);
-    println!("ok");
-    fleet.stop();
+    let end = server.command("stats", "STATS")?;
+    println!("{end}");
+
+    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+    let under = |d: Option<Duration>, limit: f64| d.is_some_and(|d| d.as_secs_f64() < limit);
+    let connected_ok = sessions == n as u64;
+    let memory_ok = kib_idle <= 13.0;
+    let b1_ok = b1.lost(n) == 0 && under(b1.delivered, 1.0) && under(b1.acked, 1.0);
+    let back_ok = under(back, 5.0);
+    let r1_lost = (reconnect - status.reached.min(reconnect)).max(unacked as usize);
+    let r1_ok = r1_lost == 0 && acked.is_some() && ended == reconnect as u64;
+    println!(
+        "\ncloudhub: {n} edges in one hub process, simulators in {} others",
+        sims.len()
+    );
+    println!("targets:");
+    println!(
+        "  {n} connected in {}, {sessions} sessions, {fds_idle} descriptors: {}",
+        secs(connect),
+        verdict(connected_ok)
+    );
+    println!(
+        "  memory per idle edge {kib_idle:.1} KiB (≤ 13 KiB): {}",
+        verdict(memory_ok)
+    );
+    println!(
+        "  CPU per idle edge {us_per_edge:.2} µs/s ({:.2}% of one core for all {n}), {idle_ended} sessions ended while idle: {}",
+        cpu / window * 100.0,
+        verdict(idle_ended == 0)
+    );
+    println!(
+        "  one message to all {n}: delivered in {}, acknowledged in {} (< 1 s), lost {}: {}",
+        secs(b1.delivered),
+        secs(b1.acked),
+        b1.lost(n),
+        verdict(b1_ok)
+    );
+    println!(
+        "  {reconnect} reconnecting at once: back in {} (< 5 s): {}",
+        secs(back),
+        verdict(back_ok)
+    );
+    println!(
+        "  the update sent while they were away: lost {r1_lost}, {} sessions ended besides the {reconnect} dropped: {}",
+        ended.saturating_sub(reconnect as u64),
+        verdict(r1_ok)
+    );
+    quit_all(sims);
     server.stop();
+    if !(connected_ok && memory_ok && idle_ended == 0 && b1_ok && back_ok && r1_ok) {
+        bail!("targets failed");
+    }
     Ok(())
 }
 
@@ -986,13 +1130,17 @@ fn soak(args: &[String]) -> anyhow::Result<()> {
 /// `SimEdge::on` of an edge without a session.
 const OFF: usize = usize::MAX;
 
-/// One simulated edge of `replicas-sim`, as its supervisor sees it.
+/// One simulated edge of a `sim` process, as its supervisor sees it.
 struct SimEdge {
     /// The replica it has a session with, [`OFF`] while it has none.
     on: AtomicUsize,
     /// Highest resource version received, and when (wall-clock ms).
     rv: AtomicU64,
     at_ms: AtomicU64,
+    /// Told to drop its session (`drop` command); it then reconnects like after a lost one.
+    kick: tokio::sync::Notify,
+    /// Dropped by a `drop` command and not connected again since.
+    dropped: AtomicBool,
 }
 
 impl SimEdge {
@@ -1076,12 +1224,22 @@ async fn supervise(
             permit.take();
             failed = 0;
             edge.on.store(r, Ordering::Release);
+            edge.dropped.store(false, Ordering::Release);
             counts.per[r].fetch_add(1, Ordering::AcqRel);
-            while let Some(ev) = events.recv().await {
-                match ev {
-                    HubEvent::Message(m) => edge.record(&m),
-                    HubEvent::Disconnected { .. } => break,
-                    HubEvent::Connected => {}
+            let mut kicked = false;
+            loop {
+                tokio::select! {
+                    ev = events.recv() => match ev {
+                        Some(HubEvent::Message(m)) => edge.record(&m),
+                        Some(HubEvent::Disconnected { .. }) | None => break,
+                        Some(HubEvent::Connected) => {}
+                    },
+                    // Dropped: the client closes the connection; what it received (and
+                    // acknowledged) before is still recorded, until it reports the end.
+                    _ = edge.kick.notified(), if !kicked => {
+                        kicked = true;
+                        client.stop();
+                    }
                 }
             }
             counts.per[r].fetch_sub(1, Ordering::AcqRel);
@@ -1107,11 +1265,13 @@ async fn supervise(
     }
 }
 
-/// `sim`: a simulator process of `replicas-sim`. Issues certificates for nodes `--from` ..
-/// `--to` from the CA in `--dir`, prints `READY`, and on `go` starts one supervised edge per
-/// node (home replica `i / --per-replica`, then the others of `--ports` in turn). Answers
-/// `status <rv>` with its sessions per replica and how many of its edges reached version
-/// `rv`; exits on `quit` or when stdin closes.
+/// `sim`: a simulator process of the default mode and `replicas-sim`. Issues certificates
+/// for nodes `--from` .. `--to` from the CA in `--dir`, prints `READY`, and on `go` starts one
+/// supervised edge per node (home replica `i / --per-replica`, then the others of `--ports` in
+/// turn). Answers `status <rv>` with its sessions per replica, how many of its edges reached
+/// version `rv` and how many dropped edges are not back yet; `drop <from> <to>` drops the
+/// sessions of its edges among nodes `from..to` at once (they reconnect); exits on `quit` or
+/// when stdin closes.
 fn sim(args: &[String]) -> anyhow::Result<()> {
     let dir = std::path::PathBuf::from(arg(args, "--dir", String::new()));
     let from: usize = arg(args, "--from", 0);
@@ -1145,6 +1305,8 @@ fn sim(args: &[String]) -> anyhow::Result<()> {
                 on: AtomicUsize::new(OFF),
                 rv: AtomicU64::new(0),
                 at_ms: AtomicU64::new(0),
+                kick: tokio::sync::Notify::new(),
+                dropped: AtomicBool::new(false),
             })
         })
         .collect();
@@ -1192,12 +1354,13 @@ fn sim(args: &[String]) -> anyhow::Result<()> {
         match words.as_slice() {
             ["status", rv] => {
                 let rv: u64 = rv.parse()?;
-                let (mut reached, mut last_ms) = (0usize, 0u64);
+                let (mut reached, mut last_ms, mut dropped) = (0usize, 0u64, 0usize);
                 for e in &edges {
                     if e.rv.load(Ordering::Acquire) >= rv {
                         reached += 1;
                         last_ms = last_ms.max(e.at_ms.load(Ordering::Relaxed));
                     }
+                    dropped += usize::from(e.dropped.load(Ordering::Acquire));
                 }
                 let per: Vec<String> = counts
                     .per
@@ -1205,11 +1368,23 @@ fn sim(args: &[String]) -> anyhow::Result<()> {
                     .map(|c| c.load(Ordering::Acquire).to_string())
                     .collect();
                 println!(
-                    "STATUS per={} reached={reached} last_ms={last_ms} lost={} failed={}",
+                    "STATUS per={} reached={reached} last_ms={last_ms} lost={} failed={} dropped={dropped}",
                     per.join(","),
                     counts.lost.load(Ordering::Relaxed),
                     counts.failed.load(Ordering::Relaxed)
                 );
+            }
+            ["drop", a, b] => {
+                let (a, b): (usize, usize) = (a.parse()?, b.parse()?);
+                let mut count = 0;
+                for i in a.max(from)..b.min(to) {
+                    let e = &edges[i - from];
+                    // Marked before the kick: the mark clears only on the next session.
+                    e.dropped.store(true, Ordering::Release);
+                    e.kick.notify_one();
+                    count += 1;
+                }
+                println!("DROPPED {count}");
             }
             ["quit"] => break,
             _ => println!("ERR unknown command {line:?}"),
@@ -1227,6 +1402,93 @@ struct Sim {
     stdout: BufReader<std::process::ChildStdout>,
 }
 
+/// How [`spawn_sims`] deals the edges out.
+struct SimOptions {
+    /// Edges per replica: edge `i` starts on replica `i / per_replica`.
+    per_replica: usize,
+    /// Edges per simulator process at most (a process may hold 20,000 descriptors).
+    per_sim: usize,
+    /// Edges connecting at once, over all simulators.
+    concurrency: usize,
+    /// Client threads per simulator.
+    threads: usize,
+}
+
+/// Starts simulator processes (this example re-executed with `sim`) for nodes `0..n`, at
+/// most `per_sim` each, with certificates from the CA in `dir`; returns once every one has
+/// issued its certificates. Their edges start on `go`.
+fn spawn_sims(
+    dir: &std::path::Path,
+    n: usize,
+    ports: &[u16],
+    o: &SimOptions,
+) -> anyhow::Result<Vec<Sim>> {
+    let n_sims = n.div_ceil(o.per_sim.max(1));
+    let chunk = n.div_ceil(n_sims);
+    let exe = std::env::current_exe()?;
+    let port_list = ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let t = Instant::now();
+    let mut sims = Vec::new();
+    for s in 0..n_sims {
+        let (a, b) = (s * chunk, ((s + 1) * chunk).min(n));
+        let mut child = Command::new(&exe)
+            .arg("sim")
+            .arg("--dir")
+            .arg(dir)
+            .args(["--from", &a.to_string(), "--to", &b.to_string()])
+            .args([
+                "--per-replica",
+                &o.per_replica.to_string(),
+                "--ports",
+                &port_list,
+            ])
+            .args([
+                "--connect-concurrency",
+                &o.concurrency.div_ceil(n_sims).to_string(),
+                "--client-threads",
+                &o.threads.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        sims.push(Sim {
+            stdin: child.stdin.take().context("stdin")?,
+            stdout: BufReader::new(child.stdout.take().context("stdout")?),
+            child,
+        });
+    }
+    for s in &mut sims {
+        reply(&mut s.stdout, "READY").context("a simulator exited")?;
+    }
+    println!(
+        "{n_sims} simulator processes issued {n} edge certificates in {:.1?}",
+        t.elapsed()
+    );
+    Ok(sims)
+}
+
+/// Sends one command line to every simulator.
+fn send_all(sims: &mut [Sim], line: &str) -> anyhow::Result<()> {
+    for s in sims.iter_mut() {
+        writeln!(s.stdin, "{line}")?;
+        s.stdin.flush()?;
+    }
+    Ok(())
+}
+
+/// Tells every simulator to quit and waits for it.
+fn quit_all(sims: Vec<Sim>) {
+    for mut s in sims {
+        let _ = writeln!(s.stdin, "quit");
+        let _ = s.stdin.flush();
+        let _ = s.child.wait();
+    }
+}
+
 /// The simulators' counts together.
 #[derive(Debug, Default)]
 struct FleetStatus {
@@ -1238,6 +1500,8 @@ struct FleetStatus {
     last_ms: u64,
     lost: u64,
     failed: u64,
+    /// Edges dropped by a `drop` command and not connected again yet.
+    dropped: u64,
 }
 
 impl FleetStatus {
@@ -1277,6 +1541,7 @@ fn fleet_status(sims: &mut [Sim], rv: u64) -> anyhow::Result<FleetStatus> {
         total.last_ms = total.last_ms.max(Server::field(&line, "last_ms"));
         total.lost += Server::field(&line, "lost");
         total.failed += Server::field(&line, "failed");
+        total.dropped += Server::field(&line, "dropped");
     }
     Ok(total)
 }
@@ -1301,6 +1566,8 @@ fn poll_until(
 /// What a broadcast to every edge through every live replica came to.
 struct Delivery {
     targets: u64,
+    /// Until every hub had handed its messages to cloudhub (its `SENT` answer).
+    handed: Duration,
     reached: usize,
     delivered: Option<Duration>,
     acked: Option<Duration>,
@@ -1340,6 +1607,7 @@ fn broadcast_all(
             .and_then(|c| c.parse::<u64>().ok())
             .unwrap_or(0);
     }
+    let handed = t0.elapsed();
     // The versions are wall-clock ms: an edge at or above the lowest of this round got it.
     let mut status = FleetStatus::default();
     let got_all = poll_until(Duration::from_secs(120), || {
@@ -1358,6 +1626,7 @@ fn broadcast_all(
     .map(|_| t0.elapsed());
     Ok(Delivery {
         targets,
+        handed,
         reached: status.reached,
         delivered,
         acked,
@@ -1438,54 +1707,21 @@ fn replicas_sim(args: &[String]) -> anyhow::Result<()> {
     std::thread::sleep(Duration::from_millis(500));
     let rss_before: Vec<u64> = hubs.iter().map(|h| rss_kib(h.pid)).collect();
 
-    // Simulators, at most `--nodes-per-sim` edges each.
-    let n_sims = n.div_ceil(per_sim);
-    let chunk = n.div_ceil(n_sims);
-    let exe = std::env::current_exe()?;
-    let port_list = ports
-        .iter()
-        .map(u16::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let t = Instant::now();
-    let mut sims = Vec::new();
-    for s in 0..n_sims {
-        let (a, b) = (s * chunk, ((s + 1) * chunk).min(n));
-        let mut child = Command::new(&exe)
-            .arg("sim")
-            .arg("--dir")
-            .arg(hub_dir(0))
-            .args(["--from", &a.to_string(), "--to", &b.to_string()])
-            .args(["--per-replica", &per.to_string(), "--ports", &port_list])
-            .args([
-                "--connect-concurrency",
-                &concurrency.div_ceil(n_sims).to_string(),
-                "--client-threads",
-                &threads.to_string(),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        sims.push(Sim {
-            stdin: child.stdin.take().context("stdin")?,
-            stdout: BufReader::new(child.stdout.take().context("stdout")?),
-            child,
-        });
-    }
-    for s in &mut sims {
-        reply(&mut s.stdout, "READY").context("a simulator exited")?;
-    }
-    println!(
-        "{n_sims} simulator processes issued {n} edge certificates in {:.1?}",
-        t.elapsed()
-    );
+    let mut sims = spawn_sims(
+        &hub_dir(0),
+        n,
+        &ports,
+        &SimOptions {
+            per_replica: per,
+            per_sim,
+            concurrency,
+            threads,
+        },
+    )?;
 
     // 1. Every edge connects to its home replica.
     let t = Instant::now();
-    for s in &mut sims {
-        writeln!(s.stdin, "go")?;
-        s.stdin.flush()?;
-    }
+    send_all(&mut sims, "go")?;
     let mut status = FleetStatus::default();
     let connect = poll_until(Duration::from_secs(600), || {
         status = fleet_status(&mut sims, u64::MAX)?;
@@ -1644,11 +1880,7 @@ fn replicas_sim(args: &[String]) -> anyhow::Result<()> {
         b2.lost(n),
         verdict(b2_ok)
     );
-    for mut s in sims {
-        let _ = writeln!(s.stdin, "quit");
-        let _ = s.stdin.flush();
-        let _ = s.child.wait();
-    }
+    quit_all(sims);
     for h in hubs {
         h.stop();
     }

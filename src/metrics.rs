@@ -611,13 +611,14 @@ pub fn listeners(metrics: &Metrics, sources: Vec<ListenerSource>) {
         out.family(
             name,
             "counter",
-            "Connections refused on accept, by listener and limit (connections: maxConnections, handshakes: maxHandshakes, per_ip: maxUnauthenticatedPerIP).",
+            "Connections refused on accept, by listener and limit (connections: maxConnections, handshakes: maxHandshakes, per_ip: maxUnauthenticatedPerIP, files: the process's open-file limit less a reserve).",
         );
         for s in &stats {
             for (reason, n) in [
                 ("connections", s.refused_connections),
                 ("handshakes", s.refused_handshakes),
                 ("per_ip", s.refused_per_ip),
+                ("files", s.refused_files),
             ] {
                 out.sample(name, &[("listener", s.listener), ("reason", reason)], n as f64);
             }

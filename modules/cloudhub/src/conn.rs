@@ -4,7 +4,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +17,7 @@ use actix_http::ws::{CloseCode, OpCode};
 use beehive::Message;
 use bytes::{Bytes, BytesMut};
 use futures::future::{Either, select};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -28,11 +29,33 @@ use crate::wire::{self, Incoming, Reassembler, WireError, cut};
 
 /// Bytes the writer coalesces into one TLS write.
 const WRITE_CHUNK: usize = 64 * 1024;
-/// Read buffer growth step (small: an idle edge only sends ~200-byte keepalives; larger
-/// messages grow the buffer geometrically).
-const READ_STEP: usize = 512;
-/// An empty read buffer larger than this is released (after a large message).
-const READ_KEEP: usize = 16 * 1024;
+/// The per-thread buffer every connection of a thread reads into; what a read returns is
+/// copied into the connection's own buffer, which is released whenever it is empty. An idle
+/// connection thus holds no read buffer (an edge sends a ~200-byte keepalive every 15 s).
+/// 16 KiB: one TLS record's plaintext at most.
+const READ_SCRATCH: usize = 16 * 1024;
+
+thread_local! {
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_SCRATCH].into_boxed_slice());
+}
+
+/// Reads what `rd` has into `buf` through the thread's scratch buffer; the bytes read.
+async fn read_some<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) -> std::io::Result<usize> {
+    poll_fn(|cx| {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut read = ReadBuf::new(scratch);
+            match Pin::new(&mut *rd).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) => {
+                    buf.extend_from_slice(read.filled());
+                    Poll::Ready(Ok(read.filled().len()))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+    })
+    .await
+}
 /// Outbound bytes (queued or being written) at which the connection stops taking more: the
 /// session writes no further downstream messages and the reader handles no further frame (so
 /// pongs and other replies cannot pile up) until the writer drains below it. A peer that
@@ -263,12 +286,22 @@ pub(crate) struct Link {
 }
 
 /// Runs the connection until either side ends it; then tells the session.
-pub(crate) async fn run<IO>(io: IO, read_buf: BytesMut, link: Link)
+pub(crate) fn run<IO>(io: IO, read_buf: BytesMut, link: Link) -> impl Future<Output = ()>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
+    // Split before the future is made: an async fn keeps room for its arguments as long as
+    // it lives, and the TLS stream (over a kilobyte) would then be held twice per edge.
+    let (rd, wr) = tokio::io::split(io);
+    drive(rd, wr, read_buf, link)
+}
+
+async fn drive<R, W>(mut rd: R, mut wr: W, read_buf: BytesMut, link: Link)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let _running = TaskGauge::enter(&link.hub.counters.connection_tasks);
-    let (mut rd, mut wr) = tokio::io::split(io);
     let write_deadline = link.hub.config.write_deadline();
     let reader = std::pin::pin!(read_loop(&mut rd, read_buf, &link));
     let writer = std::pin::pin!(write_loop(&mut wr, &link, write_deadline));
@@ -360,13 +393,10 @@ async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, mut buf: BytesMut, link: &L
         if link.conn.is_closed() {
             return "closed by the hub".into();
         }
-        if buf.is_empty() && buf.capacity() > READ_KEEP {
+        if buf.is_empty() {
             buf = BytesMut::new();
         }
-        if buf.capacity() - buf.len() < READ_STEP / 4 {
-            buf.reserve(READ_STEP.max(buf.len()));
-        }
-        let read = std::pin::pin!(rd.read_buf(&mut buf));
+        let read = std::pin::pin!(read_some(rd, &mut buf));
         let closed = std::pin::pin!(link.conn.closed());
         match select(read, closed).await {
             Either::Left((Ok(0), _)) => return "connection closed by the edge".into(),

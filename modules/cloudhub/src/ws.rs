@@ -435,7 +435,9 @@ pub(crate) fn start(
     let server = actix_server::Server::build()
         .workers(workers)
         .backlog(4096)
-        // The gate bounds connections; actix's per-worker cap would only stall accepting.
+        // The gate bounds connections (maxConnections and the process's open-file limit) and
+        // refuses the rest with a close; actix's per-worker cap would instead stop accepting
+        // and leave edges waiting in the backlog.
         .max_concurrent_connections(1 << 20)
         .disable_signals()
         .shutdown_timeout(5)
@@ -471,6 +473,17 @@ pub(crate) fn start(
         .run();
     let handle = server.handle();
     actix_rt::spawn(server);
-    info!(addr = %local, workers, limits = ?gate.limits(), "websocket server listening");
+    let files = kubeedge_api::listener::file_limit();
+    info!(addr = %local, workers, limits = ?gate.limits(), file_limit = ?files, "websocket server listening");
+    if let Some(budget) = kubeedge_api::listener::file_budget()
+        && u64::from(cfg.node_limit) > budget
+    {
+        warn!(
+            node_limit = cfg.node_limit,
+            file_limit = ?files,
+            files_until_refused = budget,
+            "the open-file limit does not leave room for nodeLimit edges: connections are refused once the process holds files_until_refused files (raise LimitNOFILE)"
+        );
+    }
     Ok((handle, local, gate))
 }

@@ -18,6 +18,9 @@ use crate::revocation::Revocations;
 
 /// The ring provider restricted to what upstream allows: the TLS 1.3 suites and, for TLS 1.2,
 /// only ECDHE-ECDSA with AES-GCM or ChaCha20 (the generated keys are ECDSA P-256).
+/// TLS_AES_128_GCM_SHA256 is offered first, as Go's edgecore does: SHA-256 runs on the
+/// CPU's SHA instructions where SHA-384 does not, which makes every handshake cheaper on
+/// both sides (ring's default offers TLS_AES_256_GCM_SHA384 first).
 pub fn provider() -> Arc<CryptoProvider> {
     use rustls::CipherSuite as C;
     let mut p = rustls::crypto::ring::default_provider();
@@ -30,6 +33,8 @@ pub fn provider() -> Arc<CryptoProvider> {
                 | C::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
         ),
     });
+    p.cipher_suites
+        .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
     Arc::new(p)
 }
 

@@ -1830,7 +1830,7 @@ fn check_config_yaml(input: &[u8]) -> Result<(), TestCaseError> {
     );
     if let Ok(config) = config {
         // Whatever loads is written back (`--defaultconfig` style) to a file that loads the same.
-        let yaml = serde_yaml::to_string(&config).expect("a loaded config serializes");
+        let yaml = serde_saphyr::to_string(&config).expect("a loaded config serializes");
         let again = CloudCoreConfig::from_yaml(&yaml).expect("a written config loads");
         prop_assert_eq!(again, config);
     }

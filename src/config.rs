@@ -322,7 +322,18 @@ impl CloudCoreConfig {
             alias_limits: serde_saphyr::alias_limits! {
                 max_total_replayed_events: node_budget(text.len()),
             },
+            // What the parser keeps to replay anchors, likewise.
+            budget: serde_saphyr::budget! {
+                max_recorded_anchor_events: node_budget(text.len()),
+            },
         };
+        // Expansion is refused before anything is built: a first pass keeps nothing. Its other
+        // errors are left to the typed parse, which names their field.
+        let walked =
+            serde_saphyr::from_str_with_options::<serde::de::IgnoredAny>(text, options.clone());
+        if walked.as_ref().is_err_and(replay_limit_exceeded) {
+            return Err(expands_too_far(text.len()));
+        }
         let mut unknown = Vec::new();
         let mut field = String::new();
         let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
@@ -335,13 +346,7 @@ impl CloudCoreConfig {
         });
         let config: CloudCoreConfig = parsed.map_err(|e| {
             if replay_limit_exceeded(&e) {
-                return invalid(
-                    "",
-                    format!(
-                        "the document expands to more than {} nodes (YAML aliases repeat what they name)",
-                        node_budget(text.len())
-                    ),
-                );
+                return expands_too_far(text.len());
             }
             // `.` is the whole file, `?` a key that could not be named (a duplicate).
             let field = if field == "." || field == "?" {
@@ -638,17 +643,33 @@ impl CloudCoreConfig {
 /// Most nodes a file of `len` bytes may expand to. Without aliases every node takes at least
 /// one byte; aliases repeat the node they name, so a file of a few kilobytes could expand to
 /// millions of nodes (memory grows with the square of the file). Legitimate anchors repeat a
-/// few settings, far below this. The parser enforces it as its limit on replayed events.
+/// few settings, far below this. The parser enforces it on the events it replays for aliases
+/// and on those it keeps to replay them.
 fn node_budget(len: usize) -> usize {
-    len.saturating_mul(4).saturating_add(4096)
+    len.saturating_mul(4).saturating_add(1024)
 }
 
-/// True when parsing stopped at the alias replay limit (the error may be wrapped in the
-/// location of the alias that hit it).
+fn expands_too_far(len: usize) -> ConfigError {
+    invalid(
+        "",
+        format!(
+            "the document expands to more than {} nodes (YAML aliases repeat what they name)",
+            node_budget(len)
+        ),
+    )
+}
+
+/// True when parsing stopped at the alias replay limit or the limit on events kept for
+/// anchors (the error may be wrapped in the location of the alias that hit it).
 fn replay_limit_exceeded(mut e: &serde_saphyr::Error) -> bool {
+    use serde_saphyr::budget::BudgetBreach;
     loop {
         match e {
-            serde_saphyr::Error::AliasReplayLimitExceeded { .. } => return true,
+            serde_saphyr::Error::AliasReplayLimitExceeded { .. }
+            | serde_saphyr::Error::Budget {
+                breach: BudgetBreach::RecordedAnchorEvents { .. },
+                ..
+            } => return true,
             serde_saphyr::Error::AliasError { error, .. }
             | serde_saphyr::Error::WithSnippet { error, .. } => e = error,
             _ => return false,

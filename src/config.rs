@@ -920,6 +920,10 @@ mod tests {
             err.to_string(),
             "modules.router.enable: this module is not available in this cloudcore"
         );
+        let err = CloudCoreConfig::from_yaml("modules:\n  router: {enable: maybe}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("modules.router.enable: "), "{err}");
     }
 
     #[test]

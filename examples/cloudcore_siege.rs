@@ -384,15 +384,8 @@ fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 fn pem_der(path: &Path) -> anyhow::Result<Vec<u8>> {
-    use base64::Engine as _;
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    let b64: String = text
-        .lines()
-        .skip_while(|l| !l.starts_with("-----BEGIN"))
-        .skip(1)
-        .take_while(|l| !l.starts_with("-----END"))
-        .collect();
-    Ok(base64::engine::general_purpose::STANDARD.decode(b64)?)
+    Ok(pki::first_pem_der(&text)?)
 }
 
 // ------------------------------------------------------------------------- legitimate edges
@@ -1302,10 +1295,10 @@ async fn siege(args: Siege) -> anyhow::Result<()> {
         attempt += 1;
         let mut spec = CloudSpec::for_testenv(&dir)?;
         spec.log_level = args.log_level.clone();
-        let mut yaml: serde_yaml::Value = serde_yaml::from_str(&spec.render()?)?;
+        let mut yaml: serde_json::Value = serde_saphyr::from_str(&spec.render()?)?;
         yaml["modules"]["cloudHub"]["nodeLimit"] =
-            serde_yaml::Value::from((args.nodes + args.flooders + 100) as u64);
-        std::fs::write(spec.config_file(), serde_yaml::to_string(&yaml)?)?;
+            serde_json::Value::from((args.nodes + args.flooders + 100) as u64);
+        std::fs::write(spec.config_file(), serde_saphyr::to_string(&yaml)?)?;
         let mut cloud = start_cloudcore(&spec, &args.log_level)?;
         match wait_ready(&spec, &mut cloud).await {
             Ok(()) => break (spec, cloud),

@@ -411,7 +411,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // nodeLimit for N edges.
     let (mut core, bin) = start_cloudcore(&spec, &args.log_level, |config| {
         config["modules"]["cloudHub"]["nodeLimit"] =
-            serde_yaml::Value::from(n.max(500) as u64 + 100);
+            serde_json::Value::from(n.max(500) as u64 + 100);
     })?;
     wait_ready(&mut core, &spec).await?;
     let pid = core.id();

@@ -523,11 +523,11 @@ impl Core {
     ) -> anyhow::Result<Core> {
         let spec = CloudSpec::for_testenv(dir)?;
         let (mut process, _) = start_cloudcore(&spec, &run.log_level, |c| {
-            let mut replicas = serde_yaml::Mapping::new();
+            let mut replicas = serde_json::Map::new();
             replicas.insert("address".into(), address.into());
             c["replicas"] = replicas.into();
             let hub = &mut c["modules"]["cloudHub"];
-            hub["nodeLimit"] = serde_yaml::Value::from(node_limit as u64 + 100);
+            hub["nodeLimit"] = serde_json::Value::from(node_limit as u64 + 100);
             if let Some(per_ip) = per_ip {
                 hub["websocket"]["limits"]["maxUnauthenticatedPerIP"] = per_ip.into();
             }

@@ -3,9 +3,8 @@
 //!
 //! Every module crate owns its `modules.<name>` section; this file composes them. Loading
 //! rejects unknown keys and invalid values with the path of the offending field, e.g.
-//! `modules.cloudHub.websocket.port: invalid type: string "x", expected u32`.
+//! `modules.cloudHub.websocket.port: invalid u16 at line 3, column 13`.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -166,14 +165,43 @@ pub const POD_IP_ENV: &str = "POD_IP";
 
 /// A KubeEdge module this cloudcore does not implement. Its section is accepted with any keys
 /// so existing files load, but enabling it is an error.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UnsupportedModule {
     /// Must stay `false`.
-    #[serde(default)]
     pub enable: bool,
     /// The module's other keys, kept as written.
     #[serde(flatten)]
-    pub other: BTreeMap<String, serde_yaml::Value>,
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+// Read key by key rather than through `#[serde(flatten)]`: the YAML parser mis-reads an
+// anchored mapping that Serde buffers for a flattened field, and a visitor of our own keeps
+// `enable` errors at their path (`modules.router.enable`).
+impl<'de> Deserialize<'de> for UnsupportedModule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = UnsupportedModule;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a module section")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<UnsupportedModule, A::Error> {
+                let mut module = UnsupportedModule::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "enable" {
+                        module.enable = map.next_value()?;
+                    } else {
+                        module.other.insert(key, map.next_value()?);
+                    }
+                }
+                Ok(module)
+            }
+        }
+        d.deserialize_map(Keys)
+    }
 }
 
 /// `modules`.
@@ -286,21 +314,47 @@ impl CloudCoreConfig {
 
     /// Parses and validates YAML; rejects unknown keys and invalid values by path.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        check_expansion(text)?;
+        let options = serde_saphyr::options! {
+            // Messages name the field by path; a source snippet would only repeat the file.
+            with_snippet: false,
+            // `key:` into a string is the empty string, as KubeEdge and serde_yaml read it.
+            null_as_string: true,
+            alias_limits: serde_saphyr::alias_limits! {
+                max_total_replayed_events: node_budget(text.len()),
+            },
+            // What the parser keeps to replay anchors, likewise.
+            budget: serde_saphyr::budget! {
+                max_recorded_anchor_events: node_budget(text.len()),
+            },
+        };
+        // Expansion is refused before anything is built: a first pass keeps nothing. Its other
+        // errors are left to the typed parse, which names their field.
+        let walked =
+            serde_saphyr::from_str_with_options::<serde::de::IgnoredAny>(text, options.clone());
+        if walked.as_ref().is_err_and(replay_limit_exceeded) {
+            return Err(expands_too_far(text.len()));
+        }
         let mut unknown = Vec::new();
-        let de = serde_yaml::Deserializer::from_str(text);
-        let mut track = |path: serde_ignored::Path<'_>| unknown.push(path.to_string());
-        let tracked = serde_ignored::Deserializer::new(de, &mut track);
-        let config: CloudCoreConfig = serde_path_to_error::deserialize(tracked).map_err(|e| {
-            let field = e.path().to_string();
-            let field = if field == "." { String::new() } else { field };
-            // serde_yaml already prefixes some messages with the path; say it once.
-            let message = e.into_inner().to_string();
-            let message = message
-                .strip_prefix(&format!("{field}: "))
-                .unwrap_or(&message)
-                .to_owned();
-            invalid(&field, message)
+        let mut field = String::new();
+        let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+            let mut track = |path: serde_ignored::Path<'_>| unknown.push(path.to_string());
+            let tracked = serde_ignored::Deserializer::new(de, &mut track);
+            serde_path_to_error::deserialize(tracked).map_err(|e| {
+                field = e.path().to_string();
+                e.into_inner()
+            })
+        });
+        let config: CloudCoreConfig = parsed.map_err(|e| {
+            if replay_limit_exceeded(&e) {
+                return expands_too_far(text.len());
+            }
+            // `.` is the whole file, `?` a key that could not be named (a duplicate).
+            let field = if field == "." || field == "?" {
+                String::new()
+            } else {
+                field
+            };
+            invalid(&field, e.to_string())
         })?;
         if !unknown.is_empty() {
             return Err(ConfigError::UnknownFields(unknown));
@@ -573,7 +627,7 @@ impl CloudCoreConfig {
 
     /// The full default configuration as YAML (`--defaultconfig`).
     pub fn default_yaml() -> String {
-        serde_yaml::to_string(&CloudCoreConfig::default()).unwrap_or_default()
+        serde_saphyr::to_string(&CloudCoreConfig::default()).unwrap_or_default()
     }
 
     /// A minimal configuration as YAML (`--minconfig`): what an operator usually sets.
@@ -587,121 +641,39 @@ impl CloudCoreConfig {
 }
 
 /// Most nodes a file of `len` bytes may expand to. Without aliases every node takes at least
-/// one byte; aliases repeat the node they name, and the parser's own repetition limit lets a
-/// file of a few kilobytes expand to millions of nodes (memory grows with the square of the
-/// file). Legitimate anchors repeat a few settings, far below this.
+/// one byte; aliases repeat the node they name, so a file of a few kilobytes could expand to
+/// millions of nodes (memory grows with the square of the file). Legitimate anchors repeat a
+/// few settings, far below this. The parser enforces it on the events it replays for aliases
+/// and on those it keeps to replay them.
 fn node_budget(len: usize) -> usize {
-    len.saturating_mul(4).saturating_add(4096)
+    len.saturating_mul(4).saturating_add(1024)
 }
 
-/// Refuses a document whose nodes, aliases expanded, exceed [`node_budget`], before anything
-/// is built from it. Other errors are left to the typed parse, which names their field.
-fn check_expansion(text: &str) -> Result<(), ConfigError> {
-    let budget = NodeBudget {
-        left: Cell::new(node_budget(text.len())),
-        exceeded: Cell::new(false),
-    };
-    let _ =
-        serde::de::DeserializeSeed::deserialize(&budget, serde_yaml::Deserializer::from_str(text));
-    if budget.exceeded.get() {
-        return Err(invalid(
-            "",
-            format!(
-                "the document expands to more than {} nodes (YAML aliases repeat what they name)",
-                node_budget(text.len())
-            ),
-        ));
-    }
-    Ok(())
+fn expands_too_far(len: usize) -> ConfigError {
+    invalid(
+        "",
+        format!(
+            "the document expands to more than {} nodes (YAML aliases repeat what they name)",
+            node_budget(len)
+        ),
+    )
 }
 
-/// Walks every node of a document and counts it against `left`; allocates nothing.
-struct NodeBudget {
-    left: Cell<usize>,
-    exceeded: Cell<bool>,
-}
-
-impl NodeBudget {
-    fn spend<E: serde::de::Error>(&self) -> Result<(), E> {
-        match self.left.get().checked_sub(1) {
-            Some(left) => {
-                self.left.set(left);
-                Ok(())
-            }
-            None => {
-                self.exceeded.set(true);
-                Err(E::custom("node budget exceeded"))
-            }
+/// True when parsing stopped at the alias replay limit or the limit on events kept for
+/// anchors (the error may be wrapped in the location of the alias that hit it).
+fn replay_limit_exceeded(mut e: &serde_saphyr::Error) -> bool {
+    use serde_saphyr::budget::BudgetBreach;
+    loop {
+        match e {
+            serde_saphyr::Error::AliasReplayLimitExceeded { .. }
+            | serde_saphyr::Error::Budget {
+                breach: BudgetBreach::RecordedAnchorEvents { .. },
+                ..
+            } => return true,
+            serde_saphyr::Error::AliasError { error, .. }
+            | serde_saphyr::Error::WithSnippet { error, .. } => e = error,
+            _ => return false,
         }
-    }
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for &NodeBudget {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for &NodeBudget {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any YAML node")
-    }
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
-        self.spend()
-    }
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.spend()?;
-        while seq.next_element_seed(self)?.is_some() {}
-        Ok(())
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.spend()?;
-        while map.next_key_seed(self)?.is_some() {
-            map.next_value_seed(self)?;
-        }
-        Ok(())
-    }
-    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
-        // A tagged node (`!tag value`): the tag, then its value.
-        let ((), variant) = data.variant_seed(self)?;
-        serde::de::VariantAccess::newtype_variant_seed(variant, self)
     }
 }
 
@@ -784,6 +756,16 @@ mod tests {
     }
 
     #[test]
+    fn a_blank_string_value_is_the_empty_string() {
+        let c = CloudCoreConfig::from_yaml(
+            "kubeAPIConfig:\n  master:\n  kubeConfig:\nmodules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n",
+        )
+        .unwrap();
+        assert_eq!(c.kube_api_config.master, "");
+        assert_eq!(c.kube_api_config.kube_config, "");
+    }
+
+    #[test]
     fn defaults_equal_kubeedge_defaults() {
         let c = CloudCoreConfig::default();
         assert_eq!(c.modules.cloud_hub.websocket.port, 10000);
@@ -834,7 +816,7 @@ mod tests {
         let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    websocket: {port: 70000}\n").unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("modules.cloudHub.websocket.port: invalid value: integer `70000`"),
+                .starts_with("modules.cloudHub.websocket.port: invalid u16 at line 4"),
             "{err}"
         );
         let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  cloudStream: {tunnelPort: 70000}\n").unwrap_err();
@@ -938,6 +920,10 @@ mod tests {
             err.to_string(),
             "modules.router.enable: this module is not available in this cloudcore"
         );
+        let err = CloudCoreConfig::from_yaml("modules:\n  router: {enable: maybe}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("modules.router.enable: "), "{err}");
     }
 
     #[test]

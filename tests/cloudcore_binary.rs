@@ -93,7 +93,7 @@ fn config(
     s.tls_stream_private_key_file = pki.join("stream.key").display().to_string();
     c.modules.iptables_manager.enable = false;
     adjust(&mut c);
-    serde_yaml::to_string(&c).expect("yaml")
+    serde_saphyr::to_string(&c).expect("yaml")
 }
 
 impl Cloudcore {
@@ -278,10 +278,10 @@ async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
         .expect("tunnel handshake with an edge certificate");
     // The stream server presents the certificate the API server trusts.
     let pki_dir = k8s_testenv::env().pki();
-    let apiserver_ca = rustls_pemfile_der(&pki_dir.join("ca.crt"));
+    let apiserver_ca = pem_file_der(&pki_dir.join("ca.crt"));
     let kubelet_client = (
-        rustls_pemfile_der(&pki_dir.join("kubelet-client.crt")),
-        rustls_pemfile_der(&pki_dir.join("kubelet-client.key")),
+        pem_file_der(&pki_dir.join("kubelet-client.crt")),
+        pem_file_der(&pki_dir.join("kubelet-client.key")),
     );
     let apiserver = Arc::new(
         pki::tls::client_config(&apiserver_ca, Some((&kubelet_client.0, &kubelet_client.1)))
@@ -293,13 +293,9 @@ async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
 }
 
 /// The DER of the first PEM block of a file.
-fn rustls_pemfile_der(path: &Path) -> Vec<u8> {
+fn pem_file_der(path: &Path) -> Vec<u8> {
     let text = std::fs::read_to_string(path).expect("pem file");
-    let b64: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .expect("base64")
+    pki::first_pem_der(&text).expect("a PEM block")
 }
 
 fn run_with_config(text: &str) -> (i32, String) {
@@ -327,7 +323,7 @@ fn bad_configuration_files_are_refused_naming_the_field() {
         ),
         (
             "modules:\n  cloudHub:\n    advertiseAddress: [127.0.0.1]\n    keepaliveInterval: soon\n",
-            "modules.cloudHub.keepaliveInterval: invalid type",
+            "modules.cloudHub.keepaliveInterval: invalid u32",
         ),
         (
             "modules:\n  cloudHub:\n    advertiseAddress: []\n",
@@ -338,7 +334,7 @@ fn bad_configuration_files_are_refused_naming_the_field() {
             "modules.router.enable: this module is not available",
         ),
         ("kind: EdgeCore\n", "kind: must be CloudCore"),
-        ("[1, 2]\n", "invalid type: sequence"),
+        ("[1, 2]\n", "expected mapping start"),
     ];
     for (yaml, want) in cases {
         let (code, stderr) = run_with_config(yaml);

@@ -75,7 +75,7 @@ fn config(dir: &Path, p: &[u16], adjust: impl FnOnce(&mut CloudCoreConfig)) -> P
     c.modules.iptables_manager.enable = false;
     adjust(&mut c);
     let path = dir.join("cloudcore.yaml");
-    std::fs::write(&path, serde_yaml::to_string(&c).expect("yaml")).expect("write config");
+    std::fs::write(&path, serde_saphyr::to_string(&c).expect("yaml")).expect("write config");
     path
 }
 

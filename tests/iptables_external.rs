@@ -134,13 +134,13 @@ async fn kubeconfig_via(host_ip: &str, dir: &Path) -> PathBuf {
             });
         }
     });
-    let mut doc: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+    let mut doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
     let cluster = &mut doc["clusters"][0]["cluster"];
     cluster["server"] = format!("https://{host_ip}:{port}").into();
     // The serving certificate names 127.0.0.1; the relay changes only the route.
     cluster["tls-server-name"] = "127.0.0.1".into();
     let path = dir.join("kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(&path, serde_saphyr::to_string(&doc).unwrap()).unwrap();
     path
 }
 

@@ -92,8 +92,8 @@ impl Rule {
     }
 }
 
-fn strings(v: &serde_yaml::Value) -> Vec<String> {
-    v.as_sequence()
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
         .into_iter()
         .flatten()
         .filter_map(|s| s.as_str().map(str::to_owned))
@@ -101,17 +101,10 @@ fn strings(v: &serde_yaml::Value) -> Vec<String> {
 }
 
 /// The documents of `manifests/rbac.yaml`.
-fn rbac_documents() -> Result<Vec<serde_yaml::Value>> {
-    use serde::Deserialize;
+fn rbac_documents() -> Result<Vec<serde_json::Value>> {
     let text = std::fs::read_to_string(manifests_dir().join("rbac.yaml"))?;
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = serde_yaml::Value::deserialize(doc)?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
+    // Empty documents are skipped.
+    Ok(serde_saphyr::from_multiple(&text)?)
 }
 
 fn rbac_rules() -> Result<Vec<Rule>> {
@@ -121,12 +114,7 @@ fn rbac_rules() -> Result<Vec<Rule>> {
         if kind != "ClusterRole" && kind != "Role" {
             continue;
         }
-        for (index, r) in doc["rules"]
-            .as_sequence()
-            .context("rules")?
-            .iter()
-            .enumerate()
-        {
+        for (index, r) in doc["rules"].as_array().context("rules")?.iter().enumerate() {
             rules.push(Rule {
                 kind: kind.to_owned(),
                 index,
@@ -145,12 +133,12 @@ fn rbac_without(rule: &Rule) -> Result<String> {
     let mut out = String::new();
     for mut doc in rbac_documents()? {
         if doc["kind"].as_str() == Some(rule.kind.as_str()) {
-            let rules = doc["rules"].as_sequence_mut().context("rules")?;
+            let rules = doc["rules"].as_array_mut().context("rules")?;
             ensure!(rule.index < rules.len(), "no rule {}", rule.label());
             rules.remove(rule.index);
         }
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&doc)?);
+        out.push_str(&serde_saphyr::to_string(&doc)?);
     }
     Ok(out)
 }
@@ -161,16 +149,16 @@ fn rbac_without_verb(rule: &Rule, verb: &str) -> Result<String> {
     let mut out = String::new();
     for mut doc in rbac_documents()? {
         if doc["kind"].as_str() == Some(rule.kind.as_str()) {
-            let rules = doc["rules"].as_sequence_mut().context("rules")?;
+            let rules = doc["rules"].as_array_mut().context("rules")?;
             let r = rules.get_mut(rule.index).context("no such rule")?;
-            let verbs = r["verbs"].as_sequence_mut().context("verbs")?;
+            let verbs = r["verbs"].as_array_mut().context("verbs")?;
             verbs.retain(|v| v.as_str() != Some(verb));
             if verbs.is_empty() {
                 rules.remove(rule.index);
             }
         }
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&doc)?);
+        out.push_str(&serde_saphyr::to_string(&doc)?);
     }
     Ok(out)
 }
@@ -1463,17 +1451,7 @@ async fn wait_allowed(
 /// The DER of every PEM block of a file.
 fn pem_blocks(path: &Path) -> Result<Vec<Vec<u8>>> {
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-    let mut blocks = Vec::new();
-    let mut b64 = String::new();
-    for line in text.lines() {
-        if line.starts_with("-----END") {
-            blocks.push(base64::engine::general_purpose::STANDARD.decode(&b64)?);
-            b64.clear();
-        } else if !line.starts_with("-----") {
-            b64.push_str(line.trim());
-        }
-    }
-    Ok(blocks)
+    Ok(pki::pem_blocks(&text)?.into_iter().map(|b| b.der).collect())
 }
 
 /// `GET /containerLogs/…` on cloudcore's stream server with the API server's kubelet-client

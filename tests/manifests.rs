@@ -30,12 +30,8 @@ fn manifests() -> PathBuf {
 const REGENERATE: &str = "regenerate it with the command in manifests/kustomization.yaml";
 
 /// Every YAML document of `text`, in order (empty documents skipped).
-fn documents(text: &str) -> Vec<serde_yaml::Value> {
-    use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| serde_yaml::Value::deserialize(d).expect("valid YAML document"))
-        .filter(|v| !v.is_null())
-        .collect()
+fn documents(text: &str) -> Vec<serde_json::Value> {
+    serde_saphyr::from_multiple(text).expect("valid YAML documents")
 }
 
 fn read(path: &Path) -> String {
@@ -43,7 +39,7 @@ fn read(path: &Path) -> String {
 }
 
 /// The bundle's objects.
-fn bundle() -> Vec<serde_yaml::Value> {
+fn bundle() -> Vec<serde_json::Value> {
     documents(&read(&manifests().join("cloudcore.yaml")))
 }
 
@@ -56,7 +52,7 @@ fn object<K: DeserializeOwned>(kind: &str, name: &str) -> K {
         })
         .collect();
     assert_eq!(found.len(), 1, "exactly one {kind} {name} in the bundle");
-    serde_yaml::from_value(found.into_iter().next().unwrap())
+    serde_json::from_value(found.into_iter().next().unwrap())
         .unwrap_or_else(|e| panic!("{kind} {name}: {e}"))
 }
 

@@ -16,13 +16,13 @@ use crate::procstat::rss_kib;
 pub(crate) fn start_cloudcore(
     spec: &CloudSpec,
     log_level: &str,
-    edit: impl FnOnce(&mut serde_yaml::Value),
+    edit: impl FnOnce(&mut serde_json::Value),
 ) -> anyhow::Result<(Process, std::path::PathBuf)> {
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&spec.render()?)?;
+    let mut config: serde_json::Value = serde_saphyr::from_str(&spec.render()?)?;
     edit(&mut config);
     std::fs::create_dir_all(&spec.dir)?;
     let file = spec.config_file();
-    std::fs::write(&file, serde_yaml::to_string(&config)?)?;
+    std::fs::write(&file, serde_saphyr::to_string(&config)?)?;
     let bin = edgecore_interop::binary::cloudcore()?;
     let mut cmd = Command::new(&bin);
     cmd.arg("--config")

@@ -14,8 +14,8 @@ pub fn all() -> Vec<CustomResourceDefinition> {
 }
 
 /// A CRD as the YAML written to `manifests/crds/<name>.yaml`.
-pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(crd)
+pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::SerializeError> {
+    serde_saphyr::to_string(crd)
 }
 
 /// The file name of a CRD's manifest: `<plural>.<group>.yaml`.

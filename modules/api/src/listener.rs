@@ -505,7 +505,7 @@ mod tests {
     #[test]
     fn yaml_keys_and_defaults() {
         let l: ListenerLimits =
-            serde_yaml::from_str("maxConnections: 5\nmaxUnauthenticatedPerIP: 3").unwrap();
+            serde_saphyr::from_str("maxConnections: 5\nmaxUnauthenticatedPerIP: 3").unwrap();
         assert_eq!((l.max_connections, l.max_unauthenticated_per_ip), (5, 3));
         assert_eq!((l.max_handshakes, l.pre_auth_timeout_seconds), (1024, 10));
     }

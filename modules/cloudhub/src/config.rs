@@ -335,7 +335,7 @@ unixsocket: {enable: false}
 authorization: {enable: true, debug: false, modes: [{node: {enable: true}}]}
 somethingNew: ignored
 "#;
-        let c: CloudHubConfig = serde_yaml::from_str(yaml).unwrap();
+        let c: CloudHubConfig = serde_saphyr::from_str(yaml).unwrap();
         assert_eq!(c.keepalive_interval, 45);
         assert_eq!(c.node_limit, 1000);
         assert_eq!(c.tls_ca_file, PathBuf::from("/x/ca.crt"));
@@ -386,7 +386,7 @@ advertiseAddress: [10.0.0.1]
 websocket: {port: 10000, limits: {maxConnections: 5000, maxUnauthenticatedPerIP: 8}}
 https: {port: 10002, requestTimeoutSeconds: 0, limits: {preAuthTimeoutSeconds: 3}}
 "#;
-        let c: CloudHubConfig = serde_yaml::from_str(yaml).unwrap();
+        let c: CloudHubConfig = serde_saphyr::from_str(yaml).unwrap();
         let ws = &c.websocket.limits;
         assert_eq!(
             (ws.max_connections, ws.max_unauthenticated_per_ip),

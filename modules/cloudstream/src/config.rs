@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn every_key_should_parse_and_default_as_kubeedge() {
-        let c: CloudStreamConfig = serde_yaml::from_str("enable: true").unwrap();
+        let c: CloudStreamConfig = serde_saphyr::from_str("enable: true").unwrap();
         assert_eq!(
             c,
             CloudStreamConfig {
@@ -225,7 +225,7 @@ tlsStreamPrivateKeyFile: /b/s.key
 streamPort: 20003
 someFutureKey: 1
 "#;
-        let c: CloudStreamConfig = serde_yaml::from_str(yaml).unwrap();
+        let c: CloudStreamConfig = serde_saphyr::from_str(yaml).unwrap();
         assert_eq!(c.tls_tunnel_ca_file, "/a/ca.crt");
         assert_eq!(c.tls_tunnel_cert_file, "/a/t.crt");
         assert_eq!(c.tls_tunnel_private_key_file, "/a/t.key");
@@ -240,13 +240,13 @@ someFutureKey: 1
         assert_eq!(c.tunnel_limits, ListenerLimits::default());
         assert_eq!(c.stream_limits, ListenerLimits::default());
         let back: CloudStreamConfig =
-            serde_yaml::from_str(&serde_yaml::to_string(&c).unwrap()).unwrap();
+            serde_saphyr::from_str(&serde_saphyr::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
     }
 
     #[test]
     fn stream_authorization_should_parse_the_kubelet_mode_names() {
-        let c: CloudStreamConfig = serde_yaml::from_str(
+        let c: CloudStreamConfig = serde_saphyr::from_str(
             "streamAuthorization: {mode: AlwaysAllow, cacheAuthorizedTTLSeconds: 10, cacheUnauthorizedTTLSeconds: 1}",
         )
         .unwrap();
@@ -259,21 +259,21 @@ someFutureKey: 1
             }
         );
         let c: CloudStreamConfig =
-            serde_yaml::from_str("streamAuthorization: {mode: Webhook}").unwrap();
+            serde_saphyr::from_str("streamAuthorization: {mode: Webhook}").unwrap();
         assert_eq!(
             c.stream_authorization.mode,
             Some(StreamAuthorizationMode::Webhook)
         );
         assert_eq!(c.stream_authorization.cache_authorized_ttl_seconds, 300);
         assert!(
-            serde_yaml::from_str::<CloudStreamConfig>("streamAuthorization: {mode: webhook}")
+            serde_saphyr::from_str::<CloudStreamConfig>("streamAuthorization: {mode: webhook}")
                 .is_err()
         );
     }
 
     #[test]
     fn listener_limits_should_parse_under_their_own_keys() {
-        let c: CloudStreamConfig = serde_yaml::from_str(
+        let c: CloudStreamConfig = serde_saphyr::from_str(
             "streamLimits: {maxConnections: 5, preAuthTimeoutSeconds: 2}\ntunnelLimits: {maxHandshakes: 3, maxUnauthenticatedPerIP: 1}",
         )
         .unwrap();
@@ -288,9 +288,9 @@ someFutureKey: 1
 
     #[test]
     fn iptables_manager_should_default_to_internal_and_enabled() {
-        let d: IptablesManagerConfig = serde_yaml::from_str("{}").unwrap();
+        let d: IptablesManagerConfig = serde_saphyr::from_str("{}").unwrap();
         assert!(d.runs_inside_cloudcore());
-        let e: IptablesManagerConfig = serde_yaml::from_str("mode: external").unwrap();
+        let e: IptablesManagerConfig = serde_saphyr::from_str("mode: external").unwrap();
         assert_eq!(e.mode, IptablesMode::External);
         assert!(!e.runs_inside_cloudcore());
     }

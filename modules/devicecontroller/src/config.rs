@@ -103,7 +103,7 @@ mod tests {
             (1024, 1024, 1)
         );
         let c: DeviceControllerConfig =
-            serde_yaml::from_str("buffer:\n  updateDeviceStatus: 8\n  UpdateDeviceTwins: 9\nload:\n  updateDeviceStatusWorkers: 3\n").unwrap();
+            serde_saphyr::from_str("buffer:\n  updateDeviceStatus: 8\n  UpdateDeviceTwins: 9\nload:\n  updateDeviceStatusWorkers: 3\n").unwrap();
         assert_eq!(
             (
                 c.buffer.update_device_states,
@@ -113,7 +113,7 @@ mod tests {
             (8, 9, 3)
         );
         assert!(
-            serde_yaml::to_string(&c)
+            serde_saphyr::to_string(&c)
                 .unwrap()
                 .contains("updateDeviceStatus: 8")
         );

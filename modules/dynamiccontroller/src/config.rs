@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn defaults_and_keys() {
-        let c: DynamicControllerConfig = serde_yaml::from_str(
+        let c: DynamicControllerConfig = serde_saphyr::from_str(
             "enable: false\nconcurrency: 4\ninformerSyncTimeout: 5\nallowedResources: [services, endpointslices.discovery.k8s.io]\npersistListeners: false\n",
         )
         .unwrap();

@@ -237,10 +237,10 @@ mod tests {
     #[test]
     fn the_node_share_keys_can_turn_the_cap_off() {
         let c: EdgeControllerConfig =
-            serde_yaml::from_str("nodeQueueShareDivisor: 0\nnodeQueueShareMin: 4\n").unwrap();
+            serde_saphyr::from_str("nodeQueueShareDivisor: 0\nnodeQueueShareMin: 4\n").unwrap();
         assert_eq!(c.node_share(1024), None);
         let c: EdgeControllerConfig =
-            serde_yaml::from_str("nodeQueueShareDivisor: 4\nnodeQueueShareMin: 4\n").unwrap();
+            serde_saphyr::from_str("nodeQueueShareDivisor: 4\nnodeQueueShareMin: 4\n").unwrap();
         assert_eq!(c.node_share(1024), Some(256));
         assert_eq!(c.node_share(8), Some(4));
     }
@@ -250,7 +250,7 @@ mod tests {
         let text = "enable: false\nnodeUpdateFrequency: 20\nbuffer:\n  querySecret: 7\n  PatchPod: 9\n\
                     load:\n  UpdateRuleStatusWorkers: 2\n  serviceAccountTokenWorkers: 3\n  CreatePodWorks: 5\n  \
                     processEventWorkers: 6\n  someFutureKey: 1\n";
-        let c: EdgeControllerConfig = serde_yaml::from_str(text).unwrap();
+        let c: EdgeControllerConfig = serde_saphyr::from_str(text).unwrap();
         assert!(!c.enable);
         assert_eq!(c.node_update_frequency, 20);
         assert_eq!(c.buffer.query_secret, 7);
@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(c.load.service_account_token_workers, 3);
         assert_eq!(c.load.create_pod_works, 5);
         assert_eq!(c.load.process_event_workers, 6);
-        let out = serde_yaml::to_string(&c).unwrap();
+        let out = serde_saphyr::to_string(&c).unwrap();
         assert!(out.contains("UpdateRuleStatusWorkers: 2"), "{out}");
         assert!(out.contains("CreatePodWorks: 5"), "{out}");
         assert!(out.contains("ServiceAccountTokenWorkers: 3"), "{out}");

@@ -1,7 +1,5 @@
 //! PEM text and private keys in any of the formats KubeEdge deployments carry.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use rustls_pki_types::{
     CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer,
 };
@@ -18,43 +16,18 @@ pub struct PemBlock {
     pub der: Vec<u8>,
 }
 
-/// Every PEM block in `text`, in order. Text outside blocks is ignored; a block with bad
-/// base64 or no end line is an error.
+/// Every PEM block in `text`, in order, whatever its label. Text outside blocks is ignored,
+/// and so is a block with no end line (as upstream's decoder skips it); a block with bad
+/// base64 or an end label that differs from its begin label is an error.
 pub fn pem_blocks(text: &str) -> Result<Vec<PemBlock>> {
-    let mut blocks = Vec::new();
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        let line = line.trim();
-        let Some(label) = line
-            .strip_prefix("-----BEGIN ")
-            .and_then(|l| l.strip_suffix("-----"))
-        else {
-            continue;
-        };
-        let end = format!("-----END {label}-----");
-        let mut body = String::new();
-        let mut closed = false;
-        for l in lines.by_ref() {
-            let l = l.trim();
-            if l == end {
-                closed = true;
-                break;
-            }
-            // Encrypted-PEM headers ("Proc-Type: …") are not supported: they fail the decode.
-            body.push_str(l);
-        }
-        if !closed {
-            return Err(Error::Pem(format!("no end line for {label}")));
-        }
-        let der = STANDARD
-            .decode(body.as_bytes())
-            .map_err(|e| Error::Pem(format!("{label}: {e}")))?;
-        blocks.push(PemBlock {
-            label: label.to_owned(),
-            der,
-        });
-    }
-    Ok(blocks)
+    let blocks = pem::parse_many(text).map_err(|e| Error::Pem(e.to_string()))?;
+    Ok(blocks
+        .into_iter()
+        .map(|block| PemBlock {
+            label: block.tag().to_owned(),
+            der: block.into_contents(),
+        })
+        .collect())
 }
 
 /// The DER content of the first PEM block of `text` (the label is not checked, as upstream).
@@ -66,16 +39,12 @@ pub fn first_pem_der(text: &str) -> Result<Vec<u8>> {
         .ok_or_else(|| Error::Pem("no PEM block found".into()))
 }
 
-/// PEM text for `der` under `label`, 64 base64 characters a line.
+/// PEM text for `der` under `label`, 64 base64 characters a line, `\n` line ends.
 pub fn to_pem(label: &str, der: &[u8]) -> String {
-    let b64 = STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    pem::encode_config(
+        &pem::Pem::new(label, der),
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    )
 }
 
 /// Parses private key DER whatever its PEM label said: tries PKCS#8, then SEC1
@@ -190,8 +159,11 @@ mod tests {
     #[test]
     fn bad_pem_and_bad_keys_are_errors() {
         assert!(first_pem_der("nothing here").is_err());
-        assert!(pem_blocks("-----BEGIN X-----\nAAAA\n").is_err());
+        // An unclosed block is no block.
+        assert!(pem_blocks("-----BEGIN X-----\nAAAA\n").unwrap().is_empty());
+        assert!(first_pem_der("-----BEGIN X-----\nAAAA\n").is_err());
         assert!(pem_blocks("-----BEGIN X-----\n!!!\n-----END X-----\n").is_err());
+        assert!(pem_blocks("-----BEGIN X-----\nAAAA\n-----END Y-----\n").is_err());
         assert!(load_private_key(b"not a key").is_err());
         assert!(ec_key_pair(&[0x30, 0x00]).is_err());
     }

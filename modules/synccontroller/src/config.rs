@@ -36,7 +36,7 @@ mod tests {
         assert!(c.enable);
         assert_eq!(c.reconcile_interval_seconds, 5);
         let c: SyncControllerConfig =
-            serde_yaml::from_str("enable: false\nreconcileIntervalSeconds: 30\nx: 1\n").unwrap();
+            serde_saphyr::from_str("enable: false\nreconcileIntervalSeconds: 30\nx: 1\n").unwrap();
         assert_eq!((c.enable, c.reconcile_interval_seconds), (false, 30));
     }
 }

@@ -209,7 +209,7 @@ impl CloudSpec {
         if let Some(address) = &self.replica_address {
             doc["replicas"] = json!({"address": address});
         }
-        serde_yaml::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
+        serde_saphyr::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
     }
 }
 
@@ -417,7 +417,7 @@ mod tests {
             dynamic_controller: false,
             replica_address: Some("127.0.0.11".into()),
         };
-        let v: serde_yaml::Value = serde_yaml::from_str(&spec.render().unwrap()).unwrap();
+        let v: serde_json::Value = serde_saphyr::from_str(&spec.render().unwrap()).unwrap();
         let hub = &v["modules"]["cloudHub"];
         assert_eq!(hub["websocket"]["port"], 1);
         assert_eq!(hub["authorization"]["enable"], true);

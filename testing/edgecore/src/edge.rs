@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
-use serde_yaml::Value;
+use serde_json::Value;
 
 use crate::binary;
 use crate::error::{Error, Result};
@@ -57,9 +57,9 @@ impl EdgeConfig {
             .replace("@EDGECORE_HOME@", &home.display().to_string())
             .replace("@TOKEN@", &self.token);
         let mut doc: Value =
-            serde_yaml::from_str(&filled).map_err(|e| Error::Config(format!("template: {e}")))?;
+            serde_saphyr::from_str(&filled).map_err(|e| Error::Config(format!("template: {e}")))?;
         let modules = &mut doc["modules"];
-        if !modules.is_mapping() {
+        if !modules.is_object() {
             return Err(Error::Config("template has no modules".into()));
         }
         set(modules, &["edged", "hostnameOverride"], self.node.as_str())?;
@@ -94,32 +94,25 @@ impl EdgeConfig {
             }
             None => set(modules, &["edgeStream", "enable"], false)?,
         }
-        serde_yaml::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
+        serde_saphyr::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
     }
 }
 
 /// PEM text of one DER block (`label` e.g. `CERTIFICATE`, `PRIVATE KEY`, `EC PRIVATE KEY`).
 pub fn pem(label: &str, der: &[u8]) -> String {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(&String::from_utf8_lossy(line));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    let config = ::pem::EncodeConfig::new().set_line_ending(::pem::LineEnding::LF);
+    ::pem::encode_config(&::pem::Pem::new(label, der), config)
 }
 
 fn set(root: &mut Value, path: &[&str], value: impl Into<Value>) -> Result<()> {
     let mut node = root;
     for key in path {
         let map = node
-            .as_mapping_mut()
+            .as_object_mut()
             .ok_or_else(|| Error::Config(format!("{path:?}: not a mapping at {key}")))?;
         node = map
-            .entry(Value::from(*key))
-            .or_insert_with(|| Value::Mapping(Default::default()));
+            .entry(*key)
+            .or_insert_with(|| Value::Object(Default::default()));
     }
     *node = value.into();
     Ok(())
@@ -353,7 +346,7 @@ modules:
         );
         c.heartbeat = 4;
         let text = c.render(TEMPLATE, Path::new("/h")).unwrap();
-        let v: Value = serde_yaml::from_str(&text).unwrap();
+        let v: Value = serde_saphyr::from_str(&text).unwrap();
         let m = &v["modules"];
         assert_eq!(v["database"]["dataSource"], "/h/run/edgecore.db");
         assert_eq!(m["edged"]["hostnameOverride"], "n1");
@@ -379,7 +372,7 @@ modules:
         );
         c.tunnel_server = Some("127.0.0.1:3".parse().unwrap());
         let v: Value =
-            serde_yaml::from_str(&c.render(&template, Path::new("/h")).unwrap()).unwrap();
+            serde_saphyr::from_str(&c.render(&template, Path::new("/h")).unwrap()).unwrap();
         assert_eq!(v["modules"]["edgeStream"]["server"], "127.0.0.1:3");
         assert_eq!(
             v["modules"]["edgeHub"]["tlsCertFile"],

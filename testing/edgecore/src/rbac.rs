@@ -81,7 +81,7 @@ pub async fn service_account_kubeconfig(dir: &Path) -> Result<PathBuf> {
         "current-context": "cloudcore",
     });
     let path = dir.join("cloudcore.kubeconfig");
-    let text = serde_yaml::to_string(&kubeconfig).map_err(|e| Error::Config(e.to_string()))?;
+    let text = serde_saphyr::to_string(&kubeconfig).map_err(|e| Error::Config(e.to_string()))?;
     std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
     let sa = client_of(&path).await?;
     // A ClusterRole and a Role rule: both bindings have taken effect.

@@ -168,7 +168,7 @@ pub fn crds_from_dir(dir: &Path) -> Vec<CustomResourceDefinition> {
         .map(|p| {
             let text =
                 std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
-            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", p.display()))
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", p.display()))
         })
         .collect()
 }

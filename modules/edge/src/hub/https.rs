@@ -1,12 +1,15 @@
-//! A minimal HTTPS/1.1 client for the certificate server (one request per connection; the
-//! edge sends a GET with a body, which common clients refuse).
+//! The HTTPS client for the certificate server: hyper's HTTP/1.1 client over one rustls
+//! connection per request (the edge sends a GET with a body, which pooled clients refuse).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::error::HubError;
@@ -14,19 +17,20 @@ use super::error::HubError;
 /// Largest response body accepted.
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
-/// `https://host:port` split into (host, port).
+/// `https://host:port` split into (host, port); the port defaults to 443.
 pub(crate) fn host_port(base: &str) -> Result<(String, u16), HubError> {
-    let rest = base.strip_prefix("https://").ok_or_else(|| {
-        HubError::transport("http server", format!("{base:?} is not an https:// URL"))
-    })?;
-    let authority = rest.split('/').next().unwrap_or_default();
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
-            h,
-            p.parse()
-                .map_err(|_| HubError::transport("http server", format!("bad port in {base:?}")))?,
-        ),
-        _ => (authority, 443),
+    let bad = |why: &str| HubError::transport("http server", format!("{base:?} {why}"));
+    let uri: http::Uri = base.parse().map_err(|_| bad("is not a URL"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(bad("is not an https:// URL"));
+    }
+    let (Some(authority), Some(host)) = (uri.authority(), uri.host()) else {
+        return Err(bad("has no host"));
+    };
+    let port = match uri.port_u16() {
+        Some(port) => port,
+        None if authority.as_str() == host => 443,
+        None => return Err(bad("has a bad port")),
     };
     Ok((
         host.trim_start_matches('[')
@@ -43,7 +47,8 @@ pub(crate) struct Response {
     pub(crate) body: Vec<u8>,
 }
 
-/// Sends one request and reads the whole response (`Connection: close`).
+/// Sends one request and reads the whole response (`Connection: close`), all within
+/// `timeout`; a body over [`MAX_BODY`] is an error.
 pub(crate) async fn request(
     base: &str,
     method: &str,
@@ -54,82 +59,55 @@ pub(crate) async fn request(
     timeout: Duration,
 ) -> Result<Response, HubError> {
     let (host, port) = host_port(base)?;
+    let send = |e: hyper::Error| HubError::transport("send request", e);
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, format!("{host}:{port}"))
+        .header(http::header::CONNECTION, "close");
+    for (name, value) in headers {
+        builder = builder.header(*name, value);
+    }
+    let request = builder
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .map_err(|e| HubError::transport("build request", e))?;
     tokio::time::timeout(timeout, async {
         let tcp = TcpStream::connect((host.as_str(), port))
             .await
             .map_err(|e| HubError::transport("connect to the certificate server", e))?;
-        let name = ServerName::try_from(host.clone()).map_err(|e| HubError::transport("server name", e))?;
-        let mut s = tokio_rustls::TlsConnector::from(tls)
+        let name = ServerName::try_from(host.clone())
+            .map_err(|e| HubError::transport("server name", e))?;
+        let stream = tokio_rustls::TlsConnector::from(tls)
             .connect(name, tcp)
             .await
             .map_err(|e| HubError::transport("tls to the certificate server", e))?;
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
-        for (k, v) in headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
+        let (mut sender, connection) =
+            http1::handshake(TokioIo::new(stream)).await.map_err(send)?;
+        let exchange = async move {
+            let response = sender.send_request(request).await.map_err(send)?;
+            let status = response.status().as_u16();
+            let body = Limited::new(response.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map_err(|e| HubError::transport("read response", e))?
+                .to_bytes();
+            Ok(Response {
+                status,
+                body: body.to_vec(),
+            })
+        };
+        // The connection does the I/O of the exchange; it ends when the response is read.
+        tokio::pin!(exchange);
+        tokio::select! {
+            response = &mut exchange => response,
+            done = connection => {
+                done.map_err(|e| HubError::transport("read response", e))?;
+                exchange.await
+            }
         }
-        head.push_str("\r\n");
-        s.write_all(head.as_bytes()).await.map_err(|e| HubError::transport("send request", e))?;
-        s.write_all(body).await.map_err(|e| HubError::transport("send request", e))?;
-        s.flush().await.map_err(|e| HubError::transport("send request", e))?;
-        let mut raw = Vec::new();
-        loop {
-            let mut chunk = [0u8; 8192];
-            match s.read(&mut chunk).await {
-                Ok(0) => break,
-                Ok(n) => raw.extend_from_slice(&chunk[..n]),
-                // Servers often drop TLS without close_notify after Connection: close.
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-                Err(e) => return Err(HubError::transport("read response", e)),
-            }
-            if raw.len() > MAX_BODY + 16 * 1024 {
-                return Err(HubError::transport("read response", "response too large"));
-            }
-            if let Some(resp) = parse(&raw, false)? {
-                return Ok(resp);
-            }
-        }
-        parse(&raw, true)?.ok_or_else(|| HubError::transport("read response", "truncated response"))
     })
     .await
     .map_err(|_| HubError::transport("certificate server", "timed out"))?
-}
-
-/// A complete response from `raw`, or `None` when more bytes are needed.
-fn parse(raw: &[u8], eof: bool) -> Result<Option<Response>, HubError> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut resp = httparse::Response::new(&mut headers);
-    let start = match resp
-        .parse(raw)
-        .map_err(|e| HubError::transport("parse response", e))?
-    {
-        httparse::Status::Complete(n) => n,
-        httparse::Status::Partial => return Ok(None),
-    };
-    let status = resp.code.unwrap_or(0);
-    let length = resp
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-        .and_then(|h| {
-            std::str::from_utf8(h.value)
-                .ok()?
-                .trim()
-                .parse::<usize>()
-                .ok()
-        });
-    let body = &raw[start..];
-    match length {
-        Some(n) if body.len() >= n => Ok(Some(Response {
-            status,
-            body: body[..n].to_vec(),
-        })),
-        Some(_) => Ok(None),
-        None if eof => Ok(Some(Response {
-            status,
-            body: body.to_vec(),
-        })),
-        None => Ok(None),
-    }
 }
 
 #[cfg(test)]
@@ -137,7 +115,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_and_responses_parse() {
+    fn urls_split_into_host_and_port() {
         assert_eq!(
             host_port("https://127.0.0.1:10002").unwrap(),
             ("127.0.0.1".into(), 10002)
@@ -146,22 +124,11 @@ mod tests {
             host_port("https://cloud.example").unwrap(),
             ("cloud.example".into(), 443)
         );
-        assert!(host_port("http://x").is_err());
-        let r = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false)
-            .unwrap()
-            .unwrap();
-        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
-        assert!(
-            parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nok", false)
-                .unwrap()
-                .is_none()
-        );
         assert_eq!(
-            parse(b"HTTP/1.1 404 Not Found\r\n\r\nnope", true)
-                .unwrap()
-                .unwrap()
-                .body,
-            b"nope"
+            host_port("https://[::1]:10002/").unwrap(),
+            ("::1".into(), 10002)
         );
+        assert!(host_port("http://x").is_err());
+        assert!(host_port("https://x:port").is_err());
     }
 }

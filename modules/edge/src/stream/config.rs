@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn every_edgecore_key_should_parse_and_default() {
-        let d: EdgeStreamConfig = serde_yaml::from_str("{}").unwrap();
+        let d: EdgeStreamConfig = serde_saphyr::from_str("{}").unwrap();
         assert_eq!(d, EdgeStreamConfig::default());
         assert_eq!(d.server, "127.0.0.1:10004");
         assert_eq!(
@@ -147,7 +147,7 @@ mod tests {
             (30, 15, 15)
         );
         let yaml = "enable: true\ntlsTunnelCAFile: /c\ntlsTunnelCertFile: /a\ntlsTunnelPrivateKeyFile: /b\nhandshakeTimeout: 3\nreadDeadline: 4\nserver: 10.0.0.1:10004\nwriteDeadline: 5\n";
-        let c: EdgeStreamConfig = serde_yaml::from_str(yaml).unwrap();
+        let c: EdgeStreamConfig = serde_saphyr::from_str(yaml).unwrap();
         assert!(c.enable);
         assert_eq!(c.tls_tunnel_ca_file, "/c");
         assert_eq!(c.tls_tunnel_cert_file, "/a");

@@ -10,17 +10,16 @@ use std::time::Duration;
 use actix::AsyncContext;
 use actix::fut::{ActorFutureExt, wrap_future};
 
-use dashmap::DashMap;
 use tokio::sync::{Notify, oneshot};
 use tracing::{error, info, warn};
 
-use crate::Message;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::mailbox::{DEFAULT_MAILBOX_CAPACITY, Inbox, Mailbox, MailboxStream, Offer};
 use crate::module::{Module, RestartPolicy};
 use crate::stats::{BusStats, ModuleStats, ModuleStatsSnapshot, inc};
 use crate::waiters::Waiters;
+use crate::{FastMap, Message};
 
 /// Settings of a [`Bus`].
 #[derive(Debug, Clone)]
@@ -60,9 +59,9 @@ pub(crate) enum Registered {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: BusConfig,
-    modules: DashMap<Arc<str>, Registered>,
-    groups: DashMap<String, Arc<[Arc<Mailbox>]>>,
-    stats: DashMap<Arc<str>, Arc<ModuleStats>>,
+    modules: FastMap<Arc<str>, Registered>,
+    groups: FastMap<String, Arc<[Arc<Mailbox>]>>,
+    stats: FastMap<Arc<str>, Arc<ModuleStats>>,
     pub(crate) waiters: Waiters,
     pub(crate) unmatched_responses: AtomicU64,
     state: AtomicU8,
@@ -341,9 +340,9 @@ impl Bus {
         Bus {
             shared: Arc::new(Shared {
                 config,
-                modules: DashMap::new(),
-                groups: DashMap::new(),
-                stats: DashMap::new(),
+                modules: FastMap::default(),
+                groups: FastMap::default(),
+                stats: FastMap::default(),
                 waiters: Waiters::default(),
                 unmatched_responses: AtomicU64::new(0),
                 state: AtomicU8::new(RUNNING),

@@ -335,8 +335,10 @@ impl Endpoint {
         let (mailbox, message_back) = self.mailbox(module, std::mem::take(&mut message))?;
         message = message_back;
         message.header.sync = true;
-        let id = message.header.id.clone();
-        let (registration, mut slot) = self.shared.waiters.register_one(&id, self.stats.clone())?;
+        let (registration, mut slot) = self
+            .shared
+            .waiters
+            .register_one(&message.header.id, self.stats.clone())?;
         let began = Instant::now();
         let deadline = began + timeout;
         // Room now: no timer for the enqueue (one per call is enough, for the answer).
@@ -351,6 +353,7 @@ impl Endpoint {
             Ok(Ok(())) => inc(&self.stats.sent),
             Ok(Err(e)) => return Err(e),
             Err(_) => {
+                let id = registration.id().to_owned();
                 registration.expire();
                 return Err(Error::EnqueueTimeout {
                     module: module.to_owned(),
@@ -370,13 +373,16 @@ impl Endpoint {
             }
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(Error::Shutdown),
-            Err(_) => match registration.expire_one(slot) {
-                Some(answer) => answer,
-                None => {
-                    debug!(from = %self.name, to = module, msg_id = %id, "sync request timed out");
-                    Err(Error::ResponseTimeout { id, timeout })
+            Err(_) => {
+                let id = registration.id().to_owned();
+                match registration.expire_one(slot) {
+                    Some(answer) => answer,
+                    None => {
+                        debug!(from = %self.name, to = module, msg_id = %id, "sync request timed out");
+                        Err(Error::ResponseTimeout { id, timeout })
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -458,18 +464,19 @@ impl Endpoint {
     /// (as late for a request that timed out, as unmatched otherwise). The `type` header does
     /// not affect delivery.
     pub fn send_resp(&self, resp: Message) -> RespOutcome {
-        let parent = resp.header.parent_id.clone();
-        let (outcome, _dropped) = self.shared.waiters.respond(&self.name, resp);
+        // No copy of the parent id for the logs: a delivered answer is logged before the
+        // hand-off, a dropped one comes back with its id.
+        trace!(from = %self.name, parent = %resp.header.parent_id, "response");
+        let (outcome, dropped) = self.shared.waiters.respond(&self.name, resp);
+        let parent = dropped.as_ref().map_or("", |m| m.header.parent_id.as_str());
         match outcome {
-            RespOutcome::Delivered => {
-                trace!(from = %self.name, parent = %parent, "response delivered")
-            }
+            RespOutcome::Delivered => trace!(from = %self.name, "response delivered"),
             RespOutcome::Late => {
-                debug!(from = %self.name, parent = %parent, "late response dropped")
+                debug!(from = %self.name, parent, "late response dropped")
             }
             RespOutcome::Unmatched => {
                 inc_unmatched(&self.shared);
-                debug!(from = %self.name, parent = %parent, "unmatched response dropped");
+                debug!(from = %self.name, parent, "unmatched response dropped");
             }
         }
         outcome

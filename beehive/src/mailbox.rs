@@ -4,15 +4,18 @@
 //!
 //! A sender takes a permit (waiting for one when the mailbox is full: back-pressure), then
 //! pushes under a short lock. The receiver swaps the whole queue out under the same lock and
-//! hands the batch to its consumer one message at a time, giving each slot back (a permit) as
-//! its message is handed out, so the capacity counts queued messages exactly as before. The two
-//! buffers grow to the high-water mark and keep their allocation: no allocation per message
-//! (tokio's `mpsc` allocates a block every 32 messages), and the receiver takes the lock once
-//! per batch, not once per message.
+//! hands the batch to its consumer one message at a time. The slots of handed-out messages go
+//! back (as permits) in chunks of up to [`RETURN_CHUNK`] (at most an eighth of the capacity),
+//! and all of them whenever the receiver has handed out everything it took: a slot is never
+//! free while its message is still queued, so the capacity is a hard bound, but a sender that
+//! waits for room on a busy mailbox is woken once per chunk rather than once per message
+//! (across threads every wake-up is a system call). The two buffers grow to the high-water mark
+//! and keep their allocation: no allocation per message (tokio's `mpsc` allocates a block every
+//! 32 messages), and the receiver takes the lock once per batch, not once per message.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -25,6 +28,9 @@ use crate::stats::{ModuleStats, inc};
 
 /// Default mailbox capacity, as KubeEdge's `ChannelSizeDefault`.
 pub const DEFAULT_MAILBOX_CAPACITY: usize = 1024;
+
+/// Most slots the receiver hands out before it gives them back to senders in one go.
+pub(crate) const RETURN_CHUNK: usize = 64;
 
 /// What [`Mailbox::offer`] did with a message.
 pub(crate) enum Offer {
@@ -55,6 +61,10 @@ pub(crate) struct Mailbox {
     pub(crate) name: Arc<str>,
     pub(crate) stats: Arc<ModuleStats>,
     capacity: usize,
+    /// Slots given back to senders at once (see [`RETURN_CHUNK`]).
+    return_chunk: usize,
+    /// Messages handed out whose slot is not given back yet (written by the receiver only).
+    unreturned: AtomicUsize,
     /// One permit per free slot. Closed on close, which wakes every sender waiting for room.
     room: Semaphore,
     ring: Mutex<Ring>,
@@ -71,6 +81,8 @@ impl Mailbox {
             name,
             stats,
             capacity,
+            return_chunk: (capacity / 8).clamp(1, RETURN_CHUNK),
+            unreturned: AtomicUsize::new(0),
             room: Semaphore::new(capacity),
             ring: Mutex::new(Ring {
                 // Grows to the high-water mark, then keeps its allocation (no preallocation:
@@ -97,7 +109,9 @@ impl Mailbox {
 
     /// Messages queued and not yet handed out.
     pub(crate) fn depth(&self) -> usize {
-        self.capacity.saturating_sub(self.room.available_permits())
+        self.capacity
+            .saturating_sub(self.room.available_permits())
+            .saturating_sub(self.unreturned.load(Ordering::Relaxed))
     }
 
     pub(crate) fn is_closing(&self) -> bool {
@@ -255,6 +269,7 @@ impl Mailbox {
         Some(MailboxStream {
             mailbox: self.clone(),
             batch,
+            unreturned: 0,
             ended: false,
         })
     }
@@ -268,16 +283,36 @@ pub(crate) struct MailboxStream {
     /// Messages taken from the ring in one go and not handed out yet (still counted in the
     /// depth: their slots are given back one by one as they are handed out).
     batch: VecDeque<Message>,
+    /// Messages handed out whose slot is not given back yet.
+    unreturned: usize,
     ended: bool,
 }
 
 impl MailboxStream {
-    /// Hands out the next message of the batch, giving its slot back.
+    /// Hands out the next message of the batch. Its slot goes back with a full chunk, or
+    /// with the last message of the batch.
     fn hand_out(&mut self) -> Option<Message> {
         let m = self.batch.pop_front()?;
-        self.mailbox.room.add_permits(1);
         inc(&self.mailbox.stats.received);
+        self.unreturned += 1;
+        if self.unreturned >= self.mailbox.return_chunk || self.batch.is_empty() {
+            self.give_back();
+        } else {
+            // Only this receiver writes it: a plain store, read by `depth`.
+            self.mailbox
+                .unreturned
+                .store(self.unreturned, Ordering::Relaxed);
+        }
         Some(m)
+    }
+
+    /// Gives the slots of the handed-out messages back to senders.
+    fn give_back(&mut self) {
+        if self.unreturned > 0 {
+            self.mailbox.unreturned.store(0, Ordering::Relaxed);
+            self.mailbox.room.add_permits(self.unreturned);
+            self.unreturned = 0;
+        }
     }
 
     /// Refills the batch from the ring. `Err(true)` when the mailbox is closed and empty.
@@ -337,6 +372,7 @@ impl Stream for MailboxStream {
 
 impl Drop for MailboxStream {
     fn drop(&mut self) {
+        self.give_back();
         let mut ring = self.mailbox.ring();
         ring.waker = None;
         ring.parked = true;

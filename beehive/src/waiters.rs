@@ -8,7 +8,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::{Notify, oneshot};
 
@@ -87,7 +86,9 @@ struct Slot {
 
 #[derive(Debug, Default)]
 pub(crate) struct Waiters {
-    table: DashMap<String, Slot>,
+    /// Keyed by request id; the key is shared with the [`Registration`] (one allocation per
+    /// request, not two).
+    table: crate::FastMap<Arc<str>, Slot>,
     expired: Mutex<Expired>,
     next_token: AtomicU64,
 }
@@ -102,12 +103,17 @@ struct Expired {
 #[derive(Debug)]
 pub(crate) struct Registration<'a> {
     waiters: &'a Waiters,
-    id: String,
+    id: Arc<str>,
     token: u64,
     owner: Arc<ModuleStats>,
 }
 
 impl Registration<'_> {
+    /// The request id.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
     /// The request's time is up. Removes the waiter first, so nothing can be delivered any
     /// more, then takes an answer that slipped in at the last moment; without one the request
     /// counts as timed out.
@@ -140,8 +146,10 @@ impl Registration<'_> {
         {
             expired.owners.remove(&old);
         }
-        expired.order.push_back(self.id.clone());
-        expired.owners.insert(self.id.clone(), self.owner.clone());
+        expired.order.push_back(self.id.to_string());
+        expired
+            .owners
+            .insert(self.id.to_string(), self.owner.clone());
         // `drop` removes the entry.
     }
 }
@@ -211,7 +219,8 @@ impl Waiters {
         owner: Arc<ModuleStats>,
     ) -> Result<Registration<'_>> {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        match self.table.entry(id.to_owned()) {
+        let key: Arc<str> = Arc::from(id);
+        match self.table.entry(key.clone()) {
             Entry::Occupied(_) => Err(Error::DuplicateMessageId(id.to_owned())),
             Entry::Vacant(v) => {
                 v.insert(Slot {
@@ -221,7 +230,7 @@ impl Waiters {
                 });
                 Ok(Registration {
                     waiters: self,
-                    id: id.to_owned(),
+                    id: key,
                     token,
                     owner,
                 })
@@ -232,15 +241,16 @@ impl Waiters {
     /// Delivers `resp` to the waiter of `resp.header.parent_id`; `responder` names the module
     /// answering (group waiters count each member once).
     pub(crate) fn respond(&self, responder: &str, resp: Message) -> (RespOutcome, Option<Message>) {
-        let parent = resp.header.parent_id.clone();
-        if parent.is_empty() {
+        if resp.header.parent_id.is_empty() {
             return (RespOutcome::Unmatched, Some(resp));
         }
         // Single waiters are removed atomically with the hand-off; group waiters stay until
         // every member answered.
         let single = self
             .table
-            .remove_if(&parent, |_, slot| matches!(slot.waiter, Waiter::One { .. }));
+            .remove_if(resp.header.parent_id.as_str(), |_, slot| {
+                matches!(slot.waiter, Waiter::One { .. })
+            });
         if let Some((
             _,
             Slot {
@@ -261,7 +271,7 @@ impl Waiters {
         }
         let group = self
             .table
-            .get(&parent)
+            .get(resp.header.parent_id.as_str())
             .and_then(|e| match &e.value().waiter {
                 Waiter::Group(g) => Some(g.clone()),
                 Waiter::One { .. } => None,
@@ -281,7 +291,7 @@ impl Waiters {
             return (RespOutcome::Delivered, None);
         }
         let expired = self.expired.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(owner) = expired.owners.get(&parent) {
+        if let Some(owner) = expired.owners.get(&resp.header.parent_id) {
             inc(&owner.late_responses);
             (RespOutcome::Late, Some(resp))
         } else {
@@ -291,11 +301,11 @@ impl Waiters {
 
     /// Wakes every waiter with [`Error::Shutdown`].
     pub(crate) fn shutdown(&self) {
-        let ids: Vec<String> = self.table.iter().map(|e| e.key().clone()).collect();
+        let ids: Vec<Arc<str>> = self.table.iter().map(|e| e.key().clone()).collect();
         for id in ids {
             match self
                 .table
-                .remove_if(&id, |_, slot| matches!(slot.waiter, Waiter::One { .. }))
+                .remove_if(&*id, |_, slot| matches!(slot.waiter, Waiter::One { .. }))
             {
                 Some((
                     _,
@@ -307,7 +317,7 @@ impl Waiters {
                     let _ = slot.send(Err(Error::Shutdown));
                 }
                 _ => {
-                    if let Some(e) = self.table.get(&id)
+                    if let Some(e) = self.table.get(&*id)
                         && let Waiter::Group(g) = &e.value().waiter
                     {
                         g.state.lock().unwrap_or_else(|e| e.into_inner()).shutdown = true;

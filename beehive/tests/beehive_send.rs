@@ -68,6 +68,52 @@ async fn the_1025th_message_does_not_get_into_a_default_mailbox_even_with_many_s
 }
 
 #[actix_rt::test]
+async fn slots_come_back_in_chunks_but_all_once_the_receiver_has_taken_everything() {
+    let bus = Bus::new();
+    let mut inbox = bus.register_inbox("busy", "g", 1024).unwrap();
+    let ep = bus.endpoint("x");
+    let depth = || bus.module_stats("busy").unwrap().depth;
+    for i in 0..1024 {
+        ep.try_send("busy", numbered(0, i)).unwrap();
+    }
+    // One message out of a full mailbox: it no longer counts as queued, but its slot waits
+    // for the rest of its chunk, so the mailbox still takes nothing.
+    assert_eq!(number_of(&inbox.recv().await.unwrap()), (0, 0));
+    assert_eq!(depth(), 1023);
+    assert!(matches!(
+        ep.try_send("busy", Message::new()),
+        Err(Error::MailboxFull { .. })
+    ));
+    // A full chunk (64 messages) frees 64 slots, and no more.
+    for i in 1..64 {
+        assert_eq!(number_of(&inbox.recv().await.unwrap()), (0, i));
+    }
+    assert_eq!(depth(), 960);
+    for i in 0..64 {
+        ep.try_send("busy", numbered(1, i)).unwrap();
+    }
+    assert!(matches!(
+        ep.try_send("busy", Message::new()),
+        Err(Error::MailboxFull { .. })
+    ));
+    for _ in 0..960 + 64 {
+        inbox.recv().await.unwrap();
+    }
+    // A batch smaller than a chunk: its slots come back when its last message is taken.
+    for i in 0..5 {
+        ep.try_send("busy", numbered(2, i)).unwrap();
+    }
+    for i in 0..5 {
+        assert_eq!(number_of(&inbox.recv().await.unwrap()), (2, i));
+    }
+    assert_eq!(depth(), 0);
+    for i in 0..1024 {
+        ep.try_send("busy", numbered(3, i)).unwrap();
+    }
+    assert_eq!(depth(), 1024);
+}
+
+#[actix_rt::test]
 async fn the_capacity_is_configurable_per_module() {
     let bus = Bus::new();
     let mut probe = Probe::new("small", "g");

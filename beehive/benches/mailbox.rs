@@ -1,9 +1,9 @@
 //! Mailbox throughput of the beehive bus, each workload beside a raw tokio baseline in the
 //! same run (these machines are noisy: compare ratios, not absolute numbers).
 //!
-//! `cargo bench --bench mailbox` — prints criterion's figures, then a table of messages/s and
-//! the bus/baseline ratio per workload, and p50/p99 latencies of the sync round trip, then one
-//! machine-readable line per workload, the same form as the Go beehive harness
+//! `cargo bench -p beehive --bench mailbox` — prints criterion's figures, then a table of
+//! messages/s and the bus/baseline ratio per workload, and p50/p99 latencies of the sync round
+//! trip, then one machine-readable line per workload, the same form as the Go beehive harness
 //! (`benches/go-beehive`) prints, which `scripts/bench-vs-go` puts side by side:
 //!
 //! ```text
@@ -21,6 +21,9 @@
 //!   request carrying a oneshot reply;
 //! * group fan-out: 100,000 group sends to 8 modules; baseline 8 raw channels;
 //! * many-to-one: 8 senders → 1 module, 1,000,000 messages; baseline 8 senders into one channel.
+//!
+//! Senders and modules share the actix system's thread; `BENCH_SENDER_THREAD=1` runs the
+//! senders of the throughput workloads on a thread of their own (see [`start_senders`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -188,6 +191,43 @@ impl Counter {
     }
 }
 
+/// Where the senders of the throughput workloads run. By default on the actix system's thread,
+/// beside the receiving modules: one core for the whole bus. With `BENCH_SENDER_THREAD=1` on a
+/// thread of their own (a current-thread tokio runtime), closer to Go's harness, whose sender
+/// and receiver goroutines the Go scheduler spreads over all cores; on a machine shared with
+/// other work this is slower, not faster (the two threads wait for each other's time slices).
+/// The raw tokio baselines do the same as the bus.
+fn start_senders<F>(work: F) -> Sending
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    if std::env::var_os("BENCH_SENDER_THREAD").is_none_or(|v| v != "1") {
+        return Sending::Task(actix_rt::spawn(work));
+    }
+    Sending::Thread(std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work)
+    }))
+}
+
+/// Senders started by [`start_senders`].
+enum Sending {
+    Thread(std::thread::JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
+}
+
+impl Sending {
+    async fn join(self) {
+        match self {
+            Sending::Thread(t) => t.join().unwrap(),
+            Sending::Task(t) => t.await.unwrap(),
+        }
+    }
+}
+
 fn bench_point_to_point(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
     let mut g = c.benchmark_group("point_to_point");
     g.throughput(Throughput::Elements(P2P as u64))
@@ -206,13 +246,18 @@ fn bench_point_to_point(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
             for _ in 0..iters {
                 let msgs = messages(P2P);
                 counter.arm(P2P);
+                let ep = ep.clone();
                 let took = rt.block_on(async {
                     let start = Instant::now();
-                    for m in msgs {
-                        ep.send("sink", m).await.unwrap();
-                    }
+                    let sender = start_senders(async move {
+                        for m in msgs {
+                            ep.send("sink", m).await.unwrap();
+                        }
+                    });
                     counter.done.notified().await;
-                    start.elapsed()
+                    let took = start.elapsed();
+                    sender.join().await;
+                    took
                 });
                 record("point-to-point", "beehive", P2P, took);
                 record_faults("point-to-point", 0, counter.take_reordered());
@@ -236,12 +281,15 @@ fn bench_point_to_point(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
                         }
                         n
                     });
-                    for m in msgs {
-                        tx.send(m).await.unwrap();
-                    }
-                    drop(tx);
+                    let sender = start_senders(async move {
+                        for m in msgs {
+                            tx.send(m).await.unwrap();
+                        }
+                    });
                     assert_eq!(recv.await.unwrap(), P2P);
-                    start.elapsed()
+                    let took = start.elapsed();
+                    sender.join().await;
+                    took
                 });
                 record("point-to-point", "baseline", P2P, took);
                 total += took;
@@ -373,13 +421,18 @@ fn bench_fanout(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
             for _ in 0..iters {
                 let msgs = messages(FANOUT);
                 counter.arm(FANOUT * MEMBERS);
+                let ep = ep.clone();
                 let took = rt.block_on(async {
                     let start = Instant::now();
-                    for m in msgs {
-                        ep.send_to_group("controllers", m).await.unwrap();
-                    }
+                    let sender = start_senders(async move {
+                        for m in msgs {
+                            ep.send_to_group("controllers", m).await.unwrap();
+                        }
+                    });
                     counter.done.notified().await;
-                    start.elapsed()
+                    let took = start.elapsed();
+                    sender.join().await;
+                    took
                 });
                 record(
                     "group fan-out (deliveries)",
@@ -413,16 +466,19 @@ fn bench_fanout(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
                         }));
                     }
                     let start = Instant::now();
-                    for m in msgs {
-                        for tx in &txs {
-                            tx.send(m.clone()).await.unwrap();
+                    let sender = start_senders(async move {
+                        for m in msgs {
+                            for tx in &txs {
+                                tx.send(m.clone()).await.unwrap();
+                            }
                         }
-                    }
-                    drop(txs);
+                    });
                     for r in receivers {
                         assert_eq!(r.await.unwrap(), FANOUT);
                     }
-                    start.elapsed()
+                    let took = start.elapsed();
+                    sender.join().await;
+                    took
                 });
                 record(
                     "group fan-out (deliveries)",
@@ -461,17 +517,29 @@ fn bench_many_to_one(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
                     .map(|s| messages_from(s as u64, MANY / SENDERS))
                     .collect();
                 counter.arm(MANY);
+                let senders = senders.clone();
                 let took = rt.block_on(async {
                     let start = Instant::now();
-                    for (ep, batch) in senders.iter().cloned().zip(batches) {
-                        actix_rt::spawn(async move {
-                            for m in batch {
-                                ep.send("sink", m).await.unwrap();
-                            }
-                        });
-                    }
+                    let sending = start_senders(async move {
+                        let tasks: Vec<_> = senders
+                            .into_iter()
+                            .zip(batches)
+                            .map(|(ep, batch)| {
+                                tokio::spawn(async move {
+                                    for m in batch {
+                                        ep.send("sink", m).await.unwrap();
+                                    }
+                                })
+                            })
+                            .collect();
+                        for t in tasks {
+                            t.await.unwrap();
+                        }
+                    });
                     counter.done.notified().await;
-                    start.elapsed()
+                    let took = start.elapsed();
+                    sending.join().await;
+                    took
                 });
                 record("many-to-one", "beehive", MANY, took);
                 record_faults("many-to-one", 0, counter.take_reordered());
@@ -489,21 +557,31 @@ fn bench_many_to_one(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
                 let took = rt.block_on(async {
                     let (tx, mut rx) = mpsc::channel::<Message>(DEFAULT_MAILBOX_CAPACITY);
                     let start = Instant::now();
-                    for batch in batches {
-                        let tx = tx.clone();
-                        actix_rt::spawn(async move {
-                            for m in batch {
-                                tx.send(m).await.unwrap();
-                            }
-                        });
-                    }
-                    drop(tx);
+                    let sending = start_senders(async move {
+                        let tasks: Vec<_> = batches
+                            .into_iter()
+                            .map(|batch| {
+                                let tx = tx.clone();
+                                tokio::spawn(async move {
+                                    for m in batch {
+                                        tx.send(m).await.unwrap();
+                                    }
+                                })
+                            })
+                            .collect();
+                        drop(tx);
+                        for t in tasks {
+                            t.await.unwrap();
+                        }
+                    });
                     let mut n = 0;
                     while rx.recv().await.is_some() {
                         n += 1;
                     }
                     assert_eq!(n, MANY);
-                    start.elapsed()
+                    let took = start.elapsed();
+                    sending.join().await;
+                    took
                 });
                 record("many-to-one", "baseline", MANY, took);
                 total += took;

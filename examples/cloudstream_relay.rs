@@ -8,6 +8,8 @@
 //!
 //! The three machines of a real deployment are three threads here: the API client (main),
 //! cloudcore (cloudstream's own arbiter) and the edge node (kubelet stand-in and edge agent).
+//! On a shared machine elapsed time varies with other work; the CPU seconds all threads
+//! spent per GiB moved vary much less.
 //!
 //! Certificates come from the `openssl` command (a CA, a serving certificate for 127.0.0.1,
 //! the node's and the API server's client certificates), written to a temporary folder.
@@ -205,15 +207,47 @@ async fn kubelet(listener: TcpListener, body: Arc<Vec<u8>>) {
 }
 
 /// One transfer: time to the first byte that matters (body, exec output, or the `101` for
-/// exec input) and to the end.
+/// exec input) and to the end, and the CPU time all threads used meanwhile.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     first: Duration,
     total: Duration,
+    cpu: Duration,
+}
+
+/// CPU time of every thread of this process so far (nanoseconds on CPU, from schedstat):
+/// less disturbed by other work on the machine than elapsed time.
+fn cpu_time() -> Duration {
+    let mut ns = 0u64;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                ns += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+/// Runs `transfer` and adds the CPU time it took.
+async fn measured(
+    transfer: impl std::future::Future<Output = anyhow::Result<Sample>>,
+) -> anyhow::Result<Sample> {
+    let before = cpu_time();
+    let mut s = transfer.await?;
+    s.cpu = cpu_time().saturating_sub(before);
+    Ok(s)
 }
 
 /// GETs `LOGS` and reads the whole body.
-async fn logs<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, want: usize) -> anyhow::Result<Sample> {
+async fn logs<S: AsyncRead + AsyncWrite + Unpin>(
+    mut conn: S,
+    want: usize,
+) -> anyhow::Result<Sample> {
     let start = Instant::now();
     conn.write_all(format!("GET {LOGS} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
         .await?;
@@ -235,6 +269,7 @@ async fn logs<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, want: usize) -> an
     Ok(Sample {
         first: first.unwrap_or_default(),
         total: start.elapsed(),
+        cpu: Duration::ZERO,
     })
 }
 
@@ -280,6 +315,7 @@ async fn exec_out<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(Sample {
         first: first.unwrap_or_default(),
         total: start.elapsed(),
+        cpu: Duration::ZERO,
     })
 }
 
@@ -307,6 +343,7 @@ async fn exec_in<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(Sample {
         first,
         total: start.elapsed(),
+        cpu: Duration::ZERO,
     })
 }
 
@@ -358,7 +395,9 @@ fn edge_node(
                     return;
                 }
             };
-            let addr = listener.local_addr().expect("bound listener has an address");
+            let addr = listener
+                .local_addr()
+                .expect("bound listener has an address");
             tokio::spawn(kubelet(listener, body));
             let mut options = AgentOptions::new(NODE, "127.0.0.1");
             options.kubelet = addr;
@@ -388,10 +427,15 @@ impl Row {
             size_mib as f64 / median(v.iter().map(|s| s.total).collect()).as_secs_f64()
         };
         let first = |v: &[Sample]| median(v.iter().map(|s| s.first).collect());
+        // CPU seconds per GiB moved.
+        let cpu = |v: &[Sample]| {
+            median(v.iter().map(|s| s.cpu).collect()).as_secs_f64() * 1024.0 / size_mib as f64
+        };
         let (d, t) = (mibs(&self.direct), mibs(&self.tunnel));
         let (fd, ft) = (first(&self.direct), first(&self.tunnel));
+        let (cd, ct) = (cpu(&self.direct), cpu(&self.tunnel));
         println!(
-            "  {name:<12} {d:9.1} {t:9.1}  {:6.3}   {first_what:<11} {:>9.3} {:>9.3}  {:6.2}",
+            "  {name:<12} {d:9.1} {t:9.1}  {:6.3}   {first_what:<11} {:>9.3} {:>9.3}  {:6.2}   {cd:7.2} {ct:7.2}",
             t / d,
             fd.as_secs_f64() * 1e3,
             ft.as_secs_f64() * 1e3,
@@ -461,12 +505,12 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
     // A warm-up of each, not counted, then direct and tunnel alternate so both see the same
     // machine state.
     for round in 0..=rounds {
-        let d = logs(direct().await?, size).await?;
-        let t = logs(tunnel().await?, size).await?;
-        let dout = exec_out(direct().await?, size).await?;
-        let tout = exec_out(tunnel().await?, size).await?;
-        let din = exec_in(direct().await?, &body).await?;
-        let tin = exec_in(tunnel().await?, &body).await?;
+        let d = measured(logs(direct().await?, size)).await?;
+        let t = measured(logs(tunnel().await?, size)).await?;
+        let dout = measured(exec_out(direct().await?, size)).await?;
+        let tout = measured(exec_out(tunnel().await?, size)).await?;
+        let din = measured(exec_in(direct().await?, &body)).await?;
+        let tin = measured(exec_in(tunnel().await?, &body)).await?;
         if round > 0 {
             l.direct.push(d);
             l.tunnel.push(t);
@@ -481,8 +525,16 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
         !cfg!(debug_assertions)
     );
     println!(
-        "  {:<12} {:>9} {:>9}  {:>6}   {:<11} {:>9} {:>9}  {:>6}",
-        "MiB/s", "direct", "tunnel", "ratio", "first (ms)", "direct", "tunnel", "ratio"
+        "  {:<12} {:>9} {:>9}  {:>6}   {:<11} {:>9} {:>9}  {:>6}   {:>15}",
+        "MiB/s",
+        "direct",
+        "tunnel",
+        "ratio",
+        "first (ms)",
+        "direct",
+        "tunnel",
+        "ratio",
+        "CPU s/GiB d / t"
     );
     l.print("logs", size_mib, "body byte");
     o.print("exec stdout", size_mib, "output byte");

@@ -6,8 +6,8 @@
 //!
 //! `cargo run --release --example cloudstream_relay -- [SIZE_MIB=256] [ROUNDS=5]`
 //!
-//! The three machines of a real deployment are three threads here: the API client (main),
-//! cloudcore (cloudstream's own arbiter) and the edge node (kubelet stand-in and edge agent).
+//! The parties of a real deployment are threads here: the API client (main), cloudcore
+//! (cloudstream's own arbiter), the edge agent and the kubelet stand-in.
 //! On a shared machine elapsed time varies with other work; the CPU seconds all threads
 //! spent per GiB moved vary much less.
 //!
@@ -367,8 +367,8 @@ fn main() -> anyhow::Result<()> {
     result
 }
 
-/// The edge node: the kubelet stand-in and the edge agent on a thread of their own, until
-/// `stop` fires. Sends the kubelet's address once the agent runs.
+/// The edge node: the edge agent on a thread of its own until `stop` fires, the kubelet
+/// stand-in on another. Sends the kubelet's address once the agent runs.
 fn edge_node(
     body: Arc<Vec<u8>>,
     server: String,
@@ -388,17 +388,31 @@ fn edge_node(
             }
         };
         rt.block_on(async move {
-            let listener = match TcpListener::bind("127.0.0.1:0").await {
-                Ok(l) => l,
+            let bound = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(|l| l.local_addr().map(|a| (l, a)));
+            let (listener, addr) = match bound {
+                Ok(x) => x,
                 Err(e) => {
                     let _ = ready.send(Err(e.into()));
                     return;
                 }
             };
-            let addr = listener
-                .local_addr()
-                .expect("bound listener has an address");
-            tokio::spawn(kubelet(listener, body));
+            // The kubelet runs on threads of its own (edged's goroutines): its large writes
+            // must not hold up the agent.
+            std::thread::spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async move {
+                    if let Ok(l) = TcpListener::from_std(listener) {
+                        kubelet(l, body).await;
+                    }
+                });
+            });
             let mut options = AgentOptions::new(NODE, "127.0.0.1");
             options.kubelet = addr;
             let config = EdgeStreamConfig {

@@ -1,9 +1,15 @@
-//! Measures cloudstream's relay: a large `logs` body fetched through the tunnel (API client
-//! → stream server → tunnel → edge agent → kubelet stand-in) against the same body fetched
-//! directly from the kubelet stand-in, side by side in one run; MiB/s, their ratio, and time
-//! to first byte.
+//! Measures cloudstream's relay against going straight to the kubelet stand-in, side by side
+//! in one run: a `logs` body, `exec` output (kubelet → API client) and `exec` input (API
+//! client → kubelet), each through the tunnel (API client → stream server → tunnel → edge
+//! agent → kubelet stand-in) and directly (API client → kubelet stand-in, plain TCP); MiB/s,
+//! the ratio, and time to first byte.
 //!
 //! `cargo run --release --example cloudstream_relay -- [SIZE_MIB=256] [ROUNDS=5]`
+//!
+//! The parties of a real deployment are threads here: the API client (main), cloudcore
+//! (cloudstream's own arbiter), the edge agent and the kubelet stand-in.
+//! On a shared machine elapsed time varies with other work; the CPU seconds all threads
+//! spent per GiB moved vary much less.
 //!
 //! Certificates come from the `openssl` command (a CA, a serving certificate for 127.0.0.1,
 //! the node's and the API server's client certificates), written to a temporary folder.
@@ -16,12 +22,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use beehive::Bus;
-use cloudstream::http1::{self, BodyReader};
+use cloudstream::http1::{self, BodyReader, BytesMut};
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamTls, ServerTls, StaticPods, TlsMaterial,
 };
 use edge::stream::{AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const NODE: &str = "bench-node";
@@ -148,44 +154,107 @@ fn material(dir: &Path, name: &str) -> anyhow::Result<TlsMaterial> {
     )?)
 }
 
-/// A kubelet stand-in: every request gets `body` with a Content-Length.
-async fn kubelet(body: Arc<Vec<u8>>) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut buf = http1::BytesMut::new();
-                if http1::read_request_head(&mut sock, &mut buf).await.is_err() {
-                    return;
+/// The kubelet's answer to an exec upgrade; after it the connection carries the streams.
+const SWITCHING: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
+Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n";
+/// What the kubelet stand-in answers once it has read a whole exec input.
+const INPUT_DONE: &[u8] = b"ok";
+
+const LOGS: &str = "/containerLogs/bench/big/app";
+const EXEC_OUT: &str = "/exec/bench/big/output?command=cat&stdout=1";
+const EXEC_IN: &str = "/exec/bench/big/input?command=cat&stdin=1";
+
+/// A kubelet stand-in. Logs: `body` with a Content-Length. Exec: the `101`, then `body`
+/// (container `output`), or reading `body.len()` bytes and answering [`INPUT_DONE`]
+/// (container `input`); then the connection closes.
+async fn kubelet(listener: TcpListener, body: Arc<Vec<u8>>) {
+    while let Ok((mut sock, _)) = listener.accept().await {
+        let _ = sock.set_nodelay(true);
+        let body = body.clone();
+        tokio::spawn(async move {
+            let mut buf = BytesMut::new();
+            let Ok(head) = http1::read_request_head(&mut sock, &mut buf).await else {
+                return;
+            };
+            let path = head.path().to_owned();
+            if path.starts_with("/exec/") {
+                let _ = sock.write_all(SWITCHING).await;
+                if path.ends_with("/input") {
+                    let mut n = buf.len();
+                    while n < body.len() {
+                        buf.clear();
+                        buf.reserve(1 << 20);
+                        match sock.read_buf(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => n += k,
+                        }
+                    }
+                    let _ = sock.write_all(INPUT_DONE).await;
+                } else {
+                    let _ = sock.write_all(&body).await;
                 }
+            } else {
                 let head = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     body.len()
                 );
                 let _ = sock.write_all(head.as_bytes()).await;
                 let _ = sock.write_all(&body).await;
-            });
-        }
-    });
-    Ok(addr)
+            }
+            let _ = sock.shutdown().await;
+        });
+    }
 }
 
-/// Sends a GET on `conn` and reads the whole body; returns (time to first body byte, total
-/// time, body length).
-async fn fetch<S: AsyncRead + AsyncWrite + Unpin>(
+/// One transfer: time to the first byte that matters (body, exec output, or the `101` for
+/// exec input) and to the end, and the CPU time all threads used meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    first: Duration,
+    total: Duration,
+    cpu: Duration,
+}
+
+/// CPU time of every thread of this process so far (nanoseconds on CPU, from schedstat):
+/// less disturbed by other work on the machine than elapsed time.
+fn cpu_time() -> Duration {
+    let mut ns = 0u64;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                ns += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+/// Runs `transfer` and adds the CPU time it took.
+async fn measured(
+    transfer: impl std::future::Future<Output = anyhow::Result<Sample>>,
+) -> anyhow::Result<Sample> {
+    let before = cpu_time();
+    let mut s = transfer.await?;
+    s.cpu = cpu_time().saturating_sub(before);
+    Ok(s)
+}
+
+/// GETs `LOGS` and reads the whole body.
+async fn logs<S: AsyncRead + AsyncWrite + Unpin>(
     mut conn: S,
-    target: &str,
     want: usize,
-) -> anyhow::Result<(Duration, Duration, usize)> {
+) -> anyhow::Result<Sample> {
     let start = Instant::now();
-    conn.write_all(format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+    conn.write_all(format!("GET {LOGS} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
         .await?;
-    let mut buf = http1::BytesMut::new();
+    let mut buf = BytesMut::new();
     let head = http1::read_response_head(&mut conn, &mut buf).await?;
     if head.status != 200 {
-        bail!("status {}", head.status);
+        bail!("logs: status {}", head.status);
     }
     let mut body = BodyReader::new(&head);
     let mut first = None;
@@ -195,9 +264,87 @@ async fn fetch<S: AsyncRead + AsyncWrite + Unpin>(
         n += piece.len();
     }
     if n != want {
-        bail!("body of {n} bytes, expected {want}");
+        bail!("logs: body of {n} bytes, expected {want}");
     }
-    Ok((first.unwrap_or_default(), start.elapsed(), n))
+    Ok(Sample {
+        first: first.unwrap_or_default(),
+        total: start.elapsed(),
+        cpu: Duration::ZERO,
+    })
+}
+
+/// Sends the exec upgrade for `target` and reads the kubelet's `101`; bytes read past it
+/// stay in `buf`.
+async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut S,
+    buf: &mut BytesMut,
+    target: &str,
+) -> anyhow::Result<()> {
+    let request = format!(
+        "POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n\
+Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+    );
+    conn.write_all(request.as_bytes()).await?;
+    let head = http1::read_response_head(conn, buf).await?;
+    if head.status != 101 {
+        bail!("exec: status {}", head.status);
+    }
+    Ok(())
+}
+
+/// Exec output: the upgrade, then `want` bytes from the kubelet.
+async fn exec_out<S: AsyncRead + AsyncWrite + Unpin>(
+    mut conn: S,
+    want: usize,
+) -> anyhow::Result<Sample> {
+    let start = Instant::now();
+    let mut buf = BytesMut::new();
+    upgrade(&mut conn, &mut buf, EXEC_OUT).await?;
+    let mut n = buf.len();
+    let mut first = (n > 0).then(|| start.elapsed());
+    while n < want {
+        buf.clear();
+        buf.reserve(1 << 20);
+        let k = conn.read_buf(&mut buf).await?;
+        if k == 0 {
+            bail!("exec output: {n} bytes, expected {want}");
+        }
+        first.get_or_insert_with(|| start.elapsed());
+        n += k;
+    }
+    Ok(Sample {
+        first: first.unwrap_or_default(),
+        total: start.elapsed(),
+        cpu: Duration::ZERO,
+    })
+}
+
+/// Exec input: the upgrade, then `body` toward the kubelet, until it says it has it all.
+async fn exec_in<S: AsyncRead + AsyncWrite + Unpin>(
+    mut conn: S,
+    body: &[u8],
+) -> anyhow::Result<Sample> {
+    let start = Instant::now();
+    let mut buf = BytesMut::new();
+    upgrade(&mut conn, &mut buf, EXEC_IN).await?;
+    let first = start.elapsed();
+    for piece in body.chunks(1 << 20) {
+        conn.write_all(piece).await?;
+    }
+    conn.flush().await?;
+    while buf.len() < INPUT_DONE.len() {
+        if conn.read_buf(&mut buf).await? == 0 {
+            bail!("exec input: the kubelet did not confirm");
+        }
+    }
+    if &buf[..] != INPUT_DONE {
+        bail!("exec input: unexpected answer {:?}", &buf[..]);
+    }
+    Ok(Sample {
+        first,
+        total: start.elapsed(),
+        cpu: Duration::ZERO,
+    })
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -220,13 +367,105 @@ fn main() -> anyhow::Result<()> {
     result
 }
 
+/// The edge node: the edge agent on a thread of its own until `stop` fires, the kubelet
+/// stand-in on another. Sends the kubelet's address once the agent runs.
+fn edge_node(
+    body: Arc<Vec<u8>>,
+    server: String,
+    tls: Arc<rustls::ClientConfig>,
+    ready: std::sync::mpsc::Sender<anyhow::Result<SocketAddr>>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = ready.send(Err(e.into()));
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let bound = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(|l| l.local_addr().map(|a| (l, a)));
+            let (listener, addr) = match bound {
+                Ok(x) => x,
+                Err(e) => {
+                    let _ = ready.send(Err(e.into()));
+                    return;
+                }
+            };
+            // The kubelet runs on threads of its own (edged's goroutines): its large writes
+            // must not hold up the agent.
+            std::thread::spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async move {
+                    if let Ok(l) = TcpListener::from_std(listener) {
+                        kubelet(l, body).await;
+                    }
+                });
+            });
+            let mut options = AgentOptions::new(NODE, "127.0.0.1");
+            options.kubelet = addr;
+            let config = EdgeStreamConfig {
+                enable: true,
+                server,
+                ..EdgeStreamConfig::default()
+            };
+            let agent = StreamAgent::new(config, options, tls).spawn();
+            let _ = ready.send(Ok(addr));
+            let _ = stop.await;
+            agent.shutdown().await;
+        });
+    })
+}
+
+/// Direct and tunnel samples of one workload.
+#[derive(Default)]
+struct Row {
+    direct: Vec<Sample>,
+    tunnel: Vec<Sample>,
+}
+
+impl Row {
+    fn print(self, name: &str, size_mib: usize, first_what: &str) {
+        let mibs = |v: &[Sample]| {
+            size_mib as f64 / median(v.iter().map(|s| s.total).collect()).as_secs_f64()
+        };
+        let first = |v: &[Sample]| median(v.iter().map(|s| s.first).collect());
+        // CPU seconds per GiB moved.
+        let cpu = |v: &[Sample]| {
+            median(v.iter().map(|s| s.cpu).collect()).as_secs_f64() * 1024.0 / size_mib as f64
+        };
+        let (d, t) = (mibs(&self.direct), mibs(&self.tunnel));
+        let (fd, ft) = (first(&self.direct), first(&self.tunnel));
+        let (cd, ct) = (cpu(&self.direct), cpu(&self.tunnel));
+        println!(
+            "  {name:<12} {d:9.1} {t:9.1}  {:6.3}   {first_what:<11} {:>9.3} {:>9.3}  {:6.2}   {cd:7.2} {ct:7.2}",
+            t / d,
+            fd.as_secs_f64() * 1e3,
+            ft.as_secs_f64() * 1e3,
+            ft.as_secs_f64() / fd.as_secs_f64(),
+        );
+    }
+}
+
 async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
     let size = size_mib << 20;
     // Incompressible, and not UTF-8.
-    let body: Vec<u8> = (0..size as u64)
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
-    let kubelet_addr = kubelet(Arc::new(body)).await?;
+    let body: Arc<Vec<u8>> = Arc::new(
+        (0..size as u64)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect(),
+    );
 
     let bus = Bus::new();
     let pods = StaticPods::new();
@@ -247,18 +486,17 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
     bus.register(cs)?;
     bus.start()?;
 
-    let mut options = AgentOptions::new(NODE, "127.0.0.1");
-    options.kubelet = kubelet_addr;
-    let edge_config = EdgeStreamConfig {
-        enable: true,
-        server: format!("127.0.0.1:{}", handle.tunnel_addr().port()),
-        ..EdgeStreamConfig::default()
-    };
-    let agent =
-        StreamAgent::new(edge_config, options, client_tls(&material(dir, "node")?)?).spawn();
-    if !agent.wait_connected(Duration::from_secs(10)).await
-        || !handle.wait_for_session(NODE, Duration::from_secs(10)).await
-    {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let edge = edge_node(
+        body.clone(),
+        format!("127.0.0.1:{}", handle.tunnel_addr().port()),
+        client_tls(&material(dir, "node")?)?,
+        ready_tx,
+        stop_rx,
+    );
+    let kubelet_addr = ready_rx.recv().context("edge node thread")??;
+    if !handle.wait_for_session(NODE, Duration::from_secs(10)).await {
         bail!("the edge agent did not connect");
     }
 
@@ -268,50 +506,62 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
         api.key.clone_key(),
         Some(&api.ca),
     )?;
-    let target = "/containerLogs/bench/big/app";
     let stream_addr = SocketAddr::from(([127, 0, 0, 1], handle.stream_addr().port()));
-    let (mut direct, mut tunnel, mut ttfb_direct, mut ttfb_tunnel) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    // One warm-up of each, then alternate so both see the same machine state.
-    fetch(TcpStream::connect(kubelet_addr).await?, target, size).await?;
-    fetch(
-        cloudstream::tls::connect(stream_addr, "127.0.0.1", api_tls.clone()).await?,
-        target,
-        size,
-    )
-    .await?;
-    for _ in 0..rounds {
-        let (first, total, _) =
-            fetch(TcpStream::connect(kubelet_addr).await?, target, size).await?;
-        ttfb_direct.push(first);
-        direct.push(total);
-        let conn = cloudstream::tls::connect(stream_addr, "127.0.0.1", api_tls.clone()).await?;
-        let (first, total, _) = fetch(conn, target, size).await?;
-        ttfb_tunnel.push(first);
-        tunnel.push(total);
+    let direct = || async {
+        let tcp = TcpStream::connect(kubelet_addr).await?;
+        let _ = tcp.set_nodelay(true);
+        anyhow::Ok(tcp)
+    };
+    let tunnel = || async {
+        anyhow::Ok(cloudstream::tls::connect(stream_addr, "127.0.0.1", api_tls.clone()).await?)
+    };
+    let (mut l, mut o, mut i) = (Row::default(), Row::default(), Row::default());
+    // A warm-up of each, not counted, then direct and tunnel alternate so both see the same
+    // machine state.
+    for round in 0..=rounds {
+        let d = measured(logs(direct().await?, size)).await?;
+        let t = measured(logs(tunnel().await?, size)).await?;
+        let dout = measured(exec_out(direct().await?, size)).await?;
+        let tout = measured(exec_out(tunnel().await?, size)).await?;
+        let din = measured(exec_in(direct().await?, &body)).await?;
+        let tin = measured(exec_in(tunnel().await?, &body)).await?;
+        if round > 0 {
+            l.direct.push(d);
+            l.tunnel.push(t);
+            o.direct.push(dout);
+            o.tunnel.push(tout);
+            i.direct.push(din);
+            i.tunnel.push(tin);
+        }
     }
-    let mibs = |d: Duration| size_mib as f64 / d.as_secs_f64();
-    let (d, t) = (mibs(median(direct)), mibs(median(tunnel)));
     println!(
         "body {size_mib} MiB, {rounds} rounds, medians (release build: {})",
         !cfg!(debug_assertions)
     );
     println!(
-        "  direct from the kubelet stand-in : {d:9.1} MiB/s   first byte {:?}",
-        median(ttfb_direct)
+        "  {:<12} {:>9} {:>9}  {:>6}   {:<11} {:>9} {:>9}  {:>6}   {:>15}",
+        "MiB/s",
+        "direct",
+        "tunnel",
+        "ratio",
+        "first (ms)",
+        "direct",
+        "tunnel",
+        "ratio",
+        "CPU s/GiB d / t"
     );
-    println!(
-        "  through cloudstream tunnel       : {t:9.1} MiB/s   first byte {:?}",
-        median(ttfb_tunnel)
-    );
-    println!("  tunnel / direct                  : {:9.3}", t / d);
+    l.print("logs", size_mib, "body byte");
+    o.print("exec stdout", size_mib, "output byte");
+    i.print("exec stdin", size_mib, "101");
     let c = handle.counters();
     println!(
-        "  counters: streams {} total, {} MiB from edge",
+        "  counters: streams {} total, {} MiB from edge, {} MiB to edge",
         c.streams_total,
-        c.bytes_from_edge >> 20
+        c.bytes_from_edge >> 20,
+        c.bytes_to_edge >> 20
     );
-    agent.shutdown().await;
+    let _ = stop_tx.send(());
+    let _ = tokio::task::spawn_blocking(move || edge.join()).await;
     bus.shutdown().await;
     Ok(())
 }

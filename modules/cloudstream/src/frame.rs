@@ -43,6 +43,12 @@ pub enum FrameError {
 /// header names this way on the wire.
 pub const WINDOW_HEADER: &str = "Sessionstreamwindow";
 
+/// Upgrade header in which an edge offers flow control of what the cloud sends it: the value
+/// is how many bytes of each stream the edge takes ahead of its local connection. A cloud
+/// that keeps each stream's unacknowledged DATA within that echoes the header in its `101`;
+/// the edge then sends [`MessageType::Window`] as its local connection takes the bytes.
+pub const INPUT_WINDOW_HEADER: &str = "Sessionstreaminputwindow";
+
 /// Wire value of [`MessageType::Window`]: far from KubeEdge's `iota` values, so a type
 /// upstream adds later does not collide with it.
 const WINDOW_CODE: u64 = 64;
@@ -64,10 +70,11 @@ pub enum MessageType {
     CloseConnect,
     /// 6: cloud→edge, JSON of an attach connection.
     AttachConnect,
-    /// 64 (Rust only): cloud→edge, the cloud's client took this many more bytes of the
-    /// stream (data: one uvarint), so the edge may send that many more. Only sent to an edge
-    /// that asked for per-stream flow control in its upgrade request; KubeEdge never uses
-    /// the value.
+    /// 64 (Rust only): the receiver's side took this many more bytes of the stream (data:
+    /// one uvarint), so the sender may send that many more. Cloud→edge for an edge that
+    /// asked for per-stream flow control in its upgrade request ([`WINDOW_HEADER`]);
+    /// edge→cloud once the cloud accepted [`INPUT_WINDOW_HEADER`]. KubeEdge never uses the
+    /// value.
     Window,
     /// Any other value (printed `UNKNOWN`, as upstream).
     Unknown(u64),

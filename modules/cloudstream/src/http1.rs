@@ -327,10 +327,46 @@ pub fn put_chunk(dst: &mut BytesMut, data: &[u8]) {
     if data.is_empty() {
         return;
     }
-    dst.put_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    dst.put_slice(ChunkHead::new(data.len()).as_bytes());
     dst.put_slice(data);
-    dst.put_slice(b"\r\n");
+    dst.put_slice(CHUNK_END);
 }
+
+/// The line that starts a chunk: its size in hex and CRLF. Built without allocating; a
+/// relay writes it, the data and [`CHUNK_END`] as one vectored write.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkHead {
+    bytes: [u8; 18],
+    start: usize,
+}
+
+impl ChunkHead {
+    /// The head of a chunk of `len` bytes.
+    pub fn new(len: usize) -> Self {
+        let mut bytes = [0u8; 18];
+        bytes[16] = b'\r';
+        bytes[17] = b'\n';
+        let mut start = 16;
+        let mut v = len as u64;
+        loop {
+            start -= 1;
+            bytes[start] = b"0123456789abcdef"[(v & 0xf) as usize];
+            v >>= 4;
+            if v == 0 {
+                break;
+            }
+        }
+        ChunkHead { bytes, start }
+    }
+
+    /// The line's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+}
+
+/// What follows a chunk's data.
+pub const CHUNK_END: &[u8] = b"\r\n";
 
 /// The last chunk of a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
@@ -509,6 +545,18 @@ mod tests {
             out.extend_from_slice(&b);
         }
         Ok(out)
+    }
+
+    #[test]
+    fn chunk_heads_should_be_lowercase_hex_lines() {
+        for (len, want) in [
+            (1usize, "1\r\n"),
+            (255, "ff\r\n"),
+            (0x10000, "10000\r\n"),
+            (usize::MAX, "ffffffffffffffff\r\n"),
+        ] {
+            assert_eq!(ChunkHead::new(len).as_bytes(), want.as_bytes());
+        }
     }
 
     #[tokio::test]

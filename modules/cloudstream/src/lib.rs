@@ -43,7 +43,10 @@ pub use config::{
 };
 pub use connect::{ConnectError, ConnectRequest, GoHeader, canonical_header_key};
 pub use counters::{Counters, CountersSnapshot};
-pub use frame::{FrameError, MAX_DATA_LEN, MessageType, TunnelMessage, WINDOW_HEADER, put_uvarint};
+pub use frame::{
+    FrameError, INPUT_WINDOW_HEADER, MAX_DATA_LEN, MessageType, TunnelMessage, WINDOW_HEADER,
+    put_uvarint,
+};
 pub use gourl::{GoUrl, UrlError};
 pub use module::{CloudStream, CloudStreamHandle, CloudStreamTls, Error};
 pub use queue::{Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue};

@@ -119,9 +119,22 @@ pub fn private_key(data: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
 
 /// The crypto provider every configuration here uses (ring with all its suites, unlike
 /// `pki::tls::provider`, since the API server's certificates need not be ECDSA), chosen
-/// explicitly so that no process-wide default is needed.
+/// explicitly so that no process-wide default is needed. AES-128-GCM comes first, as in Go's
+/// own order on CPUs with AES instructions (what edgecore and the API server offer): every
+/// relayed byte is encrypted and decrypted twice, and it takes 10 AES rounds to AES-256's 14.
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    use rustls::CipherSuite as C;
+    let mut p = rustls::crypto::ring::default_provider();
+    // Stable: the other suites keep their order.
+    p.cipher_suites.sort_by_key(|s| {
+        !matches!(
+            s.suite(),
+            C::TLS13_AES_128_GCM_SHA256
+                | C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                | C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+        )
+    });
+    Arc::new(p)
 }
 
 /// A server configuration: TLS 1.2 and 1.3, ALPN `http/1.1` only, and client certificates
@@ -191,4 +204,21 @@ pub async fn connect(
     tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::CipherSuite as C;
+
+    #[test]
+    fn provider_should_prefer_aes_128_gcm_and_keep_every_suite() {
+        let ours: Vec<_> = provider().cipher_suites.iter().map(|s| s.suite()).collect();
+        let ring = rustls::crypto::ring::default_provider();
+        assert_eq!(ours[0], C::TLS13_AES_128_GCM_SHA256);
+        assert_eq!(ours.len(), ring.cipher_suites.len());
+        for s in &ring.cipher_suites {
+            assert!(ours.contains(&s.suite()), "{:?} dropped", s.suite());
+        }
+    }
 }

@@ -2,12 +2,15 @@
 //! the kubelet through the tunnel. The kubelet's own `101` head comes back as the first DATA;
 //! nothing is synthesised here, except a `504` when the edge never answers.
 
+use std::io::IoSlice;
+
 use bytes::BytesMut;
+use futures::FutureExt as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use super::server::write_within;
+use super::server::{write_all_within, write_within};
 use crate::http1;
 use crate::queue::{Inbound, StreamEnd};
 use crate::tunnel::{ApiStream, Shared};
@@ -15,6 +18,8 @@ use crate::tunnel::{ApiStream, Shared};
 /// Bytes of API-side input held while the edge has not answered yet; past it the API side
 /// is not read until the edge answers (the edge deadline still runs).
 const EARLY_INPUT_LIMIT: usize = 64 * 1024;
+/// Bytes from the edge written toward the API server in one go when that much is queued.
+const BATCH: usize = 256 * 1024;
 
 /// Pipes `conn` and `stream` until either side ends. `leftover` holds bytes that arrived
 /// with the request head (upstream drops them). The API side's EOF sends
@@ -70,17 +75,37 @@ pub(crate) async fn pipe<S: AsyncRead + AsyncWrite + Unpin>(
         let mut inbound = BytesMut::with_capacity(buffer);
         loop {
             inbound.reserve(buffer);
-            match rd.read_buf(&mut inbound).await {
-                Ok(0) => debug!(id, "API side closed; removing the stream"),
-                Ok(_) => {
-                    if sender.send(inbound.split().freeze()).await.is_ok() {
-                        continue;
-                    }
-                    debug!(id, "tunnel closed during exec");
+            let mut closed = match rd.read_buf(&mut inbound).await {
+                Ok(0) => {
+                    debug!(id, "API side closed; removing the stream");
+                    return;
                 }
-                Err(e) => debug!(id, error = %e, "API side failed"),
+                Ok(_) => false,
+                Err(e) => {
+                    debug!(id, error = %e, "API side failed");
+                    return;
+                }
+            };
+            // Take what else is readable now (a TLS read yields one record, 16 KiB at
+            // most), so that a fast client's bytes travel in few large DATA messages.
+            while inbound.len() < buffer {
+                match rd.read_buf(&mut inbound).now_or_never() {
+                    None => break,
+                    Some(Ok(0) | Err(_)) => {
+                        closed = true;
+                        break;
+                    }
+                    Some(Ok(_)) => {}
+                }
             }
-            return;
+            if sender.send(inbound.split().freeze()).await.is_err() {
+                debug!(id, "tunnel closed during exec");
+                return;
+            }
+            if closed {
+                debug!(id, "API side closed or failed; removing the stream");
+                return;
+            }
         }
     };
     let downward = async {
@@ -102,22 +127,27 @@ pub(crate) async fn pipe<S: AsyncRead + AsyncWrite + Unpin>(
         };
         let mut ev = Some(first);
         loop {
-            let mut out = BytesMut::new();
+            let mut pieces = Vec::new();
+            let mut batched = 0;
             let mut end = None;
             while let Some(e) = ev.take() {
                 match e {
                     Inbound::Data(d) => {
-                        out.extend_from_slice(&d);
+                        batched += d.len();
+                        if !d.is_empty() {
+                            pieces.push(d);
+                        }
                         // Stores a permit: only the first one matters.
                         edge_ready.notify_one();
-                        if out.len() < buffer {
+                        if batched < BATCH {
                             ev = stream.try_recv();
                         }
                     }
                     Inbound::End(e) => end = Some(e),
                 }
             }
-            if !out.is_empty() && !write_within(&mut wr, &out, shared).await {
+            let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+            if !slices.is_empty() && !write_all_within(&mut wr, &mut slices, shared).await {
                 return;
             }
             match end {

@@ -1,13 +1,16 @@
-//! Relays a logs or metrics stream as a chunked `200` body: each batch of DATA is flushed at
-//! once (`kubectl logs -f` sees lines as the edge sends them), `REMOVE_CONNECT` ends the body,
-//! and a client that goes away ends the stream (its drop sends `REMOVE_CONNECT`).
+//! Relays a logs or metrics stream as a chunked `200` body: each batch of DATA goes out as
+//! one chunk, written from the received buffers without gathering them and flushed at once
+//! (`kubectl logs -f` sees lines as the edge sends them), `REMOVE_CONNECT` ends the body, and
+//! a client that goes away ends the stream (its drop sends `REMOVE_CONNECT`).
 
-use bytes::BytesMut;
+use std::io::IoSlice;
+
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tracing::debug;
 
 use super::Outcome;
-use super::server::write_within;
+use super::server::{write_all_within, write_within};
 use crate::http1::{self, LAST_CHUNK};
 use crate::queue::{Inbound, StreamEnd};
 use crate::tunnel::{ApiStream, Shared};
@@ -34,7 +37,8 @@ pub(crate) async fn relay_body<S: AsyncRead + AsyncWrite + Unpin>(
     if !write_within(conn, head, shared).await {
         return Outcome::Close;
     }
-    let mut out = BytesMut::with_capacity(16 * 1024);
+    // What the edge sent since the last write, written as one chunk without copying.
+    let mut pieces: Vec<Bytes> = Vec::new();
     loop {
         let ev = tokio::select! {
             ev = stream.recv() => ev,
@@ -47,28 +51,40 @@ pub(crate) async fn relay_body<S: AsyncRead + AsyncWrite + Unpin>(
             },
         };
         let mut end = None;
+        let mut batched = 0;
         let mut next = Some(ev);
         while let Some(ev) = next.take() {
             match ev {
-                Inbound::Data(d) => http1::put_chunk(&mut out, &d),
+                Inbound::Data(d) => {
+                    if !d.is_empty() {
+                        batched += d.len();
+                        pieces.push(d);
+                    }
+                }
                 Inbound::End(e) => {
                     end = Some(e);
                     break;
                 }
             }
-            if out.len() < BATCH {
+            if batched < BATCH {
                 next = stream.try_recv();
             }
         }
+        let head = http1::ChunkHead::new(batched);
+        let mut slices = Vec::with_capacity(pieces.len() + 3);
+        if batched > 0 {
+            slices.push(IoSlice::new(head.as_bytes()));
+            slices.extend(pieces.iter().map(|p| IoSlice::new(p)));
+            slices.push(IoSlice::new(http1::CHUNK_END));
+        }
         if end == Some(StreamEnd::Removed) {
-            out.extend_from_slice(LAST_CHUNK);
+            slices.push(IoSlice::new(LAST_CHUNK));
         }
-        if !out.is_empty() {
-            if !write_within(conn, &out, shared).await {
-                return Outcome::Close;
-            }
-            out.clear();
+        if !slices.is_empty() && !write_all_within(conn, &mut slices, shared).await {
+            return Outcome::Close;
         }
+        drop(slices);
+        pieces.clear();
         match end {
             None => {}
             Some(StreamEnd::Removed) => {

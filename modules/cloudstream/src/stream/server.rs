@@ -1,6 +1,7 @@
 //! Accepts the API server's HTTPS connections, reads request heads, routes them, resolves the
 //! node's session and hands over to the relays.
 
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,6 +191,34 @@ pub(crate) async fn write_within<S: AsyncWrite + Unpin>(
 ) -> bool {
     let write = async {
         conn.write_all(bytes).await?;
+        conn.flush().await
+    };
+    match tokio::time::timeout(shared.tuning.write_timeout, write).await {
+        Ok(r) => r.is_ok(),
+        Err(_) => {
+            shared.counters.api_write_timeout();
+            debug!("write toward the API client timed out; dropping it");
+            false
+        }
+    }
+}
+
+/// [`write_within`] for several buffers at once, written as vectored writes (a TLS stream
+/// packs them into records without gathering them first); they are consumed.
+pub(crate) async fn write_all_within<S: AsyncWrite + Unpin>(
+    conn: &mut S,
+    mut bufs: &mut [IoSlice<'_>],
+    shared: &Shared,
+) -> bool {
+    let write = async {
+        IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            let n = conn.write_vectored(bufs).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut bufs, n);
+        }
         conn.flush().await
     };
     match tokio::time::timeout(shared.tuning.write_timeout, write).await {

@@ -132,7 +132,7 @@ mod tests {
 
     fn session(shared: &Arc<Shared>, node: &str, ip: &str) -> Arc<Session> {
         let (tx, _rx) = tokio::sync::mpsc::channel(1);
-        Session::new(node.into(), ip.into(), tx, shared.clone(), false)
+        Session::new(node.into(), ip.into(), tx, shared.clone(), false, None)
     }
 
     #[test]

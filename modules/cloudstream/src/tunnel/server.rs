@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::registry::RegisterError;
 use super::{NodeUpdater, Session, Shared};
-use crate::frame::{TunnelMessage, WINDOW_HEADER};
+use crate::frame::{INPUT_WINDOW_HEADER, TunnelMessage, WINDOW_HEADER};
 use crate::http1::{self, RequestHead};
 use crate::listen::{accept_until, handshake};
 use crate::tls::common_name;
@@ -195,6 +195,7 @@ struct Admitted {
     buf: BytesMut,
     id: Identity,
     flow_control: bool,
+    input_window: Option<usize>,
 }
 
 async fn connection(
@@ -218,6 +219,7 @@ async fn connection(
         buf,
         id,
         flow_control,
+        input_window,
     }) = admitted
     else {
         return;
@@ -231,6 +233,7 @@ async fn connection(
         tx,
         shared.clone(),
         flow_control,
+        input_window,
     );
     // Registered before the 101, so that a refusal is still an HTTP status.
     match shared.registry.try_insert(session.clone()) {
@@ -254,12 +257,17 @@ async fn connection(
         switching.truncate(switching.len() - 2);
         switching.push_str(&format!("{WINDOW_HEADER}: {window}\r\n\r\n"));
     }
+    if let Some(window) = session.input_window() {
+        // Accepts the edge's input window by echoing it.
+        switching.truncate(switching.len() - 2);
+        switching.push_str(&format!("{INPUT_WINDOW_HEADER}: {window}\r\n\r\n"));
+    }
     if tls.write_all(switching.as_bytes()).await.is_err() || tls.flush().await.is_err() {
         session.close("the upgrade response could not be written");
         shared.registry.remove(&session);
         return;
     }
-    info!(node = %id.node, ip = %id.ip, %peer, flow_control, "tunnel connected");
+    info!(node = %id.node, ip = %id.ip, %peer, flow_control, input_window = ?session.input_window(), "tunnel connected");
 
     let (read_half, write_half) = tokio::io::split(tls);
     let write_timeout = shared.tuning.write_timeout;
@@ -341,6 +349,10 @@ async fn authenticate(
             buf,
             id,
             flow_control: head.headers.get(WINDOW_HEADER).is_some(),
+            input_window: head
+                .headers
+                .get_str(INPUT_WINDOW_HEADER)
+                .and_then(|v| v.trim().parse::<usize>().ok()),
         }),
         Err(r) => {
             if r.identity {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use bytes::Bytes;
 use tokio::io::AsyncRead;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -22,16 +22,36 @@ pub(crate) struct Session {
     pub(crate) node: String,
     pub(crate) ip: String,
     out: mpsc::Sender<Outgoing>,
-    streams: Mutex<HashMap<u64, QueueSender>>,
+    streams: Mutex<HashMap<u64, Entry>>,
     /// Ids this session ended or answered with REMOVE_CONNECT, so late DATA for one of them
     /// gets at most one REMOVE_CONNECT.
     removed: Mutex<RecentIds>,
     /// The edge's send window per stream when it takes part in flow control (`WINDOW`
     /// messages); `None` for edges that do not (edgecore).
     window: Option<usize>,
+    /// How many bytes of each stream the edge takes ahead of its local connection, when it
+    /// reopens that window with `WINDOW` messages; `None` for edges that do not (edgecore).
+    input_window: Option<usize>,
     closed: CancellationToken,
     reason: OnceLock<Arc<str>>,
     shared: Arc<Shared>,
+}
+
+/// One open stream: its inbound queue and, when the edge grants an input window, the credit
+/// its DATA toward the edge draws on (closed when the stream ends, waking a waiting sender).
+#[derive(Debug)]
+struct Entry {
+    queue: QueueSender,
+    credit: Option<Arc<Semaphore>>,
+}
+
+impl Entry {
+    fn end(self, why: StreamEnd) {
+        if let Some(c) = &self.credit {
+            c.close();
+        }
+        self.queue.end(why);
+    }
 }
 
 /// How many removed ids a session remembers: enough for the DATA still in flight when a
@@ -65,15 +85,20 @@ impl Session {
     /// A session not yet registered; the caller counts it open once registered, and
     /// [`Session::close`] counts it closed. With `flow_control`, each stream's edge sends
     /// within a window of `stream_queue_bytes`, reopened by `WINDOW` messages as the API
-    /// client takes the bytes.
+    /// client takes the bytes. With `input_window`, each stream's DATA toward the edge stays
+    /// within that many unacknowledged bytes, reopened by the edge's `WINDOW` messages.
     pub(crate) fn new(
         node: String,
         ip: String,
         out: mpsc::Sender<Outgoing>,
         shared: Arc<Shared>,
         flow_control: bool,
+        input_window: Option<usize>,
     ) -> Arc<Self> {
         let window = flow_control.then_some(shared.tuning.stream_queue_bytes.max(1));
+        let input_window = input_window
+            .filter(|w| *w > 0)
+            .map(|w| w.min(Semaphore::MAX_PERMITS));
         Arc::new(Session {
             node,
             ip,
@@ -81,13 +106,14 @@ impl Session {
             streams: Mutex::new(HashMap::new()),
             removed: Mutex::new(RecentIds::default()),
             window,
+            input_window,
             closed: CancellationToken::new(),
             reason: OnceLock::new(),
             shared,
         })
     }
 
-    fn streams(&self) -> MutexGuard<'_, HashMap<u64, QueueSender>> {
+    fn streams(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
         self.streams.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -102,6 +128,12 @@ impl Session {
     /// The per-stream send window granted to the edge, if it takes part in flow control.
     pub(crate) fn window(&self) -> Option<usize> {
         self.window
+    }
+
+    /// The per-stream input window the edge granted, if it takes part in flow control of
+    /// what the cloud sends it.
+    pub(crate) fn input_window(&self) -> Option<usize> {
+        self.input_window
     }
 
     fn closed_error(&self) -> SessionError {
@@ -145,6 +177,7 @@ impl Session {
     ) -> Result<ApiStream, SessionError> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = stream_queue(self.shared.tuning.stream_queue_bytes);
+        let credit = self.input_window.map(|w| (Arc::new(Semaphore::new(w)), w));
         {
             let mut streams = self.streams();
             if self.is_closed() {
@@ -160,7 +193,13 @@ impl Session {
                     limit,
                 });
             }
-            streams.insert(id, tx);
+            streams.insert(
+                id,
+                Entry {
+                    queue: tx,
+                    credit: credit.as_ref().map(|(c, _)| c.clone()),
+                },
+            );
         }
         self.shared.counters.stream_opened();
         let stream = ApiStream {
@@ -168,6 +207,7 @@ impl Session {
             session: self.clone(),
             rx,
             unacked: 0,
+            credit,
         };
         let json = connect_json(id);
         debug!(node = %self.node, id, %kind, "open stream");
@@ -191,7 +231,7 @@ impl Session {
             .get()
             .cloned()
             .unwrap_or_else(|| Arc::from(reason));
-        let streams: Vec<QueueSender> = {
+        let streams: Vec<Entry> = {
             let mut map = self.streams();
             self.closed.cancel();
             map.drain().map(|(_, s)| s).collect()
@@ -226,7 +266,7 @@ impl Session {
         match msg.kind {
             MessageType::Data => {
                 self.shared.counters.received_from_edge(msg.data.len());
-                let Some(stream) = self.streams().get(&id).cloned() else {
+                let Some(stream) = self.streams().get(&id).map(|e| e.queue.clone()) else {
                     // The edge still holds a connection for an id we no longer have (we ended
                     // it, or never had it): one REMOVE_CONNECT lets it close its side.
                     if self.forget(id) {
@@ -262,6 +302,18 @@ impl Session {
                     None => {
                         debug!(node = %self.node, id, "REMOVE_CONNECT for an unknown connection")
                     }
+                }
+            }
+            MessageType::Window if self.input_window.is_some() => {
+                let (Some(window), Some(grant)) = (self.input_window, msg.window_grant()) else {
+                    warn!(node = %self.node, id, "malformed WINDOW from the edge; ignored");
+                    return;
+                };
+                let streams = self.streams();
+                if let Some(credit) = streams.get(&id).and_then(|e| e.credit.as_ref()) {
+                    // Never more than the whole window, whatever the edge says.
+                    let room = window.saturating_sub(credit.available_permits());
+                    credit.add_permits(usize::try_from(grant).unwrap_or(usize::MAX).min(room));
                 }
             }
             other => {
@@ -353,6 +405,8 @@ pub(crate) struct ApiStream {
     rx: QueueReceiver,
     /// Bytes taken from the queue and not yet granted back to the edge.
     unacked: usize,
+    /// With an input window: the credit DATA toward the edge draws on, and the window.
+    credit: Option<(Arc<Semaphore>, usize)>,
 }
 
 impl ApiStream {
@@ -403,6 +457,7 @@ impl ApiStream {
         StreamSender {
             id: self.id,
             session: self.session.clone(),
+            credit: self.credit.clone(),
         }
     }
 }
@@ -412,12 +467,25 @@ impl ApiStream {
 pub(crate) struct StreamSender {
     id: u64,
     session: Arc<Session>,
+    credit: Option<(Arc<Semaphore>, usize)>,
 }
 
 impl StreamSender {
-    /// Sends bytes to the edge as `DATA`, waiting for room in the tunnel queue.
+    /// Sends bytes to the edge as `DATA`, waiting for room in the tunnel queue. With an
+    /// input window, first waits until the edge's local connection has taken enough of what
+    /// was sent before, so a slow one holds back only this stream (and the API side is
+    /// simply read later) instead of overrunning the edge's queue.
     pub(crate) async fn send(&self, data: Bytes) -> Result<(), SessionError> {
         let n = data.len();
+        if let Some((credit, window)) = &self.credit {
+            // A piece larger than the window needs the whole window, not more.
+            let need = n.min(*window).min(u32::MAX as usize) as u32;
+            match credit.acquire_many(need).await {
+                Ok(permit) => permit.forget(),
+                // Closed when the stream ended or the tunnel closed.
+                Err(_) => return Err(self.session.closed_error()),
+            }
+        }
         self.session
             .send(TunnelMessage::data(self.id, data))
             .await?;
@@ -430,7 +498,15 @@ impl Drop for ApiStream {
     fn drop(&mut self) {
         // The entry is gone when the edge removed the stream, the session closed, or the
         // stream was refused or overflowed (those sent REMOVE_CONNECT already).
-        let registered = self.session.streams().remove(&self.id).is_some();
+        let registered = match self.session.streams().remove(&self.id) {
+            Some(e) => {
+                if let Some(c) = &e.credit {
+                    c.close();
+                }
+                true
+            }
+            None => false,
+        };
         let first = self.session.forget(self.id);
         self.session.shared.counters.stream_closed();
         if !registered || !first || self.session.is_closed() {

@@ -15,6 +15,11 @@ use crate::frame::{MAX_DATA_LEN, TunnelMessage};
 /// is refused for its own stream only; anything bigger ends the tunnel.
 pub const MAX_MESSAGE_LEN: usize = 4 * MAX_DATA_LEN;
 
+/// Bytes the reader makes room for when its buffer is (nearly) full.
+const READ_SIZE: usize = 32 * 1024;
+/// Below this much free room the reader grows its buffer before reading.
+const MIN_READ: usize = 4 * 1024;
+
 /// Flush after this many queued bytes even if more are waiting.
 const BATCH_BYTES: usize = 256 * 1024;
 
@@ -55,7 +60,11 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
             if let Some(m) = self.decoder.decode(&mut self.buf)? {
                 return Ok(Some(m));
             }
-            self.buf.reserve(32 * 1024);
+            // Only grow when there is little room left: the decoder has already made room
+            // for a frame that is partly here, and growing again would copy it again.
+            if self.buf.capacity() - self.buf.len() < MIN_READ {
+                self.buf.reserve(READ_SIZE);
+            }
             if self.io.read_buf(&mut self.buf).await? == 0 {
                 return Ok(None);
             }

@@ -100,7 +100,7 @@ impl StreamAgent {
         while !stop.is_cancelled() {
             let dialed = tokio::select! {
                 _ = stop.cancelled() => break,
-                d = dial(&self.config.server, self.tls.clone(), &self.options.node_name, &self.options.node_ip, self.config.handshake()) => d,
+                d = dial(&self.config.server, self.tls.clone(), &self.options.node_name, &self.options.node_ip, self.options.stream_queue_bytes, self.config.handshake()) => d,
             };
             match dialed {
                 Ok(d) => {

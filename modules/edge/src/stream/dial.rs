@@ -47,6 +47,9 @@ pub(crate) struct Dialed {
     /// The per-stream send window the cloud granted, when it takes part in flow control
     /// (a KubeEdge cloud does not answer the offer: no window, no limit).
     pub(crate) window: Option<usize>,
+    /// Whether the cloud keeps what it sends each stream within the input window offered
+    /// (it echoed the offer), so that WINDOW messages must reopen it.
+    pub(crate) input_window: bool,
 }
 
 fn host_of(server: &str) -> Option<&str> {
@@ -56,17 +59,22 @@ fn host_of(server: &str) -> Option<&str> {
     server.rsplit_once(':').map(|(h, _)| h)
 }
 
-/// Dials `server` within `limit`.
+/// Dials `server` within `limit`, offering an input window of `input_window` bytes per
+/// stream.
 pub(crate) async fn dial(
     server: &str,
     tls: Arc<rustls::ClientConfig>,
     node_name: &str,
     node_ip: &str,
+    input_window: usize,
     limit: Duration,
 ) -> Result<Dialed, DialError> {
-    tokio::time::timeout(limit, dial_inner(server, tls, node_name, node_ip))
-        .await
-        .map_err(|_| DialError::Timeout)?
+    tokio::time::timeout(
+        limit,
+        dial_inner(server, tls, node_name, node_ip, input_window),
+    )
+    .await
+    .map_err(|_| DialError::Timeout)?
 }
 
 async fn dial_inner(
@@ -74,6 +82,7 @@ async fn dial_inner(
     tls: Arc<rustls::ClientConfig>,
     node_name: &str,
     node_ip: &str,
+    input_window: usize,
 ) -> Result<Dialed, DialError> {
     let host = host_of(server).ok_or_else(|| DialError::BadServer(server.to_owned()))?;
     let name = ServerName::try_from(host.to_owned())
@@ -98,6 +107,7 @@ async fn dial_inner(
         .await
         .map_err(connect_err)?;
     let key = ws::new_client_key();
+    let input_window = input_window.to_string();
     let request = ws::client_request(
         server,
         CONNECT_PATH,
@@ -107,6 +117,9 @@ async fn dial_inner(
             ("Sessioninternalip", &node_ip),
             // Offers per-stream flow control; a KubeEdge cloud ignores unknown headers.
             (cloudstream::WINDOW_HEADER, "1"),
+            // Offers flow control of what the cloud sends: at most this much per stream
+            // ahead of the local connection.
+            (cloudstream::INPUT_WINDOW_HEADER, &input_window),
         ],
     );
     stream
@@ -133,10 +146,12 @@ async fn dial_inner(
         .get_str(cloudstream::WINDOW_HEADER)
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|w| *w > 0);
+    let input_window = head.headers.get(cloudstream::INPUT_WINDOW_HEADER).is_some();
     Ok(Dialed {
         stream,
         leftover,
         node_ip,
         window,
+        input_window,
     })
 }

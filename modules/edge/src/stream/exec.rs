@@ -48,11 +48,32 @@ pub(crate) async fn relay(req: &ConnectRequest, up: Up, mut rx: QueueReceiver, c
         }
     };
     let downward = async {
+        // Bytes written locally and not yet granted back to the cloud (with an input window).
+        let mut taken = 0;
         loop {
-            match rx.recv().await {
+            let ev = match rx.try_recv() {
+                Some(ev) => ev,
+                None => {
+                    // Nothing queued: the cloud may be waiting for its window.
+                    if taken > 0 {
+                        if let Err(e) = up.grant_wait(taken).await {
+                            return e;
+                        }
+                        taken = 0;
+                    }
+                    rx.recv().await
+                }
+            };
+            match ev {
                 Inbound::Data(d) => {
                     if wr.write_all(&d).await.is_err() {
                         return End::Local;
+                    }
+                    if let Some(window) = up.input_window {
+                        taken += d.len();
+                        if taken >= window / 4 && up.grant(taken) {
+                            taken = 0;
+                        }
                     }
                 }
                 Inbound::End(e) => {

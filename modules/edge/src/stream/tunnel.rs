@@ -49,6 +49,8 @@ pub(crate) struct Up {
     out: mpsc::Sender<Outgoing>,
     /// With flow control: bytes the cloud lets this stream send now, and the whole window.
     credit: Option<(Arc<Semaphore>, usize)>,
+    /// With flow control of what the cloud sends: the window it keeps each stream within.
+    pub(crate) input_window: Option<usize>,
 }
 
 impl Up {
@@ -67,6 +69,28 @@ impl Up {
         }
         self.out
             .send(Outgoing::Tunnel(TunnelMessage::data(self.id, data)))
+            .await
+            .map_err(|_| End::TunnelGone)
+    }
+
+    /// Tells the cloud the local connection took `taken` more bytes of this stream, so it
+    /// may send that many more; false when the tunnel queue had no room (keep the count).
+    pub(crate) fn grant(&self, taken: usize) -> bool {
+        self.out
+            .try_send(Outgoing::Tunnel(TunnelMessage::window(
+                self.id,
+                taken as u64,
+            )))
+            .is_ok()
+    }
+
+    /// [`Up::grant`] that waits for room in the tunnel queue.
+    pub(crate) async fn grant_wait(&self, taken: usize) -> Result<(), End> {
+        self.out
+            .send(Outgoing::Tunnel(TunnelMessage::window(
+                self.id,
+                taken as u64,
+            )))
             .await
             .map_err(|_| End::TunnelGone)
     }
@@ -117,6 +141,9 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
         session.clone(),
     ));
     let window = dialed.window;
+    let input_window = dialed
+        .input_window
+        .then_some(ctx.options.stream_queue_bytes);
     let mut reader = WsReader::new(rd, Role::Client, dialed.leftover);
     let streams: Streams = Arc::default();
     let generation = AtomicU64::new(0);
@@ -182,6 +209,7 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
                     id,
                     out: out.clone(),
                     credit,
+                    input_window,
                 };
                 tokio::spawn(run_stream(
                     kind,

@@ -7,72 +7,174 @@
 //! those without a record (ConfigMaps and Secrets follow: the edge asks for the ones its pods
 //! use). Changes to objects that do have a record are found by the ordinary reconcile.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use beehive::constants::operation;
 use beehive::{Content, Message};
-use futures::future::BoxFuture;
-use futures::stream::{FuturesUnordered, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kubeedge_api::NodeResource;
 use kubeedge_api::names::{EDGECONTROLLER, GROUP_RESOURCE};
-use tokio::sync::Semaphore;
-use tracing::warn;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
 
-/// Pod lists running at once (a failover moves thousands of nodes in a burst).
-const CONCURRENT_LISTS: usize = 4;
+/// Up to this many moved nodes are looked up with one pod list each; a larger batch (a failed
+/// replica's nodes arrive by the thousand) is served by one list of every bound pod, which
+/// costs the API server about as much as a single per-node list (a field selector on
+/// `spec.nodeName` still reads every pod).
+const PER_NODE_LISTS: usize = 4;
+/// Page size of the list of every bound pod.
+const PAGE: u32 = 500;
+/// Attempts of a failed list, 1 s apart, before the batch is given up (the node's next
+/// reconnect tries again).
+const ATTEMPTS: u32 = 3;
 
 /// The pods bound to a node that moved here.
+#[derive(Debug)]
 pub(crate) struct Found {
     pub(crate) node: String,
     pub(crate) pods: Vec<Pod>,
 }
 
-/// Running pod lists, at most [`CONCURRENT_LISTS`] at a time.
+#[derive(Default)]
+struct Queue {
+    pending: HashSet<String>,
+    /// A task is taking batches from `pending`.
+    busy: bool,
+}
+
+/// Pod lookups for nodes that moved here, on a task of their own so they progress while the
+/// reconciler is busy: one batch at a time, each batch every node queued since the last.
 pub(crate) struct Takeovers {
     client: kube::Client,
-    gate: Arc<Semaphore>,
-    running: FuturesUnordered<BoxFuture<'static, Option<Found>>>,
+    queue: Arc<Mutex<Queue>>,
+    found_tx: mpsc::UnboundedSender<Found>,
+    found: mpsc::UnboundedReceiver<Found>,
 }
 
 impl Takeovers {
     pub(crate) fn new(client: kube::Client) -> Self {
+        let (found_tx, found) = mpsc::unbounded_channel();
         Takeovers {
             client,
-            gate: Arc::new(Semaphore::new(CONCURRENT_LISTS)),
-            running: FuturesUnordered::new(),
+            queue: Arc::default(),
+            found_tx,
+            found,
         }
     }
 
-    /// Starts listing the pods of `node`.
+    /// Queues `node` for a lookup of its pods.
     pub(crate) fn scan(&mut self, node: String) {
-        let api = Api::<Pod>::all(self.client.clone());
-        let gate = self.gate.clone();
-        self.running.push(Box::pin(async move {
-            let _permit = gate.acquire_owned().await.ok()?;
-            let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-            match api.list(&params).await {
-                Ok(list) => Some(Found {
-                    node,
-                    pods: list.items,
-                }),
-                Err(error) => {
-                    warn!(node, %error, "cannot list the pods of a node that moved here; the next reconnect tries again");
-                    None
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.pending.insert(node);
+        if q.busy {
+            return;
+        }
+        q.busy = true;
+        drop(q);
+        let (client, queue, tx) = (
+            self.client.clone(),
+            self.queue.clone(),
+            self.found_tx.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                let batch: Vec<String> = {
+                    let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+                    if q.pending.is_empty() {
+                        q.busy = false;
+                        return;
+                    }
+                    q.pending.drain().collect()
+                };
+                for found in look_up(&client, batch).await {
+                    if tx.send(found).is_err() {
+                        return;
+                    }
                 }
             }
-        }));
+        });
     }
 
-    /// The next finished list; pending while none is running.
+    /// The next node whose pods were found; pending while none is.
     pub(crate) async fn next(&mut self) -> Option<Found> {
-        loop {
-            if self.running.is_empty() {
-                std::future::pending::<()>().await;
+        self.found.recv().await
+    }
+}
+
+/// The pods of each node of `batch` (nodes whose lookup failed are left out, with a warning).
+async fn look_up(client: &kube::Client, batch: Vec<String>) -> Vec<Found> {
+    let api = Api::<Pod>::all(client.clone());
+    if batch.len() <= PER_NODE_LISTS {
+        let lists = batch.into_iter().map(|node| {
+            let api = api.clone();
+            async move {
+                let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+                match with_retries(|| api.list(&params)).await {
+                    Ok(list) => Some(Found {
+                        node,
+                        pods: list.items,
+                    }),
+                    Err(error) => {
+                        warn!(node, %error, "cannot list the pods of a node that moved here; the next reconnect tries again");
+                        None
+                    }
+                }
             }
-            if let Some(found) = self.running.next().await? {
-                return Some(found);
+        });
+        return futures::future::join_all(lists)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+    }
+    let mut by_node: HashMap<String, Vec<Pod>> =
+        batch.iter().map(|n| (n.clone(), Vec::new())).collect();
+    let mut params = ListParams::default().fields("spec.nodeName!=").limit(PAGE);
+    loop {
+        let page = match with_retries(|| api.list(&params)).await {
+            Ok(page) => page,
+            Err(error) => {
+                warn!(nodes = batch.len(), %error, "cannot list the pods of nodes that moved here; their next reconnect tries again");
+                return Vec::new();
+            }
+        };
+        for pod in page.items {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if let Some(pods) = node.and_then(|n| by_node.get_mut(n)) {
+                pods.push(pod);
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    debug!(
+        nodes = by_node.len(),
+        "pods of moved nodes listed in one pass"
+    );
+    by_node
+        .into_iter()
+        .map(|(node, pods)| Found { node, pods })
+        .collect()
+}
+
+async fn with_retries<T, F, Fut>(mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt >= ATTEMPTS => return Err(e),
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
     }

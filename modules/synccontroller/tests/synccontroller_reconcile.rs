@@ -876,3 +876,46 @@ async fn only_nodes_held_here_are_reconciled_and_a_moved_node_gets_its_unrecorde
     );
     bus.shutdown().await;
 }
+
+/// A failed replica's nodes arrive by the thousand: a burst of moved nodes is looked up
+/// together (one list of every bound pod rather than one list per node), and each node gets
+/// exactly its own unrecorded pods.
+#[actix_rt::test]
+async fn a_burst_of_moved_nodes_each_gets_its_own_unrecorded_pods() {
+    use kubeedge_api::replicas::Ownership;
+    let ownership = Ownership::new("10.0.0.1");
+    let env = start_replica(1, k8s_testenv::client().await, Some(ownership.clone())).await;
+    let ns = k8s_testenv::namespace("sc").await;
+    let nodes: Vec<String> = (0..12).map(|i| unique(&format!("b{i}"))).collect();
+    let mut pods = Vec::new();
+    for n in &nodes {
+        node(&env.client, n).await;
+        ownership.observe(n, Some("10.0.0.2"));
+        pods.push(bound_pod(&env.client, &ns, &format!("p-{n}"), n).await);
+    }
+    let stand_in = env.bus.endpoint("cloudhub-stand-in");
+    for n in &nodes {
+        ownership.hold(n);
+        stand_in.send("synccontroller", connected(n)).await.unwrap();
+    }
+    for (n, pod) in nodes.iter().zip(&pods) {
+        let m = env
+            .edge
+            .wait_for(WAIT, is(format!("node/{n}/{ns}/pod/p-{n}"), "update"))
+            .await
+            .unwrap_or_else(|| panic!("the unrecorded pod of {n} is sent"));
+        assert_eq!(m.header.resource_version, pod.resource_version().unwrap());
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for n in &nodes {
+        let to_node = env
+            .edge
+            .matching(|m| m.route.resource.starts_with(&format!("node/{n}/")));
+        assert_eq!(
+            to_node.len(),
+            1,
+            "{n} gets its own pod only, once: {to_node:?}"
+        );
+    }
+    env.bus.shutdown().await;
+}

@@ -570,3 +570,38 @@ async fn listener_limits_from_the_config_file_hold_and_show_in_metrics() {
         }
     }
 }
+
+/// cloudcore's API server client: every watch and request shares one HTTP/2 connection
+/// (counted by a TCP relay in front of the API server; kube's HTTP/1.1 client opens one per
+/// request in flight).
+#[tokio::test]
+async fn requests_in_flight_together_share_one_connection_to_the_api_server() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{ListParams, WatchParams};
+    let mut config = k8s_testenv::config().await;
+    let port = config.cluster_url.port_u16().expect("API server port");
+    let relay = edgecore_interop::Balancer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        vec![format!("127.0.0.1:{port}").parse().unwrap()],
+    )
+    .await
+    .unwrap();
+    config.cluster_url = format!("https://{}", relay.addr()).parse().unwrap();
+    let namespaces: Api<Namespace> = Api::all(cloudcore::apiclient::client(config).unwrap());
+    // A watch holds its stream open while 64 lists run at once.
+    let mut watch = namespaces
+        .watch(&WatchParams::default().timeout(10), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    let params = ListParams::default().limit(1);
+    let lists = futures::future::join_all((0..64).map(|_| namespaces.list(&params))).await;
+    assert!(lists.iter().all(Result::is_ok), "every list answered");
+    assert!(watch.next().await.is_some(), "the watch streams");
+    assert_eq!(
+        relay.active(),
+        vec![1],
+        "one connection for the watch and 64 concurrent lists"
+    );
+}

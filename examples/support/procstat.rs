@@ -35,3 +35,36 @@ pub(crate) fn open_fds(pid: u32) -> usize {
 pub(crate) fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
+
+/// Established TCP connections of process `pid` to port `port` (its sockets, from
+/// `/proc/<pid>/fd`, matched in `/proc/<pid>/net/tcp`).
+pub(crate) fn connections_to(pid: u32, port: u16) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    let inodes: std::collections::HashSet<String> = fds
+        .flatten()
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path()).ok()?;
+            let t = target.to_string_lossy();
+            Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    let want = format!(":{port:04X}");
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        // sl local remote st … inode: established (01) to the port, owned by the process.
+        count += text
+            .lines()
+            .skip(1)
+            .filter(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 9 && c[2].ends_with(&want) && c[3] == "01" && inodes.contains(c[9])
+            })
+            .count();
+    }
+    count
+}

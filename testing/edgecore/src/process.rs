@@ -288,15 +288,33 @@ mod tests {
             .output()
             .unwrap();
         let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let ours_text = ours.display().to_string();
+        // Reparented to init, its own group leader, and running our binary: the shell may exit
+        // before its child has called setsid(2) and exec'd, and until then it is not an orphan
+        // of ours.
+        let settled = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let fields: Vec<String> = stat
+                .rsplit_once(") ")
+                .map(|(_, r)| r.split(' ').map(str::to_owned).collect())
+                .unwrap_or_default();
+            let argv0 = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .unwrap_or_default()
+                .split(|b| *b == 0)
+                .next()
+                .map(|a| String::from_utf8_lossy(a).into_owned());
+            fields.get(1).map(String::as_str) == Some("1")
+                && fields.get(2) == Some(&pid.to_string())
+                && argv0.as_deref() == Some(ours_text.as_str())
+        };
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            s.rsplit_once(") ")
-                .is_some_and(|(_, r)| r.split(' ').nth(1) == Some("1"))
-        }) {
-            assert!(Instant::now() < deadline, "not reparented to init");
+        while !settled() {
+            assert!(
+                Instant::now() < deadline,
+                "not an orphan group leader running ours"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let ours_text = ours.display().to_string();
         assert!(reap_orphans(|argv| argv[0] == "no-such-binary").is_empty());
         assert!(alive(pid));
         let reaped = reap_orphans(|argv| argv[0] == ours_text);

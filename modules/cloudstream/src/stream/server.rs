@@ -189,18 +189,7 @@ pub(crate) async fn write_within<S: AsyncWrite + Unpin>(
     bytes: &[u8],
     shared: &Shared,
 ) -> bool {
-    let write = async {
-        conn.write_all(bytes).await?;
-        conn.flush().await
-    };
-    match tokio::time::timeout(shared.tuning.write_timeout, write).await {
-        Ok(r) => r.is_ok(),
-        Err(_) => {
-            shared.counters.api_write_timeout();
-            debug!("write toward the API client timed out; dropping it");
-            false
-        }
-    }
+    write_all_within(conn, &mut [IoSlice::new(bytes)], shared).await
 }
 
 /// [`write_within`] for several buffers at once, written as vectored writes (a TLS stream

@@ -681,14 +681,7 @@ fn load(args: &[String]) -> anyhow::Result<()> {
 
     // 1. Every edge connects.
     let (overflows, cpu0) = (listen_overflows(), cpu_seconds(pid));
-    let t = Instant::now();
-    send_all(&mut sims, "go")?;
-    let mut status = FleetStatus::default();
-    let connect = poll_until(Duration::from_secs(600), || {
-        status = fleet_status(&mut sims, u64::MAX)?;
-        Ok(status.up() >= n)
-    })?
-    .map(|_| t.elapsed());
+    let (status, connect) = connect_fleet(&mut sims, n)?;
     println!(
         "connected {} of {n} edges in {} ({} attempts failed, hub CPU {:.1} s, {} listen queue overflows on the machine)",
         status.up(),
@@ -1472,6 +1465,20 @@ fn spawn_sims(
 }
 
 /// Sends one command line to every simulator.
+/// Tells every simulator to connect its edges and waits (up to 10 min) until `n` are up: the
+/// fleet's status then, and how long it took (`None`: not all within the limit).
+fn connect_fleet(sims: &mut [Sim], n: usize) -> anyhow::Result<(FleetStatus, Option<Duration>)> {
+    let t = Instant::now();
+    send_all(sims, "go")?;
+    let mut status = FleetStatus::default();
+    let connect = poll_until(Duration::from_secs(600), || {
+        status = fleet_status(sims, u64::MAX)?;
+        Ok(status.up() >= n)
+    })?
+    .map(|_| t.elapsed());
+    Ok((status, connect))
+}
+
 fn send_all(sims: &mut [Sim], line: &str) -> anyhow::Result<()> {
     for s in sims.iter_mut() {
         writeln!(s.stdin, "{line}")?;
@@ -1720,14 +1727,7 @@ fn replicas_sim(args: &[String]) -> anyhow::Result<()> {
     )?;
 
     // 1. Every edge connects to its home replica.
-    let t = Instant::now();
-    send_all(&mut sims, "go")?;
-    let mut status = FleetStatus::default();
-    let connect = poll_until(Duration::from_secs(600), || {
-        status = fleet_status(&mut sims, u64::MAX)?;
-        Ok(status.up() >= n)
-    })?
-    .map(|_| t.elapsed());
+    let (status, connect) = connect_fleet(&mut sims, n)?;
     println!(
         "connected {} of {n} edges in {} ({})",
         status.up(),

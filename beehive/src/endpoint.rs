@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use tracing::{debug, trace};
 
 use crate::Message;
-use crate::bus::{Offered, Shared};
 use crate::error::{Error, Result};
 use crate::mailbox::{Mailbox, Offer};
+use crate::registry::{LookupError, Offered, Shared};
 use crate::stats::{BusStats, ModuleStats, inc};
 use crate::waiters::RespOutcome;
 
@@ -497,9 +497,9 @@ fn inc_unmatched(shared: &Shared) {
     shared.unmatched_responses.fetch_add(1, Ordering::Relaxed);
 }
 
-fn group_error(e: crate::bus::LookupError, group: &str, message: Option<Message>) -> Error {
+fn group_error(e: LookupError, group: &str, message: Option<Message>) -> Error {
     match e {
-        crate::bus::LookupError::Shutdown => Error::Shutdown,
+        LookupError::Shutdown => Error::Shutdown,
         _ => Error::EmptyGroup {
             group: group.to_owned(),
             message: message.map(Box::new),

@@ -22,14 +22,8 @@ pub struct DecodeError {
 }
 
 impl DecodeError {
-    /// Adds the JSON path of the failure, found by decoding `bytes` again with path tracking
-    /// (only on failure, so successful decoding pays nothing for it).
-    pub(crate) fn locate(error: serde_json::Error, bytes: &[u8]) -> Self {
-        let mut de = serde_json::Deserializer::from_slice(bytes);
-        let path = match serde_path_to_error::deserialize::<_, crate::Message>(&mut de) {
-            Err(e) => Some(e.path().to_string()).filter(|p| p != "."),
-            Ok(_) => None,
-        };
+    /// A decoding failure at `path` (a JSON path such as `header.timestamp`, if known).
+    pub(crate) fn at(error: serde_json::Error, path: Option<String>) -> Self {
         DecodeError { error, path }
     }
 

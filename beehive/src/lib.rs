@@ -31,6 +31,7 @@
 //! ```
 
 mod bus;
+mod config;
 pub mod constants;
 mod endpoint;
 mod error;
@@ -38,10 +39,12 @@ pub mod json;
 mod mailbox;
 mod message;
 mod module;
+mod registry;
 mod stats;
 mod waiters;
 
-pub use bus::{Bus, BusConfig};
+pub use bus::Bus;
+pub use config::BusConfig;
 
 /// The concurrent maps of the bus (modules, groups, counters, waiting requests): keys are
 /// hashed with foldhash, seeded at random per map, several times faster than SipHash on the

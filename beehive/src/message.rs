@@ -325,7 +325,17 @@ impl Message {
     /// numbers outside `float64`. The error names the JSON path where decoding stopped
     /// ([`DecodeError::path`]).
     pub fn from_json(bytes: &[u8]) -> Result<Message, DecodeError> {
-        serde_json::from_slice(bytes).map_err(|e| DecodeError::locate(e, bytes))
+        serde_json::from_slice(bytes).map_err(|e| DecodeError::at(e, failure_path(bytes)))
+    }
+}
+
+/// The JSON path where decoding `bytes` as a [`Message`] fails, found by decoding again with path
+/// tracking (only on failure, so successful decoding pays nothing for it).
+fn failure_path(bytes: &[u8]) -> Option<String> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, Message>(&mut de) {
+        Err(e) => Some(e.path().to_string()).filter(|p| p != "."),
+        Ok(_) => None,
     }
 }
 

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use crate::error::{Error, Result};
-use crate::identity::{self, PeerIdentity};
+use crate::identity::{self, NODE_CN_PREFIX, NODES_ORGANIZATION, PeerIdentity};
 use crate::keys;
 
 /// Validity of the generated CA and cloudcore certificates (upstream: 36 400 days).
@@ -22,10 +22,6 @@ pub const CA_VALIDITY_DAYS: i64 = 36_400;
 pub const CA_SERIAL: u64 = 1024;
 /// Common name of the generated CA and server certificate.
 pub const KUBEEDGE_CN: &str = "KubeEdge";
-/// Organisation every edge certificate must carry.
-pub const NODES_ORGANIZATION: &str = "system:nodes";
-/// Common-name prefix of edge certificates: `system:node:<nodeName>`.
-pub const NODE_CN_PREFIX: &str = "system:node:";
 
 /// An extended key usage as Go's `x509.ExtKeyUsage` number (the `ExtKeyUsages` header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

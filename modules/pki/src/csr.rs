@@ -2,8 +2,8 @@
 
 use rcgen::{CertificateParams, DistinguishedName, DnType};
 
-use crate::ca::{NODE_CN_PREFIX, NODES_ORGANIZATION};
 use crate::error::Result;
+use crate::identity::{NODE_CN_PREFIX, NODES_ORGANIZATION};
 use crate::keys;
 
 /// A fresh edge key and a CSR for it: ECDSA P-256, subject `C=CN, ST=Zhejiang, L=Hangzhou,

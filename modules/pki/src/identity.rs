@@ -2,8 +2,12 @@
 
 use x509_parser::prelude::{FromDer, X509Certificate, X509Name};
 
-use crate::ca::{NODE_CN_PREFIX, NODES_ORGANIZATION};
 use crate::error::{Error, Result};
+
+/// Organisation every edge certificate must carry.
+pub const NODES_ORGANIZATION: &str = "system:nodes";
+/// Common-name prefix of edge certificates: `system:node:<nodeName>`.
+pub const NODE_CN_PREFIX: &str = "system:node:";
 
 /// The subject of a certificate or CSR. Missing attributes are empty, never a panic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -35,12 +35,14 @@ mod token;
 
 pub use ca::{
     CA_SERIAL, CA_VALIDITY_DAYS, CertAndKey, CertificateAuthority, ExtKeyUsage, IssueOptions,
-    KUBEEDGE_CN, NODE_CN_PREFIX, NODES_ORGANIZATION, SignPolicy,
+    KUBEEDGE_CN, SignPolicy,
 };
 pub use csr::EdgeCsr;
 pub use error::{Error, Result};
 pub use files::{read_pem_pair, write_file, write_pem_pair};
-pub use identity::{PeerIdentity, ext_key_usages, parse as parse_identity};
+pub use identity::{
+    NODE_CN_PREFIX, NODES_ORGANIZATION, PeerIdentity, ext_key_usages, parse as parse_identity,
+};
 pub use keys::{
     PemBlock, first_pem_der, generate_ec_key, load_certificates_pem_or_der, load_private_key,
     load_private_key_pem, load_private_key_pem_or_der, pem_blocks, to_pem,

@@ -2,12 +2,10 @@
 //! wait and `try_send` fail, group sends keep order and reach each member once, membership may
 //! change mid-send, and many senders into one full mailbox lose and duplicate nothing.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{Probe, number_of, numbered, until};
 use beehive::{Bus, Error, Message};
-use support::{Probe, number_of, numbered, until};
 
 #[actix_rt::test]
 async fn a_send_to_a_full_mailbox_waits_and_try_send_fails_at_once() {

@@ -2,13 +2,11 @@
 //! own answer, late answers are dropped and counted, duplicate ids refused, and shutdown wakes
 //! every waiter.
 
-mod support;
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use crate::support::{Probe, until};
 use beehive::{Bus, Content, Error, Message, RespOutcome};
-use support::{Probe, until};
 
 #[actix_rt::test]
 async fn send_sync_returns_the_response_to_this_request_and_delivers_sync_true() {

@@ -1,15 +1,13 @@
 //! Module registration, start and shutdown: documented start order, one
 //! shutdown hook each, refused duplicates, late modules, restarts and stopped receivers.
 
-mod support;
-
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Behaviour, Probe, make_panic, number_of, numbered, until};
 use beehive::{Bus, BusConfig, Error, Message, RestartPolicy};
-use support::{Behaviour, Probe, make_panic, number_of, numbered, until};
 
 #[actix_rt::test]
 async fn a_module_receives_what_is_sent_to_its_name_in_send_order() {

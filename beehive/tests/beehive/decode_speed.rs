@@ -1,5 +1,5 @@
 //! Decode speed of [`Message::from_json`], run by hand:
-//! `cargo test -p beehive --release --test beehive_decode_speed -- --ignored --nocapture`.
+//! `cargo test -p beehive --release --test beehive decode_speed:: -- --ignored --nocapture`.
 
 use std::time::Instant;
 

@@ -1,7 +1,5 @@
 //! Counters after a scripted run: every counter is exact.
 
-mod support;
-
 use std::time::Duration;
 
 use beehive::{Bus, Content, Message, ModuleStatsSnapshot};
@@ -118,8 +116,8 @@ async fn sends_refused_because_the_target_stopped_or_was_removed_are_counted() {
 /// issue 18: an actor module that stopped on its own refuses sends, and each is counted.
 #[actix_rt::test]
 async fn sends_to_a_module_that_stopped_on_its_own_are_counted() {
+    use crate::support::{Behaviour, Probe, make_panic, until};
     use beehive::Error;
-    use support::{Behaviour, Probe, make_panic, until};
 
     let bus = Bus::new();
     let mut probe = Probe::new("fragile", "g");

@@ -1,5 +1,5 @@
 //! The committed CRD manifests match the Rust types. Regenerate with
-//! `UPDATE_MANIFESTS=1 cargo test -p kubeedge-api --test api_manifests`.
+//! `UPDATE_MANIFESTS=1 cargo test -p kubeedge-api --test api manifests::`.
 
 use std::path::PathBuf;
 
@@ -31,7 +31,7 @@ fn committed_crd_manifests_are_up_to_date() {
     }
     assert!(
         stale.is_empty(),
-        "stale CRD manifests {stale:?}; run UPDATE_MANIFESTS=1 cargo test -p kubeedge-api --test api_manifests"
+        "stale CRD manifests {stale:?}; run UPDATE_MANIFESTS=1 cargo test -p kubeedge-api --test api manifests::"
     );
 }
 

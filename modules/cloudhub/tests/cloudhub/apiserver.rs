@@ -1,17 +1,15 @@
 //! cloudhub against a real kube-apiserver (k8s-testenv): ObjectSync records, secrets, token,
 //! `/node/{name}`.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::*;
 use beehive::{Content, Message};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kubeedge_api::reliablesyncs::{ClusterObjectSync, ObjectSync};
-use support::*;
 
 async fn crds() {
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;

@@ -1,14 +1,12 @@
 //! Hostile and broken peers, through real TLS sockets: each gets a clean close (or HTTP
 //! error) and a log line, and other nodes keep working.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use actix_http::ws::OpCode;
 use beehive::{Content, Message};
 use futures::SinkExt;
-use support::*;
 use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite::Message as Frame;
 

@@ -1,11 +1,9 @@
 //! The certificate server through real HTTPS (CA download, token and certificate authentication,
 //! CSR checks, usages; without Kubernetes), and the Rust edge's bootstrap against it.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[actix_rt::test]
 async fn ca_crt_is_served_without_a_client_certificate() {

@@ -1,13 +1,11 @@
 //! Downstream delivery through real sockets: trimming, classification, retries, ACKs and
 //! ObjectSync records.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use beehive::{Content, Message};
 use cloudhub::{SyncKey, SyncSpec};
-use support::*;
 
 fn key(node: &str, ns: &str, uid: &str) -> SyncKey {
     SyncKey {

@@ -1,14 +1,12 @@
 //! The Rust edge hub client against a real cloudhub: keepalive, auto-ACK, delivery to local
 //! modules on an edge bus, sync requests answered through the cloud, reconnect.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::*;
 use beehive::{Bus, Content, Message};
 use edge::hub::{Backoff, EdgeHub, HubClient, HubClientConfig, HubEvent};
-use support::*;
 
 fn client_config(h: &Harness, node: &str) -> (HubClientConfig, Arc<rustls::ClientConfig>) {
     let cert = h.edge_cert(node);

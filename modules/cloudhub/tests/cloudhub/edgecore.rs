@@ -5,13 +5,11 @@
 //! a downstream update and acknowledges it. The end-to-end suite with the whole cloudcore is
 //! `tests/interop_edgecore.rs` at the repository root.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use beehive::{Content, Message};
 use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore, Serial};
-use support::*;
 
 const NODE: &str = "edge-node-1";
 

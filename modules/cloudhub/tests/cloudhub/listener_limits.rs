@@ -3,16 +3,14 @@
 //! keep connecting; the certificate server refuses from the head, cuts stalled bodies off and
 //! rate-limits node checks per source address.
 
-mod support;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::*;
 use cloudhub::HubHandle;
 use kubeedge_api::listener::ListenerStats;
 use rustls_pki_types::ServerName;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::client::TlsStream;

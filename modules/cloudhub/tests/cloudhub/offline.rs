@@ -2,10 +2,8 @@
 //! (created at `"0"`), so the sync loop delivers them after the node reconnects. Regression: an
 //! object created while a real edgecore was away never reached it (edgecore interop suite).
 
-mod support;
-
+use crate::support::*;
 use cloudhub::{SyncKey, SyncSpec};
-use support::*;
 
 fn key(uid: &str) -> SyncKey {
     SyncKey {

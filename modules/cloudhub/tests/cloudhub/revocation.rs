@@ -2,14 +2,12 @@
 //! Node revokes the certificates issued to it (in memory without Kubernetes; in ConfigMap
 //! `kubeedge/revokedcerts` with it, so a restarted hub still refuses them).
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
-use support::*;
 
 /// `GET /edge.crt` for `node` with a fresh CSR: with the token, or with `client`'s certificate.
 async fn request_cert(h: &Harness, node: &str, client: Option<&pki::CertAndKey>) -> (u16, String) {

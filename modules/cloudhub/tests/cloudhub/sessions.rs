@@ -1,11 +1,9 @@
 //! Connection lifecycle through real TLS sockets: checks before the upgrade, identity,
 //! keepalive, replacement, node limit and events.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[actix_rt::test]
 async fn upgrade_on_the_edge_path_and_on_root_are_both_accepted_identity_from_node_id() {

@@ -2,14 +2,12 @@
 //! written (a read-only Secret mount in a pod) does not keep the token from Secret
 //! `kubeedge/tokensecret`, and an unreachable API server does not keep it from the file.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::{TempDir, config, init_tracing};
 use cloudhub::{CloudHub, HubOptions, MemoryStore, NAMESPACE, TOKEN_SECRET};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use support::{TempDir, config, init_tracing};
 
 async fn secret_token(client: &kube::Client) -> Option<String> {
     let secret = Api::<Secret>::namespaced(client.clone(), NAMESPACE)

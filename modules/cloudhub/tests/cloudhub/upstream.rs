@@ -1,12 +1,10 @@
 //! Upstream routing through real sockets and the wire vectors.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use beehive::{Content, Message};
 use futures::SinkExt;
-use support::*;
 use tokio_tungstenite::tungstenite::Message as Frame;
 
 #[actix_rt::test]

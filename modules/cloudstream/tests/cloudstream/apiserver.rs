@@ -2,11 +2,10 @@
 //! reach the edge's kubelet through cloudstream, bytes unchanged; the Node's kubelet port is
 //! set when the edge connects; the tunnel-port ConfigMap is negotiated and cleaned.
 
-mod support;
-
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::{self, FakeKubelet, Pki, kubelet, raw_dial, upgrade_request};
 use beehive::Bus;
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, MessageType, ServerTls,
@@ -16,7 +15,6 @@ use edge::stream::AgentHandle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use support::{FakeKubelet, Pki, kubelet, raw_dial, upgrade_request};
 use tokio::io::AsyncReadExt;
 
 fn env_stream_tls() -> TlsMaterial {

@@ -2,11 +2,10 @@
 //! the real API server (Node,RBAC) for the certificate's user and groups on
 //! `nodes/<subresource>`, with allowed and denied answers cached.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{self, FakeKubelet, Pki, kubelet};
 use beehive::Bus;
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, StaticPods,
@@ -16,7 +15,6 @@ use edge::stream::AgentHandle;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, PostParams};
-use support::{FakeKubelet, Pki, kubelet};
 use tokio::io::AsyncWriteExt;
 
 struct Env {

@@ -2,17 +2,15 @@
 //! every failure case, unknown ids, CLOSE_CONNECT and redial, the read deadline, and exec's
 //! raw relay of the kubelet's 101 head.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::{self, FakeKubelet, Pki, kubelet};
 use bytes::{Bytes, BytesMut};
 use cloudstream::http1::{self, RequestHead};
 use cloudstream::ws::{self, Decoder, OpCode, Role, WsMessage, encode_frame};
 use cloudstream::{ConnectRequest, GoUrl, MessageType, TunnelMessage};
 use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
-use support::{FakeKubelet, Pki, kubelet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;

@@ -7,14 +7,12 @@
 //! is missing. The end-to-end suite through kube-apiserver is `tests/interop_edgecore.rs` at the
 //! repository root.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{self, Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
 use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore, KUBELET, Serial};
-use support::{Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "edge-node-1";

@@ -1,15 +1,13 @@
 //! Exec and attach through a real upgrade: the WebSocket `v5.channel.k8s.io` protocol between
 //! the client and the edge's kubelet, relayed byte for byte both ways.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
 use cloudstream::http1;
 use cloudstream::ws::{Decoder, Role, WsMessage};
 use edge::stream::AgentOptions;
-use support::{Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Runs one exec session as a client: stdin sent with the head, more stdin with non-UTF-8

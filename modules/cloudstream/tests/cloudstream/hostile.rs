@@ -3,18 +3,16 @@
 //! Close and REMOVE_CONNECT answers, and ambiguous request framing. Each refusal is shown
 //! together with a legitimate peer that is still served.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::support::{self, Cloud, RawTunnel, exec_request, raw_dial, upgrade_request};
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
 use cloudstream::ws::{OpCode, WsMessage};
 use cloudstream::{MessageType, Tuning, TunnelMessage};
 use kubeedge_api::listener::ListenerLimits;
 use rustls_pki_types::ServerName;
-use support::{Cloud, RawTunnel, exec_request, raw_dial, upgrade_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;

@@ -2,10 +2,9 @@
 //! peer address or one of its Node's addresses), an IP held by another node's live tunnel
 //! is refused without touching that tunnel, and lookups by node name never use IPs.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{self, Cloud, Pki, RawTunnel, raw_dial, upgrade_request};
 use beehive::Bus;
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, MessageType, ServerTls,
@@ -13,7 +12,6 @@ use cloudstream::{
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use support::{Cloud, Pki, RawTunnel, raw_dial, upgrade_request};
 use tokio::io::AsyncWriteExt;
 
 async fn dial(

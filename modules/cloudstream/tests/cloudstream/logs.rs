@@ -1,12 +1,10 @@
 //! Logs through the tunnel: plain and follow, query passthrough, errors, and many streams.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{self, Cloud, FakeKubelet, kubelet};
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
-use support::{Cloud, FakeKubelet, kubelet};
 use tokio::io::AsyncWriteExt;
 
 #[actix_rt::test]

@@ -1,14 +1,12 @@
 //! The beehive module: bus start runs the servers, bus shutdown stops them gracefully.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{Cloud, FakeKubelet, Pki};
 use beehive::Bus;
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
 use cloudstream::{CloudStream, CloudStreamConfig, CloudStreamTls, ServerTls};
-use support::{Cloud, FakeKubelet, Pki};
 use tokio::io::AsyncWriteExt;
 
 #[actix_rt::test]

@@ -1,10 +1,8 @@
 //! The stream server authenticates the API server by its client certificate.
 
-mod support;
-
 use std::sync::Arc;
 
-use support::{Cloud, Eku, Pki};
+use crate::support::{self, Cloud, Eku, Pki};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn try_get(cloud: &Cloud, config: Arc<rustls::ClientConfig>) -> std::io::Result<Vec<u8>> {

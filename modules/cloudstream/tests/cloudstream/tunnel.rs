@@ -1,15 +1,13 @@
 //! The tunnel at the frame level, as a Go edge drives it: identity checks, upgrade errors,
 //! sessions by name and IP, reconnects, opcodes, fragments, pings, connect ids.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{self, Cloud, Eku, FakeKubelet, Pki, RawTunnel, raw_dial, upgrade_request};
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
 use cloudstream::ws::{OpCode, WsMessage};
 use cloudstream::{ConnectRequest, MessageType, TunnelMessage};
-use support::{Cloud, Eku, FakeKubelet, Pki, RawTunnel, raw_dial, upgrade_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn connect_raw(cloud: &Cloud, node: &str, ip: Option<&str>) -> RawTunnel {

@@ -13,6 +13,8 @@ use kubeedge_api::devices::{Device, DeviceModel, DeviceStatus};
 use kubeedge_api::testing::{FakeEdge, faulty_client};
 use serde_json::{Value, json};
 
+use crate::support::ALONE;
+
 const WAIT: Duration = Duration::from_secs(20);
 const QUIET: Duration = Duration::from_millis(1500);
 
@@ -24,10 +26,12 @@ struct Env {
     metrics: DeviceControllerMetrics,
     /// Resolves once the controller's caches have listed.
     synced: futures::future::BoxFuture<'static, ()>,
+    _shared: tokio::sync::RwLockReadGuard<'static, ()>,
 }
 
 /// A controller talking through `client`; waits for its caches when `wait_synced`.
 async fn start_with(client: kube::Client, wait_synced: bool) -> Env {
+    let _shared = ALONE.read().await;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -56,6 +60,7 @@ async fn start_with(client: kube::Client, wait_synced: bool) -> Env {
         ns: k8s_testenv::namespace("dcauth").await,
         metrics,
         synced,
+        _shared,
     }
 }
 
@@ -476,6 +481,7 @@ async fn allow_node_to_patch_device_statuses(client: &kube::Client, node: &str) 
 
 #[actix_rt::test]
 async fn with_impersonation_reports_are_written_as_the_node_and_still_decided_first() {
+    let _shared = ALONE.read().await;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -502,6 +508,7 @@ async fn with_impersonation_reports_are_written_as_the_node_and_still_decided_fi
         client: client.clone(),
         metrics,
         synced: futures::future::ready(()).boxed(),
+        _shared,
     };
     let (e0, e1, e2) = (unique("e0"), unique("e1"), unique("e2"));
     allow_node_to_patch_device_statuses(&client, &e1).await;

@@ -13,13 +13,10 @@ use kubeedge_api::devices::{Device, DeviceModel, DeviceStatus};
 use kubeedge_api::testing::{FakeEdge, faulty_client};
 use serde_json::{Value, json};
 
+use crate::support::ALONE;
+
 const WAIT: Duration = Duration::from_secs(20);
 const QUIET: Duration = Duration::from_millis(1500);
-
-/// Every test's controller watches devices cluster-wide and creates a DeviceStatus for each,
-/// so a test that counts its own controller's status writes must run alone: it takes this
-/// lock for writing, every other test for reading.
-static ALONE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 struct Env {
     bus: Bus,

@@ -13,6 +13,8 @@ use kubeedge_api::devices::{Device, DeviceModel, DeviceStatus};
 use kubeedge_api::testing::FakeEdge;
 use serde_json::json;
 
+use crate::support::ALONE;
+
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A user allowed to read Devices and DeviceModels, and nothing on DeviceStatuses.
@@ -47,6 +49,8 @@ async fn client_as(user: &str) -> kube::Client {
 
 #[actix_rt::test]
 async fn devices_reach_the_edge_without_permission_on_devicestatuses() {
+    // Other tests' controllers would create DeviceStatuses for this test's device.
+    let _alone = ALONE.write().await;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()

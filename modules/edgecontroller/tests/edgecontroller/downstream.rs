@@ -1,13 +1,11 @@
 //! Kubernetes → edge against a real API server (docs/controllers.md), location cache
 //! pruning and recreated objects included.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use support::*;
 
 #[actix_rt::test]
 async fn a_pod_bound_to_an_edge_node_yields_exactly_one_insert() {

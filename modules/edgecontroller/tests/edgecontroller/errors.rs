@@ -3,10 +3,9 @@
 //! queues, impersonation and graceful stop. Faults are injected by a client layer
 //! (`kubeedge_api::testing::faulty_client`) in front of the real server.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use beehive::{Content, Message};
 use edgecontroller::EdgeControllerConfig;
 use http::Method;
@@ -14,7 +13,6 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::*;
 
 fn code(m: &Message) -> Option<u64> {
     let c = body(m);

@@ -1,8 +1,7 @@
 //! Edge → Kubernetes against a real API server (docs/controllers.md), with the
 //! requests injected exactly as cloudhub publishes them.
 
-mod support;
-
+use crate::support::*;
 use beehive::Content;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, Pod, ServiceAccount};
@@ -10,7 +9,6 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::time::Duration;
-use support::*;
 
 fn keys(v: &serde_json::Value) -> Vec<String> {
     let mut k: Vec<String> = v

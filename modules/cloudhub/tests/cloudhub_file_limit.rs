@@ -3,6 +3,7 @@
 //! limit), fills it with edges and checks that the next one is refused with a close, counted,
 //! while the connected edges keep working and a freed descriptor is used again.
 
+#[path = "cloudhub/support/mod.rs"]
 mod support;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! What an edge can make the hub log. A test binary of its own: it installs the process-wide
 //! log subscriber that captures the hub's lines (the hub logs from its worker threads).
 
+#[path = "cloudhub/support/mod.rs"]
 mod support;
 
 use std::io::Write;

@@ -1,0 +1,7 @@
+//! The API types' integration tests.
+//!
+//! One test binary, one module per topic: the crate and its dependencies are linked once
+//! for all of them. To run one topic:
+//! `cargo test -p kubeedge-api --test api <topic>::`.
+
+mod manifests;

@@ -1,0 +1,8 @@
+//! The Rust edge's integration tests.
+//!
+//! One test binary, one module per topic: the crate and its dependencies are linked once
+//! for all of them. To run one topic:
+//! `cargo test -p edge --test edge <topic>::`.
+
+mod bootstrap_client;
+mod server_verification;

@@ -1,0 +1,9 @@
+//! pki's integration tests.
+//!
+//! One test binary, one module per topic: the crate and its dependencies are linked once
+//! for all of them. To run one topic:
+//! `cargo test -p pki --test pki <topic>::`.
+
+mod certs;
+mod keys;
+mod tls;

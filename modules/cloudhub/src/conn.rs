@@ -17,6 +17,7 @@ use actix_http::ws::{CloseCode, OpCode};
 use beehive::Message;
 use bytes::{Bytes, BytesMut};
 use futures::future::{Either, select};
+use kubeedge_wire::hub::{self as wire, Incoming, Reassembler, WireError, cut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -25,7 +26,6 @@ use crate::hub::Hub;
 use crate::registry::{DropReason, NodeCounters};
 use crate::session::{Acked, Session, Stop, StopReason};
 use crate::upstream::{self, Upstream};
-use crate::wire::{self, Incoming, Reassembler, WireError, cut};
 
 /// Bytes the writer coalesces into one TLS write.
 const WRITE_CHUNK: usize = 64 * 1024;

@@ -43,7 +43,6 @@ mod revocation;
 mod session;
 mod store;
 mod upstream;
-pub mod wire;
 mod ws;
 
 pub use certserver::CertServerStats;
@@ -55,6 +54,8 @@ pub use config::{
 pub use error::{Error, Result};
 pub use events::event_message;
 pub use hub::{CloudHub, HubHandle, HubOptions, HubStats, ServerAddrs};
+/// The hub's framing (one definition for both ends), re-exported from [`kubeedge_wire::hub`].
+pub use kubeedge_wire::hub as wire;
 pub use material::{
     CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_SECRET, prepare, store_token,
 };

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,8 +26,9 @@ use kubeedge_api::names;
 use serde::Deserialize;
 use tracing::{debug, info, warn};
 
-use crate::hub::Hub;
-use crate::ws::{Gated, gated_tls};
+use crate::metrics::CertServerCounters;
+use crate::state::Hub;
+use crate::tls_accept::{Gated, gated_tls};
 
 /// The `listener` label of the certificate server's admission counters.
 pub(crate) const LISTENER: &str = "cloudhub_https";
@@ -37,46 +38,10 @@ const CSR_LIMIT: usize = 1024 * 1024;
 /// Task report body limit.
 const TASK_LIMIT: usize = 3 * 1024 * 1024;
 
-/// Counters of the certificate server beyond its listener's admission counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CertServerStats {
-    /// Requests refused from their head alone (no or invalid token or client certificate:
-    /// 401/403), their body never read.
-    pub unauthorized: u64,
-    /// Requests whose body did not arrive within `https.requestTimeoutSeconds`: answered
-    /// 408 and their connection closed.
-    pub request_timeouts: u64,
-    /// Requests refused because their declared or actual body exceeded the route's limit
-    /// (413).
-    pub too_large: u64,
-    /// `/node/{name}` checks refused by their source address's rate limit (429).
-    pub rate_limited: u64,
-}
-
-/// The live counters behind [`CertServerStats`].
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    unauthorized: AtomicU64,
-    request_timeouts: AtomicU64,
-    too_large: AtomicU64,
-    rate_limited: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn snapshot(&self) -> CertServerStats {
-        CertServerStats {
-            unauthorized: self.unauthorized.load(Ordering::Relaxed),
-            request_timeouts: self.request_timeouts.load(Ordering::Relaxed),
-            too_large: self.too_large.load(Ordering::Relaxed),
-            rate_limited: self.rate_limited.load(Ordering::Relaxed),
-        }
-    }
-}
-
 /// What every handler shares besides the hub.
 #[derive(Debug)]
 struct Shared {
-    counters: Arc<Counters>,
+    counters: Arc<CertServerCounters>,
     node_checks: NodeCheckLimiter,
     request_timeout: Option<Duration>,
 }
@@ -673,7 +638,7 @@ async fn task_status(
 pub(crate) fn start(
     hub: Arc<Hub>,
     mut tls: rustls::ServerConfig,
-    counters: Arc<Counters>,
+    counters: Arc<CertServerCounters>,
 ) -> Result<(actix_web::dev::ServerHandle, SocketAddr, Arc<Gate>), crate::Error> {
     let addr = hub.config.https.socket_addr();
     let bind_err = |source| crate::Error::Bind {

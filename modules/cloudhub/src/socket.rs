@@ -1,34 +1,32 @@
-//! The socket side of one session: a reader that turns frames into routed messages and a
+//! The socket driver of one session: a reader that turns frames into routed messages and a
 //! writer that drains the session's outbox under the write deadline. Both run in the
-//! connection's task; the session actor only touches the shared [`Conn`].
+//! connection's task; the session actor only touches the shared [`Outbox`].
 
-use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::cell::RefCell;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 
-use actix::Addr;
-use actix_http::ws::{CloseCode, OpCode};
+use actix_http::ws::OpCode;
 use beehive::Message;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures::future::{Either, select};
 use kubeedge_wire::hub::{self as wire, Incoming, Reassembler, WireError, cut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::hub::Hub;
-use crate::registry::{DropReason, NodeCounters};
-use crate::session::{Acked, Session, Stop, StopReason};
+use crate::messages::{Acked, SessionAddr, Stop, StopReason};
+use crate::metrics::{DropReason, NodeCounters};
+use crate::outbox::{BACKLOG_HIGH, Outbox};
+use crate::state::Hub;
+use crate::throttle::Throttle;
 use crate::upstream::{self, Upstream};
 
-/// Bytes the writer coalesces into one TLS write.
-const WRITE_CHUNK: usize = 64 * 1024;
 /// The per-thread buffer every connection of a thread reads into; what a read returns is
 /// copied into the connection's own buffer, which is released whenever it is empty. An idle
 /// connection thus holds no read buffer (an edge sends a ~200-byte keepalive every 15 s).
@@ -56,231 +54,17 @@ async fn read_some<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) -> std:
     })
     .await
 }
-/// Outbound bytes (queued or being written) at which the connection stops taking more: the
-/// session writes no further downstream messages and the reader handles no further frame (so
-/// pongs and other replies cannot pile up) until the writer drains below it. A peer that
-/// never reads is then cut off by the write deadline.
-pub(crate) const BACKLOG_HIGH: usize = 1024 * 1024;
 /// At most one `error` report from an edge is logged per connection in this period.
 const EDGE_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Bytes of an edge error's content (and of each route field) that are logged.
 const EDGE_ERROR_EXCERPT: usize = 256;
 
-/// State shared by the session actor and the connection task (same thread).
-#[derive(Debug)]
-pub(crate) struct Conn {
-    queue: RefCell<VecDeque<Bytes>>,
-    /// Bytes queued or taken by the writer and not yet written.
-    queued: Cell<usize>,
-    closed: Cell<bool>,
-    writer: RefCell<Option<Waker>>,
-    reader: RefCell<Option<Waker>>,
-    /// The reader waiting for the backlog to drain below [`BACKLOG_HIGH`].
-    drained: RefCell<Option<Waker>>,
-    /// The node's counters, for the backlog gauge (set by the session before any push).
-    gauge: RefCell<Option<Arc<NodeCounters>>>,
-    /// When the last keepalive arrived (only keepalives count, as in KubeEdge).
-    pub(crate) last_keepalive: Cell<Instant>,
-}
-
-impl Conn {
-    pub(crate) fn new() -> Rc<Self> {
-        Rc::new(Conn {
-            queue: RefCell::new(VecDeque::new()),
-            queued: Cell::new(0),
-            closed: Cell::new(false),
-            writer: RefCell::new(None),
-            reader: RefCell::new(None),
-            drained: RefCell::new(None),
-            gauge: RefCell::new(None),
-            last_keepalive: Cell::new(Instant::now()),
-        })
-    }
-
-    /// Reports this connection's backlog into `counters` (added to what the node's other
-    /// connections report, so a replaced connection draining does not hide the new one).
-    pub(crate) fn attach(&self, counters: Arc<NodeCounters>) {
-        let queued = self.queued.get() as u64;
-        counters.backlog.fetch_add(queued, Ordering::Relaxed);
-        if let Some(old) = self.gauge.borrow_mut().replace(counters) {
-            old.backlog.fetch_sub(queued, Ordering::Relaxed);
-        }
-    }
-
-    /// Queues one encoded frame; ignored once closed.
-    pub(crate) fn push(&self, frame: Bytes) {
-        if self.closed.get() {
-            return;
-        }
-        let queued = self.queued.get() + frame.len();
-        self.queued.set(queued);
-        if let Some(c) = &*self.gauge.borrow() {
-            c.backlog.fetch_add(frame.len() as u64, Ordering::Relaxed);
-            c.backlog_peak.fetch_max(queued as u64, Ordering::Relaxed);
-        }
-        self.queue.borrow_mut().push_back(frame);
-        if let Some(w) = self.writer.borrow_mut().take() {
-            w.wake();
-        }
-    }
-
-    /// The writer finished writing `n` bytes taken with [`Conn::next_chunk`].
-    fn written(&self, n: usize) {
-        let queued = self.queued.get().saturating_sub(n);
-        self.queued.set(queued);
-        if let Some(c) = &*self.gauge.borrow() {
-            c.backlog.fetch_sub(n as u64, Ordering::Relaxed);
-        }
-        if queued < BACKLOG_HIGH
-            && let Some(w) = self.drained.borrow_mut().take()
-        {
-            w.wake();
-        }
-    }
-
-    /// Resolves `true` once the backlog is below [`BACKLOG_HIGH`], `false` once closed.
-    async fn room(&self) -> bool {
-        poll_fn(|cx| {
-            if self.closed.get() {
-                return Poll::Ready(false);
-            }
-            if self.queued.get() < BACKLOG_HIGH {
-                return Poll::Ready(true);
-            }
-            *self.drained.borrow_mut() = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
-    }
-
-    /// Queues `msg` as a server frame with its resource trimmed to the edge's view.
-    pub(crate) fn push_message(&self, msg: &Message) {
-        let trimmed = kubeedge_api::trim_node(&msg.route.resource);
-        if trimmed.len() == msg.route.resource.len() {
-            self.push(wire::server_frame(msg));
-        } else {
-            let mut wire_msg = msg.clone();
-            wire_msg.route.resource = trimmed.to_owned();
-            self.push(wire::server_frame(&wire_msg));
-        }
-    }
-
-    /// Bytes queued or being written (every reply counted).
-    pub(crate) fn backlog(&self) -> usize {
-        self.queued.get()
-    }
-
-    /// Stops accepting frames; the writer flushes what is queued, then the socket closes.
-    pub(crate) fn close(&self) {
-        self.closed.set(true);
-        for w in [&self.writer, &self.reader, &self.drained] {
-            if let Some(w) = w.borrow_mut().take() {
-                w.wake();
-            }
-        }
-    }
-
-    /// Sends a close frame, then closes.
-    pub(crate) fn close_with(&self, code: CloseCode, reason: &str) {
-        self.push(wire::close_frame(code, reason, false));
-        self.close();
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.get()
-    }
-
-    /// The next bytes to write (frames coalesced), or `None` once closed and drained. They
-    /// stay counted in the backlog until [`Conn::written`].
-    async fn next_chunk(&self) -> Option<Bytes> {
-        poll_fn(|cx| {
-            let mut q = self.queue.borrow_mut();
-            if let Some(first) = q.pop_front() {
-                let mut chunk = first;
-                if q.front()
-                    .is_some_and(|f| chunk.len() + f.len() <= WRITE_CHUNK)
-                {
-                    let mut buf = BytesMut::from(&chunk[..]);
-                    while let Some(f) = q.front() {
-                        if buf.len() + f.len() > WRITE_CHUNK {
-                            break;
-                        }
-                        buf.extend_from_slice(f);
-                        q.pop_front();
-                    }
-                    chunk = buf.freeze();
-                }
-                return Poll::Ready(Some(chunk));
-            }
-            if self.closed.get() {
-                return Poll::Ready(None);
-            }
-            *self.writer.borrow_mut() = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
-    }
-
-    /// Resolves once the connection is closed from the session side.
-    async fn closed(&self) {
-        poll_fn(|cx| {
-            if self.closed.get() {
-                return Poll::Ready(());
-            }
-            *self.reader.borrow_mut() = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
-    }
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        // What was never written leaves the node's gauge with the connection.
-        if let Some(c) = self.gauge.get_mut().take() {
-            c.backlog
-                .fetch_sub(self.queued.get() as u64, Ordering::Relaxed);
-        }
-    }
-}
-
-/// At most one log line per period, counting the lines it held back in between.
-#[derive(Debug)]
-pub(crate) struct Throttle {
-    every: Duration,
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl Throttle {
-    pub(crate) const fn new(every: Duration) -> Self {
-        Throttle {
-            every,
-            last: None,
-            suppressed: 0,
-        }
-    }
-
-    /// `Some(lines held back since the last one)` when a line may be written at `now`.
-    pub(crate) fn allow(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|t| now.saturating_duration_since(t) < self.every)
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
-
 /// Everything the connection task needs.
 pub(crate) struct Link {
     pub(crate) hub: Arc<Hub>,
     pub(crate) node: Arc<str>,
-    pub(crate) addr: Addr<Session>,
-    pub(crate) conn: Rc<Conn>,
+    pub(crate) session: Arc<SessionAddr>,
+    pub(crate) outbox: Rc<Outbox>,
     /// The node's counters: they outlive connections and add up over reconnections.
     pub(crate) counters: Arc<NodeCounters>,
 }
@@ -308,7 +92,7 @@ where
     let reason = match select(reader, writer).await {
         Either::Left((reason, writer)) => {
             // Let the writer flush what is queued (a close frame, a last message).
-            link.conn.close();
+            link.outbox.close();
             let _ = tokio::time::timeout(write_deadline, writer).await;
             reason
         }
@@ -316,7 +100,8 @@ where
     };
     debug!(node = %link.node, reason = %reason, "connection ended");
     let _ = link
-        .addr
+        .session
+        .stop
         .send(Stop(StopReason::ConnectionClosed(reason)))
         .await;
 }
@@ -340,7 +125,7 @@ impl Drop for TaskGauge<'_> {
 /// Writes what the session and the reader queue. A write that makes no progress for
 /// `deadline` (`writeTimeout`) ends the connection: the peer is not reading.
 async fn write_loop<W: AsyncWrite + Unpin>(wr: &mut W, link: &Link, deadline: Duration) -> String {
-    let conn = &link.conn;
+    let conn = &link.outbox;
     loop {
         let Some(chunk) = conn.next_chunk().await else {
             let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
@@ -374,9 +159,9 @@ async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, mut buf: BytesMut, link: &L
             // Back-pressure, checked before every frame (a large read buffer can hold many
             // small pings): each frame may queue a reply, so the backlog stays below the limit
             // plus one reply.
-            if link.conn.backlog() >= BACKLOG_HIGH {
-                debug!(node = %link.node, backlog_bytes = link.conn.backlog(), "outbound backlog over its limit: reading paused");
-                if !link.conn.room().await {
+            if link.outbox.backlog() >= BACKLOG_HIGH {
+                debug!(node = %link.node, backlog_bytes = link.outbox.backlog(), "outbound backlog over its limit: reading paused");
+                if !link.outbox.room().await {
                     return "closed by the hub".into();
                 }
             }
@@ -390,14 +175,14 @@ async fn read_loop<R: AsyncRead + Unpin>(rd: &mut R, mut buf: BytesMut, link: &L
                 Err(e) => return refuse(link, &e),
             }
         }
-        if link.conn.is_closed() {
+        if link.outbox.is_closed() {
             return "closed by the hub".into();
         }
         if buf.is_empty() {
             buf = BytesMut::new();
         }
         let read = std::pin::pin!(read_some(rd, &mut buf));
-        let closed = std::pin::pin!(link.conn.closed());
+        let closed = std::pin::pin!(link.outbox.closed());
         match select(read, closed).await {
             Either::Left((Ok(0), _)) => return "connection closed by the edge".into(),
             Either::Left((Ok(_), _)) => {}
@@ -412,7 +197,7 @@ fn refuse(link: &Link, e: &WireError) -> String {
     link.hub
         .count_drop(Some(&link.counters), DropReason::Malformed, 1);
     warn!(node = %link.node, error = %e, "closing connection: bad input from edge");
-    link.conn.close_with(e.close_code(), &e.to_string());
+    link.outbox.close_with(e.close_code(), &e.to_string());
     e.to_string()
 }
 
@@ -421,7 +206,7 @@ async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<St
     let payload = match item {
         Incoming::Data(payload) => payload,
         Incoming::Ping(data) => {
-            link.conn.push(wire::frame(&data, OpCode::Pong, false));
+            link.outbox.push(wire::frame(&data, OpCode::Pong, false));
             return None;
         }
         Incoming::Pong => return None,
@@ -434,8 +219,8 @@ async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<St
     NodeCounters::add(&link.counters.received, 1);
     let hub = &link.hub;
     match upstream::route(&link.node, msg) {
-        Upstream::Keepalive => link.conn.last_keepalive.set(Instant::now()),
-        Upstream::Answer(reply) => link.conn.push_message(&reply),
+        Upstream::Keepalive => link.outbox.last_keepalive.set(Instant::now()),
+        Upstream::Answer(reply) => link.outbox.push_message(&reply),
         Upstream::VolumeReply(reply) => {
             if !matches!(
                 hub.endpoint.send_resp(reply),
@@ -450,8 +235,9 @@ async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<St
             }
             // Ordered with the session's other work; waits only when its mailbox is full.
             // (Boxed here and below: an idle connection should not carry the largest future.)
-            if let Err(actix::dev::SendError::Full(msg)) = link.addr.try_send(Acked(resp)) {
-                let _ = Box::pin(link.addr.send(msg)).await;
+            if let Err(actix::dev::SendError::Full(msg)) = link.session.acked.try_send(Acked(resp))
+            {
+                let _ = Box::pin(link.session.acked.send(msg)).await;
             }
         }
         Upstream::EdgeError(msg) => log_edge_error(link, &msg, errors),
@@ -461,7 +247,7 @@ async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<St
         Upstream::ToGroup(group, msg) => Box::pin(forward(link, msg, Target::Group(group))).await,
         Upstream::CaQuery(query) => {
             let answer = upstream::ca_answer(&link.node, &query, &hub.kube_ca_pem());
-            link.conn.push_message(&answer);
+            link.outbox.push_message(&answer);
         }
         Upstream::Drop(reason) => {
             hub.count_drop(Some(&link.counters), DropReason::Refused, 1);
@@ -524,49 +310,7 @@ async fn forward(link: &Link, msg: Message, target: Target) {
                 beehive::constants::operation::RESPONSE_ERROR,
             );
             err.content = beehive::Content::string(format!("cloud cannot serve this request: {e}"));
-            link.conn.push_message(&err);
+            link.outbox.push_message(&err);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn throttle_lets_one_line_through_per_period_and_counts_the_rest() {
-        let t0 = Instant::now();
-        let mut t = Throttle::new(Duration::from_secs(10));
-        assert_eq!(t.allow(t0), Some(0));
-        for s in 1..10 {
-            assert_eq!(t.allow(t0 + Duration::from_secs(s)), None);
-        }
-        assert_eq!(t.allow(t0 + Duration::from_secs(10)), Some(9));
-        assert_eq!(t.allow(t0 + Duration::from_secs(11)), None);
-        assert_eq!(t.allow(t0 + Duration::from_secs(25)), Some(1));
-    }
-
-    #[test]
-    fn the_backlog_counts_frames_until_written_and_the_gauge_follows_it() {
-        let counters = Arc::new(NodeCounters::default());
-        let conn = Conn::new();
-        conn.attach(counters.clone());
-        conn.push(Bytes::from(vec![0u8; 300]));
-        conn.push(Bytes::from(vec![0u8; 200]));
-        assert_eq!(conn.backlog(), 500);
-        let chunk = futures::executor::block_on(conn.next_chunk()).unwrap();
-        assert_eq!(chunk.len(), 500, "coalesced");
-        assert_eq!(conn.backlog(), 500, "still counted while being written");
-        conn.written(chunk.len());
-        assert_eq!(conn.backlog(), 0);
-        conn.push(Bytes::from(vec![0u8; 100]));
-        let s = counters.snapshot();
-        assert_eq!((s.backlog, s.backlog_peak), (100, 500));
-        drop(conn);
-        assert_eq!(
-            counters.snapshot().backlog,
-            0,
-            "released with the connection"
-        );
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pki::{CertAndKey, CertificateAuthority};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::error::Result;
 use crate::messages::{Stop, StopReason};
@@ -199,15 +199,14 @@ impl HubHandle {
 
     /// Graceful shutdown: stop accepting connections, let every session write what it has
     /// queued and close (up to 5 s), stop the servers, write pending ObjectSync records
-    /// (up to 5 s). Calling it again does nothing.
+    /// (up to 5 s), end the background tasks (up to 5 s). Calling it again does nothing.
     pub async fn shutdown(&self) {
         let hub = &self.0;
-        if hub.stopping.swap(true, Ordering::AcqRel) {
+        if !hub.registry.close() {
             return;
         }
         info!(nodes = hub.registry.len(), "cloudhub shutting down");
-        hub.registry.close();
-        hub.stopped.notify_waiters();
+        hub.stop.cancel();
         let (ws, https) = {
             let mut s = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
             (s.websocket.take(), s.https.take())
@@ -218,9 +217,17 @@ impl HubHandle {
         for (_, entry) in hub.registry.all() {
             entry.session.stop.do_send(Stop(StopReason::Shutdown));
         }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while hub.registry.len() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        // Each session actor and connection task holds a place in the tracker until it ends.
+        hub.sessions.close();
+        if tokio::time::timeout(Duration::from_secs(5), hub.sessions.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                sessions = hub.registry.len(),
+                connections = hub.sessions.len(),
+                "sessions did not close within 5 s"
+            );
         }
         if let Some(ws) = ws {
             ws.stop(true).await;
@@ -229,6 +236,17 @@ impl HubHandle {
             https.stop(true).await;
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), hub.persister.flushed()).await;
+        hub.done.cancel();
+        hub.tasks.close();
+        if tokio::time::timeout(Duration::from_secs(5), hub.tasks.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                tasks = hub.tasks.len(),
+                "background tasks did not end within 5 s"
+            );
+        }
         info!("cloudhub stopped");
     }
 

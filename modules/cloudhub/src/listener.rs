@@ -231,7 +231,8 @@ async fn upgrade(
     // The socket moves to a task of its own and the HTTP dispatcher finishes: its task (sized
     // for the TLS and HTTP states) and buffers would otherwise live as long as the session.
     // Unread bytes are copied out of the HTTP read buffer for the same reason.
-    actix_rt::spawn(socket::run(io, BytesMut::from(&read_buf[..]), link));
+    let tracker = link.hub.sessions.clone();
+    actix_rt::spawn(tracker.track_future(socket::run(io, BytesMut::from(&read_buf[..]), link)));
     Ok(())
 }
 

@@ -11,7 +11,8 @@ use beehive::{Endpoint, Message, Module};
 use kubeedge_api::names;
 use kubeedge_api::replicas::Ownership;
 use pki::{ExtKeyUsage, SignPolicy};
-use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::classify::legacy_drop;
@@ -139,8 +140,10 @@ impl CloudHub {
             token_refresh,
             servers: Mutex::new(Servers::default()),
             started: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-            stopped: Notify::new(),
+            stop: CancellationToken::new(),
+            done: CancellationToken::new(),
+            sessions: TaskTracker::new(),
+            tasks: TaskTracker::new(),
             config,
         };
         Ok(CloudHub { hub: Arc::new(hub) })
@@ -159,13 +162,15 @@ impl Actor for CloudHub {
         if self.hub.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let hub = self.hub.clone();
-        let endpoint = hub.endpoint.clone();
-        actix_rt::spawn(async move { hub.events.run(endpoint).await });
-        actix_rt::spawn(self.hub.persister.clone().run());
-        actix_rt::spawn(refresh_tokens(self.hub.clone()));
-        if let Some(client) = self.hub.kube.clone() {
-            actix_rt::spawn(revocation::watch_nodes(self.hub.clone(), client));
+        let hub = &self.hub;
+        let tasks = &hub.tasks;
+        let events = hub.clone();
+        let (endpoint, done) = (hub.endpoint.clone(), hub.done.clone());
+        actix_rt::spawn(tasks.track_future(async move { events.events.run(endpoint, done).await }));
+        actix_rt::spawn(tasks.track_future(hub.persister.clone().run(hub.done.clone())));
+        actix_rt::spawn(tasks.track_future(refresh_tokens(hub.clone())));
+        if let Some(client) = hub.kube.clone() {
+            actix_rt::spawn(tasks.track_future(revocation::watch_nodes(hub.clone(), client)));
         }
     }
 }
@@ -269,13 +274,9 @@ async fn refresh_tokens(hub: Arc<Hub>) {
     let mut wait = hub.token_refresh;
     let mut failures = 0u32;
     loop {
-        let stopped = hub.stopped.notified();
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = stopped => return,
-        }
-        if hub.stopping.load(Ordering::Acquire) {
-            return;
+            () = hub.stop.cancelled() => return,
         }
         let token = pki::create_token(hub.ca(), hub.config.token_lifetime());
         *hub.token.write().unwrap_or_else(|e| e.into_inner()) = token.clone();

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use beehive::Message;
@@ -130,13 +131,17 @@ impl Persister {
         }
     }
 
-    /// Writes queued ops forever, up to `BATCH` at a time concurrently.
-    pub(crate) async fn run(self: Arc<Self>) {
+    /// Writes queued ops, up to `BATCH` at a time concurrently, until `done` is cancelled
+    /// while nothing is queued.
+    pub(crate) async fn run(self: Arc<Self>, done: CancellationToken) {
         loop {
             let batch = self.take_batch();
             if batch.is_empty() {
                 self.idle.notify_waiters();
-                self.notify.notified().await;
+                tokio::select! {
+                    () = self.notify.notified() => {}
+                    () = done.cancelled() => return,
+                }
                 continue;
             }
             let n = batch.len() as u64;

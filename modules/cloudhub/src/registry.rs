@@ -132,8 +132,8 @@ impl Registry {
             .collect()
     }
 
-    /// Refuses new registrations from now on.
-    pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+    /// Refuses new registrations from now on; false when it already did.
+    pub(crate) fn close(&self) -> bool {
+        !self.closed.swap(true, Ordering::AcqRel)
     }
 }

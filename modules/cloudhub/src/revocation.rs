@@ -219,9 +219,8 @@ pub(crate) async fn watch_nodes(hub: Arc<Hub>, client: kube::Client) {
     let mut listing: Option<HashSet<String>> = None;
     let mut next = tokio::time::Instant::now();
     loop {
-        let stopped = hub.stopped.notified();
         tokio::select! {
-            _ = stopped => return,
+            () = hub.stop.cancelled() => return,
             _ = tokio::time::sleep_until(next) => {
                 if let Err(e) = resync(&hub, &client, horizon).await {
                     warn!(error = %e, "{NAMESPACE}/{REVOKED_CERTS}: resync failed; retrying");

@@ -9,6 +9,7 @@ use actix_http::ws::CloseCode;
 use beehive::Message;
 use kubeedge_api::NodeResource;
 use tokio::time::Instant;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{debug, info, warn};
 
 use crate::classify::{Delivery, classify, is_node_deletion};
@@ -40,6 +41,9 @@ pub(crate) struct Session {
     /// A newer connection took over (what is left behind counts as `replaced`).
     replaced: bool,
     stale_deletes: Throttle,
+    /// Holds the session's place among the hub's sessions until the actor is gone, so
+    /// shutdown can wait for it.
+    _tracked: TaskTrackerToken,
 }
 
 impl std::fmt::Debug for Session {
@@ -67,6 +71,7 @@ impl Session {
             },
             Instant::now(),
         );
+        let tracked = hub.sessions.token();
         Session {
             hub,
             node,
@@ -78,6 +83,7 @@ impl Session {
             started_unix: pki::unix_now(),
             replaced: false,
             stale_deletes: Throttle::new(STALE_NODE_DELETE_LOG_EVERY),
+            _tracked: tracked,
         }
     }
 

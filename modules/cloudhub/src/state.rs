@@ -8,7 +8,8 @@ use std::time::Duration;
 use beehive::{Endpoint, Message};
 use kubeedge_api::replicas::Ownership;
 use pki::{CertificateAuthority, SignPolicy};
-use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::CloudHubConfig;
 use crate::events::Events;
@@ -46,9 +47,17 @@ pub(crate) struct Hub {
     pub(crate) kube_ca_pem: RwLock<String>,
     pub(crate) token_refresh: Duration,
     pub(crate) servers: Mutex<Servers>,
+    /// The background tasks were started (once, with the module).
     pub(crate) started: AtomicBool,
-    pub(crate) stopping: AtomicBool,
-    pub(crate) stopped: Notify,
+    /// Cancelled when shutdown begins: background loops end, sessions are being closed.
+    pub(crate) stop: CancellationToken,
+    /// Cancelled once shutdown has closed every session and flushed the records: the
+    /// record writer and the event publisher end.
+    pub(crate) done: CancellationToken,
+    /// Session actors and their connection tasks: shutdown waits for them.
+    pub(crate) sessions: TaskTracker,
+    /// The hub's background tasks (events, record writer, token refresh, Node watch).
+    pub(crate) tasks: TaskTracker,
 }
 
 impl std::fmt::Debug for Hub {

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ use kubeedge_api::names;
 use serde::Deserialize;
 use tracing::{debug, info, warn};
 
-use crate::metrics::CertServerCounters;
+use crate::metrics::HubMetrics;
 use crate::state::Hub;
 use crate::tls_accept::{Gated, gated_tls};
 
@@ -41,7 +40,7 @@ const TASK_LIMIT: usize = 3 * 1024 * 1024;
 /// What every handler shares besides the hub.
 #[derive(Debug)]
 struct Shared {
-    counters: Arc<CertServerCounters>,
+    metrics: Arc<HubMetrics>,
     node_checks: NodeCheckLimiter,
     request_timeout: Option<Duration>,
 }
@@ -83,7 +82,7 @@ fn unauthorized(
     body: impl Into<String>,
     payload: web::Payload,
 ) -> HttpResponse {
-    shared.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
+    shared.metrics.cert_unauthorized.inc();
     unread(status, body, payload)
 }
 
@@ -188,13 +187,11 @@ impl Shared {
         result.map_err(|e| {
             let status = match &e {
                 BodyError::TooLarge { .. } => {
-                    self.counters.too_large.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.cert_too_large.inc();
                     StatusCode::PAYLOAD_TOO_LARGE
                 }
                 BodyError::TimedOut { .. } => {
-                    self.counters
-                        .request_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.metrics.cert_request_timeouts.inc();
                     StatusCode::REQUEST_TIMEOUT
                 }
                 BodyError::Read(_) => StatusCode::BAD_REQUEST,
@@ -297,9 +294,7 @@ async fn edge_crt(
             // A token holder must not be able to take over a node that is connected now:
             // the node itself renews with its current certificate instead.
             if hub.registry.get(&node).is_some() {
-                hub.counters
-                    .token_refused_connected
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                hub.metrics.token_refused_connected.inc();
                 warn!(
                     node = %node,
                     peer = ?req.peer_addr(),
@@ -456,7 +451,7 @@ async fn node_check(
     if let Some(ip) = peer
         && !shared.node_checks.allow(ip, Instant::now())
     {
-        shared.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
+        shared.metrics.cert_rate_limited.inc();
         debug!(peer = %ip, "node check rate-limited");
         return text(S::TOO_MANY_REQUESTS, "too many requests");
     }
@@ -638,7 +633,6 @@ async fn task_status(
 pub(crate) fn start(
     hub: Arc<Hub>,
     mut tls: rustls::ServerConfig,
-    counters: Arc<CertServerCounters>,
 ) -> Result<(actix_web::dev::ServerHandle, SocketAddr, Arc<Gate>), crate::Error> {
     let addr = hub.config.https.socket_addr();
     let bind_err = |source| crate::Error::Bind {
@@ -654,7 +648,7 @@ pub(crate) fn start(
     let head_timeout = gate.limits().pre_auth_timeout() + Duration::from_secs(5);
     let request_timeout = hub.config.https.request_timeout();
     let shared = web::Data::new(Shared {
-        counters,
+        metrics: hub.metrics.clone(),
         node_checks: NodeCheckLimiter::default(),
         request_timeout,
     });

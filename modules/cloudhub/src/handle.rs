@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pki::{CertAndKey, CertificateAuthority};
@@ -11,7 +10,7 @@ use tracing::{error, info, warn};
 
 use crate::error::Result;
 use crate::messages::{Stop, StopReason};
-use crate::metrics::{CertServerStats, HubStats, NodeStats};
+use crate::metrics::{CertServerStats, HubMetrics, HubStats, NodeStats};
 use crate::state::Hub;
 use crate::{certserver, listener, revocation};
 
@@ -101,25 +100,14 @@ impl HubHandle {
             .collect()
     }
 
-    /// Hub-wide counters.
+    /// Hub-wide counters (read from the hub's metrics).
     pub fn stats(&self) -> HubStats {
-        let c = &self.0.counters;
-        HubStats {
-            connected_nodes: self.0.registry.len(),
-            connection_tasks: c.connection_tasks.load(Ordering::Relaxed),
-            dropped_no_node: c.dropped_no_node.load(Ordering::Relaxed),
-            dropped_offline: c.dropped_offline.load(Ordering::Relaxed),
-            held_elsewhere: c.held_elsewhere.load(Ordering::Relaxed),
-            dropped_full: c.dropped_full.load(Ordering::Relaxed),
-            drops: c.drops.snapshot(),
-            upstream_unroutable: c.upstream_unroutable.load(Ordering::Relaxed),
-            records_written: self.0.persister.written.load(Ordering::Relaxed),
-            records_failed: self.0.persister.failed.load(Ordering::Relaxed),
-            token_refused_connected: c.token_refused_connected.load(Ordering::Relaxed),
-            revoked_refused: self.0.revocations.refused(),
-            revoked_nodes: self.0.revocations.len(),
-            revocation_writes_failed: c.revocation_writes_failed.load(Ordering::Relaxed),
-        }
+        self.0.metrics.stats()
+    }
+
+    /// The hub's metrics: [`HubMetrics::register`] adds them to a Prometheus registry.
+    pub fn metrics(&self) -> &HubMetrics {
+        &self.0.metrics
     }
 
     /// The revocation table the hub checks: a certificate for node `N` dated at or before
@@ -148,8 +136,7 @@ impl HubHandle {
 
     /// Request counters of the certificate server (port 10002).
     pub fn cert_server_stats(&self) -> CertServerStats {
-        let servers = self.0.servers.lock().unwrap_or_else(|e| e.into_inner());
-        servers.certserver.snapshot()
+        self.0.metrics.cert_server_stats()
     }
 
     /// Starts the enabled listeners on the running actix system (call from it) and returns
@@ -169,13 +156,7 @@ impl HubHandle {
         let server = &hub.material.server;
         if c.https.enable {
             let tls = pki::tls::server_config_optional_client(&server.cert_der, &server.key_der)?;
-            let counters = hub
-                .servers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .certserver
-                .clone();
-            let (handle, addr, gate) = certserver::start(hub.clone(), tls, counters)?;
+            let (handle, addr, gate) = certserver::start(hub.clone(), tls)?;
             let mut servers = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
             servers.https = Some(handle);
             servers.gates.push(gate);

@@ -78,7 +78,9 @@ pub use kubeedge_wire::hub as wire;
 pub use material::{
     CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_SECRET, prepare, store_token,
 };
-pub use metrics::{CertServerStats, DropCounts, DropReason, HubStats, NodeCounters, NodeStats};
+pub use metrics::{
+    CertServerStats, DropCounts, DropReason, HubMetrics, HubStats, NodeCounters, NodeStats,
+};
 pub use module::{CloudHub, HubOptions};
 pub use revocation::{EDGE_NODE_LABEL, REVOKED_CERTS};
 pub use store::{Created, KubeStore, MemoryStore, ObjectSyncStore, StoreError, SyncKey, SyncSpec};

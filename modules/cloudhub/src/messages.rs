@@ -8,7 +8,7 @@ use actix::{Actor, Addr, Handler, Recipient};
 use beehive::Message;
 use tracing::debug;
 
-use crate::metrics::{DropReason, HubCounters, NodeCounters};
+use crate::metrics::{DropReason, HubMetrics, NodeCounters};
 use crate::persist::Persister;
 
 /// A downstream message for this node (from the cloudhub module).
@@ -20,23 +20,23 @@ use crate::persist::Persister;
 pub(crate) struct Deliver {
     msg: Option<Message>,
     persister: Arc<Persister>,
-    hub_counters: Arc<HubCounters>,
+    metrics: Arc<HubMetrics>,
     counters: Arc<NodeCounters>,
 }
 
 impl Deliver {
-    /// `msg` for the node whose counters are `counters`; `persister` and `hub_counters` take
+    /// `msg` for the node whose counters are `counters`; `persister` and `metrics` take
     /// it over should it be dropped unhandled.
     pub(crate) fn new(
         msg: Message,
         persister: Arc<Persister>,
-        hub_counters: Arc<HubCounters>,
+        metrics: Arc<HubMetrics>,
         counters: Arc<NodeCounters>,
     ) -> Self {
         Deliver {
             msg: Some(msg),
             persister,
-            hub_counters,
+            metrics,
             counters,
         }
     }
@@ -56,7 +56,7 @@ impl Drop for Deliver {
     fn drop(&mut self) {
         let Some(msg) = self.msg.take() else { return };
         let node = kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
-        self.hub_counters
+        self.metrics
             .count_drop(Some(&self.counters), DropReason::SessionEnded, 1);
         let recorded = self.persister.record_undelivered(node, &msg);
         debug!(node, resource = %msg.route.resource, redelivered_by_sync_loop = recorded, "downstream message dropped: its session ended before handling it");

@@ -1,7 +1,17 @@
-//! What the hub counts: hub-wide counters, per-node counters, drops per reason, the
-//! certificate server's refusals; and the snapshots the handle reads them back as.
+//! What the hub counts, as prometheus-client metrics: connected nodes, connection tasks,
+//! per-node delivery counters and backlog, drops per reason, record writes, the certificate
+//! server's refusals, revocations. [`HubMetrics::register`] exposes them; the snapshots
+//! ([`HubStats`], [`NodeStats`], [`CertServerStats`]) read the same values back.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
 
 /// Why a message was not delivered. A small closed set, so a metric labelled by reason has a
 /// bounded number of series.
@@ -102,32 +112,379 @@ impl DropCounts {
     }
 }
 
-/// Live drop counters, one per reason.
-#[derive(Debug, Default)]
-pub(crate) struct DropCounters([AtomicU64; DropReason::COUNT]);
+/// Series of one node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
 
-impl DropCounters {
-    pub(crate) fn add(&self, reason: DropReason, n: u64) {
-        self.0[reason.index()].fetch_add(n, Ordering::Relaxed);
-    }
+/// Series of one node and drop reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeReasonLabels {
+    node: String,
+    reason: &'static str,
+}
 
-    pub(crate) fn snapshot(&self) -> DropCounts {
-        DropCounts(std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed)))
+/// Series of one drop reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// A byte count that goes up and down (unsigned, so the peak can use `fetch_max`).
+type ByteGauge = Gauge<u64, AtomicU64>;
+
+/// The per-node families: one series per node the hub knows.
+#[derive(Debug, Clone, Default)]
+struct NodeFamilies {
+    sent: Family<NodeLabels, Counter>,
+    acked: Family<NodeLabels, Counter>,
+    retried: Family<NodeLabels, Counter>,
+    received: Family<NodeLabels, Counter>,
+    backlog: Family<NodeLabels, ByteGauge>,
+    backlog_peak: Family<NodeLabels, ByteGauge>,
+    /// Only reasons that happened get a series: ten zero series per node would dwarf the rest.
+    drops: Family<NodeReasonLabels, Counter>,
+}
+
+/// Per-node counters, shared by the node's sessions and connections. They live as long as the
+/// hub knows the node (from its first connection until the node is deleted), so they add up
+/// over reconnections and also see what a replaced session leaves behind. Each is a series of
+/// the hub's metric families, labelled with the node.
+#[derive(Debug)]
+pub struct NodeCounters {
+    pub(crate) sent: Counter,
+    pub(crate) acked: Counter,
+    pub(crate) retried: Counter,
+    pub(crate) received: Counter,
+    pub(crate) backlog: ByteGauge,
+    pub(crate) backlog_peak: ByteGauge,
+    drops: [OnceLock<Counter>; DropReason::COUNT],
+    node: String,
+    families: NodeFamilies,
+}
+
+impl Default for NodeCounters {
+    /// Counters of no node, in no registered family.
+    fn default() -> Self {
+        NodeCounters::in_families(String::new(), NodeFamilies::default())
     }
 }
 
-/// Per-node counters, shared by the node's sessions and the metrics reader. They live as long
-/// as the hub knows the node (from its first connection until the node is deleted), so they
-/// add up over reconnections and also see what a replaced session leaves behind.
-#[derive(Debug, Default)]
-pub struct NodeCounters {
-    pub(crate) sent: AtomicU64,
-    pub(crate) acked: AtomicU64,
-    pub(crate) retried: AtomicU64,
-    pub(crate) drops: DropCounters,
-    pub(crate) received: AtomicU64,
-    pub(crate) backlog: AtomicU64,
-    pub(crate) backlog_peak: AtomicU64,
+impl NodeCounters {
+    fn in_families(node: String, families: NodeFamilies) -> Self {
+        let labels = NodeLabels { node: node.clone() };
+        NodeCounters {
+            sent: families.sent.get_or_create_owned(&labels),
+            acked: families.acked.get_or_create_owned(&labels),
+            retried: families.retried.get_or_create_owned(&labels),
+            received: families.received.get_or_create_owned(&labels),
+            backlog: families.backlog.get_or_create_owned(&labels),
+            backlog_peak: families.backlog_peak.get_or_create_owned(&labels),
+            drops: Default::default(),
+            node,
+            families,
+        }
+    }
+
+    /// A snapshot.
+    pub fn snapshot(&self) -> NodeStats {
+        let drops = DropCounts(std::array::from_fn(|i| {
+            self.drops[i].get().map_or(0, Counter::get)
+        }));
+        NodeStats {
+            sent: self.sent.get(),
+            acked: self.acked.get(),
+            retried: self.retried.get(),
+            dropped: drops.total(),
+            drops,
+            received: self.received.get(),
+            backlog: self.backlog.get(),
+            backlog_peak: self.backlog_peak.get(),
+        }
+    }
+
+    pub(crate) fn add(counter: &Counter, n: u64) {
+        counter.inc_by(n);
+    }
+
+    /// Counts `n` drops of `reason` for this node (the hub-wide count is the caller's).
+    pub(crate) fn drop_n(&self, reason: DropReason, n: u64) {
+        self.drops[reason.index()]
+            .get_or_init(|| {
+                self.families.drops.get_or_create_owned(&NodeReasonLabels {
+                    node: self.node.clone(),
+                    reason: reason.as_str(),
+                })
+            })
+            .inc_by(n);
+    }
+}
+
+/// Everything the hub counts. Cheap to share (`Arc`); [`HubMetrics::register`] adds it to a
+/// Prometheus registry.
+#[derive(Debug)]
+pub struct HubMetrics {
+    /// Live sessions (set by the session registry).
+    pub(crate) connected_nodes: Gauge,
+    /// Connection tasks (one per upgraded WebSocket) running now.
+    pub(crate) connection_tasks: Gauge,
+    nodes: NodeFamilies,
+    /// Every drop, per reason, whether or not a node's counters saw it.
+    drops: Family<ReasonLabels, Counter>,
+    /// The series of `drops`, one per reason (all exposed from the start).
+    drop_counters: [Counter; DropReason::COUNT],
+    pub(crate) records_written: Counter,
+    pub(crate) records_failed: Counter,
+    pub(crate) held_elsewhere: Counter,
+    pub(crate) token_refused_connected: Counter,
+    pub(crate) cert_unauthorized: Counter,
+    pub(crate) cert_request_timeouts: Counter,
+    pub(crate) cert_too_large: Counter,
+    pub(crate) cert_rate_limited: Counter,
+    // Read through `HubStats` only (each is also counted under a drop reason).
+    pub(crate) dropped_no_node: Counter,
+    pub(crate) dropped_offline: Counter,
+    pub(crate) dropped_full: Counter,
+    pub(crate) upstream_unroutable: Counter,
+    pub(crate) revocation_writes_failed: Counter,
+    /// The revocation table counts its own refusals; exposed at scrape time.
+    revocations: pki::Revocations,
+}
+
+impl HubMetrics {
+    /// Metrics of a hub whose revocation table is `revocations`.
+    pub(crate) fn new(revocations: pki::Revocations) -> Self {
+        let drops = Family::<ReasonLabels, Counter>::default();
+        let drop_counters = DropReason::ALL
+            .map(|r| drops.get_or_create_owned(&ReasonLabels { reason: r.as_str() }));
+        HubMetrics {
+            connected_nodes: Gauge::default(),
+            connection_tasks: Gauge::default(),
+            nodes: NodeFamilies::default(),
+            drops,
+            drop_counters,
+            records_written: Counter::default(),
+            records_failed: Counter::default(),
+            held_elsewhere: Counter::default(),
+            token_refused_connected: Counter::default(),
+            cert_unauthorized: Counter::default(),
+            cert_request_timeouts: Counter::default(),
+            cert_too_large: Counter::default(),
+            cert_rate_limited: Counter::default(),
+            dropped_no_node: Counter::default(),
+            dropped_offline: Counter::default(),
+            dropped_full: Counter::default(),
+            upstream_unroutable: Counter::default(),
+            revocation_writes_failed: Counter::default(),
+            revocations,
+        }
+    }
+
+    /// New counters for `node`, as series of the per-node families.
+    pub(crate) fn node(&self, node: &str) -> NodeCounters {
+        NodeCounters::in_families(node.to_owned(), self.nodes.clone())
+    }
+
+    /// Removes `node`'s series (a deleted node); counters still held count on, unexposed.
+    pub(crate) fn forget_node(&self, node: &str) {
+        let labels = NodeLabels {
+            node: node.to_owned(),
+        };
+        let f = &self.nodes;
+        for family in [&f.sent, &f.acked, &f.retried, &f.received] {
+            family.remove(&labels);
+        }
+        f.backlog.remove(&labels);
+        f.backlog_peak.remove(&labels);
+        for reason in DropReason::ALL {
+            f.drops.remove(&NodeReasonLabels {
+                node: node.to_owned(),
+                reason: reason.as_str(),
+            });
+        }
+    }
+
+    /// Counts `n` drops of `reason`: hub-wide, and for the node when it has counters.
+    pub(crate) fn count_drop(&self, node: Option<&NodeCounters>, reason: DropReason, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.drop_counters[reason.index()].inc_by(n);
+        if let Some(c) = node {
+            c.drop_n(reason, n);
+        }
+    }
+
+    /// Hub-wide drops per reason.
+    pub(crate) fn drop_counts(&self) -> DropCounts {
+        DropCounts(std::array::from_fn(|i| self.drop_counters[i].get()))
+    }
+
+    /// The hub-wide snapshot.
+    pub(crate) fn stats(&self) -> HubStats {
+        HubStats {
+            connected_nodes: usize::try_from(self.connected_nodes.get()).unwrap_or(0),
+            connection_tasks: u64::try_from(self.connection_tasks.get()).unwrap_or(0),
+            dropped_no_node: self.dropped_no_node.get(),
+            dropped_offline: self.dropped_offline.get(),
+            held_elsewhere: self.held_elsewhere.get(),
+            dropped_full: self.dropped_full.get(),
+            drops: self.drop_counts(),
+            upstream_unroutable: self.upstream_unroutable.get(),
+            records_written: self.records_written.get(),
+            records_failed: self.records_failed.get(),
+            token_refused_connected: self.token_refused_connected.get(),
+            revoked_refused: self.revocations.refused(),
+            revoked_nodes: self.revocations.len(),
+            revocation_writes_failed: self.revocation_writes_failed.get(),
+        }
+    }
+
+    /// The certificate server's counters.
+    pub(crate) fn cert_server_stats(&self) -> CertServerStats {
+        CertServerStats {
+            unauthorized: self.cert_unauthorized.get(),
+            request_timeouts: self.cert_request_timeouts.get(),
+            too_large: self.cert_too_large.get(),
+            rate_limited: self.cert_rate_limited.get(),
+        }
+    }
+
+    /// Adds every metric of the hub to `registry` (counters get the `_total` suffix there):
+    /// `KubeEdge_CloudHub_connected_nodes`, `cloudhub_connection_tasks`,
+    /// `cloudhub_node_messages_{sent,acked,retried,received,dropped}_total` and
+    /// `cloudhub_node_backlog{,_peak}_bytes` per node, `cloudhub_messages_dropped_total` per
+    /// reason, `cloudhub_records_{written,failed}_total`,
+    /// `cloudhub_messages_held_elsewhere_total`, `cloudhub_token_refused_connected_total`,
+    /// `cloudhub_certserver_{unauthorized,request_timeouts,too_large,rate_limited}_total`,
+    /// `cloudhub_revoked_certificates_refused_total` and `cloudhub_revoked_nodes`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "KubeEdge_CloudHub_connected_nodes",
+            "Edge nodes with a session on this cloudhub.",
+            self.connected_nodes.clone(),
+        );
+        registry.register(
+            "cloudhub_connection_tasks",
+            "Connection tasks running: one per upgraded WebSocket, until its socket closes.",
+            self.connection_tasks.clone(),
+        );
+        let f = &self.nodes;
+        for (name, help, family) in [
+            (
+                "cloudhub_node_messages_sent",
+                "Messages written to the node.",
+                &f.sent,
+            ),
+            (
+                "cloudhub_node_messages_acked",
+                "Messages the node acknowledged.",
+                &f.acked,
+            ),
+            (
+                "cloudhub_node_messages_retried",
+                "Re-sends of unacknowledged messages.",
+                &f.retried,
+            ),
+            (
+                "cloudhub_node_messages_received",
+                "Messages received from the node.",
+                &f.received,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
+        registry.register(
+            "cloudhub_node_backlog_bytes",
+            "Bytes queued toward the node and not yet written (replies included).",
+            f.backlog.clone(),
+        );
+        registry.register(
+            "cloudhub_node_backlog_peak_bytes",
+            "Highest backlog of any one connection of the node.",
+            f.backlog_peak.clone(),
+        );
+        registry.register(
+            "cloudhub_node_messages_dropped",
+            "Messages dropped for the node, by reason (stale and stale_node_delete lose nothing; queue_full and offline keep an ObjectSync record for the sync loop).",
+            f.drops.clone(),
+        );
+        registry.register(
+            "cloudhub_messages_dropped",
+            "Messages dropped by the hub, by reason (all nodes, and messages that name no node).",
+            self.drops.clone(),
+        );
+        for (name, help, counter) in [
+            (
+                "cloudhub_records_written",
+                "ObjectSync records written on acknowledgement.",
+                &self.records_written,
+            ),
+            (
+                "cloudhub_records_failed",
+                "ObjectSync writes that failed.",
+                &self.records_failed,
+            ),
+            (
+                "cloudhub_messages_held_elsewhere",
+                "Messages for nodes another replica holds, left to that replica.",
+                &self.held_elsewhere,
+            ),
+            (
+                "cloudhub_token_refused_connected",
+                "Bootstrap-token certificate requests refused because the node was connected.",
+                &self.token_refused_connected,
+            ),
+            (
+                "cloudhub_certserver_unauthorized",
+                "Certificate-server requests refused from their head alone (401/403), body unread.",
+                &self.cert_unauthorized,
+            ),
+            (
+                "cloudhub_certserver_request_timeouts",
+                "Certificate-server requests whose body did not arrive within https.requestTimeoutSeconds (408).",
+                &self.cert_request_timeouts,
+            ),
+            (
+                "cloudhub_certserver_too_large",
+                "Certificate-server requests refused for their body size (413).",
+                &self.cert_too_large,
+            ),
+            (
+                "cloudhub_certserver_rate_limited",
+                "/node/{name} checks refused by their source address's rate limit (429).",
+                &self.cert_rate_limited,
+            ),
+        ] {
+            registry.register(name, help, counter.clone());
+        }
+        registry.register_collector(Box::new(RevocationMetrics(self.revocations.clone())));
+    }
+}
+
+/// The revocation table's own counts, read at each scrape.
+#[derive(Debug)]
+struct RevocationMetrics(pki::Revocations);
+
+impl Collector for RevocationMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let refused = ConstCounter::new(self.0.refused());
+        refused.encode(encoder.encode_descriptor(
+            "cloudhub_revoked_certificates_refused",
+            "Handshakes and renewals refused because the certificate is revoked.",
+            None,
+            refused.metric_type(),
+        )?)?;
+        let nodes = ConstGauge::new(self.0.len() as i64);
+        nodes.encode(encoder.encode_descriptor(
+            "cloudhub_revoked_nodes",
+            "Deleted nodes whose earlier certificates are revoked.",
+            None,
+            nodes.metric_type(),
+        )?)?;
+        Ok(())
+    }
 }
 
 /// A point-in-time copy of a node's [`NodeCounters`].
@@ -153,48 +510,6 @@ pub struct NodeStats {
     /// plus one reply; downstream writes at the limit plus one round of writes (at most
     /// `noAckBurst` + `ackWindow` messages).
     pub backlog_peak: u64,
-}
-
-impl NodeCounters {
-    /// A snapshot.
-    pub fn snapshot(&self) -> NodeStats {
-        let drops = self.drops.snapshot();
-        NodeStats {
-            sent: self.sent.load(Ordering::Relaxed),
-            acked: self.acked.load(Ordering::Relaxed),
-            retried: self.retried.load(Ordering::Relaxed),
-            dropped: drops.total(),
-            drops,
-            received: self.received.load(Ordering::Relaxed),
-            backlog: self.backlog.load(Ordering::Relaxed),
-            backlog_peak: self.backlog_peak.load(Ordering::Relaxed),
-        }
-    }
-
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Counts `n` drops of `reason` for this node (the hub-wide count is the caller's).
-    pub(crate) fn drop_n(&self, reason: DropReason, n: u64) {
-        self.drops.add(reason, n);
-    }
-}
-
-/// Hub-wide counters.
-#[derive(Debug, Default)]
-pub(crate) struct HubCounters {
-    pub(crate) dropped_no_node: AtomicU64,
-    pub(crate) dropped_offline: AtomicU64,
-    pub(crate) held_elsewhere: AtomicU64,
-    pub(crate) dropped_full: AtomicU64,
-    pub(crate) upstream_unroutable: AtomicU64,
-    pub(crate) token_refused_connected: AtomicU64,
-    pub(crate) revocation_writes_failed: AtomicU64,
-    /// Connection tasks (one per upgraded WebSocket) running now.
-    pub(crate) connection_tasks: AtomicU64,
-    /// Every drop, per reason, whether or not a node's counters saw it.
-    pub(crate) drops: DropCounters,
 }
 
 /// A snapshot of the hub's counters.
@@ -236,19 +551,6 @@ pub struct HubStats {
     pub revocation_writes_failed: u64,
 }
 
-impl HubCounters {
-    /// Counts `n` drops of `reason`: hub-wide, and for the node when it has counters.
-    pub(crate) fn count_drop(&self, node: Option<&NodeCounters>, reason: DropReason, n: u64) {
-        if n == 0 {
-            return;
-        }
-        self.drops.add(reason, n);
-        if let Some(c) = node {
-            c.drop_n(reason, n);
-        }
-    }
-}
-
 /// Counters of the certificate server beyond its listener's admission counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CertServerStats {
@@ -265,22 +567,87 @@ pub struct CertServerStats {
     pub rate_limited: u64,
 }
 
-/// The live counters behind [`CertServerStats`].
-#[derive(Debug, Default)]
-pub(crate) struct CertServerCounters {
-    pub(crate) unauthorized: AtomicU64,
-    pub(crate) request_timeouts: AtomicU64,
-    pub(crate) too_large: AtomicU64,
-    pub(crate) rate_limited: AtomicU64,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl CertServerCounters {
-    pub(crate) fn snapshot(&self) -> CertServerStats {
-        CertServerStats {
-            unauthorized: self.unauthorized.load(Ordering::Relaxed),
-            request_timeouts: self.request_timeouts.load(Ordering::Relaxed),
-            too_large: self.too_large.load(Ordering::Relaxed),
-            rate_limited: self.rate_limited.load(Ordering::Relaxed),
+    fn exposed(metrics: &HubMetrics) -> String {
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn every_metric_is_exposed_under_its_name_and_reads_back_in_the_snapshots() {
+        let revocations = pki::Revocations::new();
+        revocations.revoke("gone", 1);
+        let m = HubMetrics::new(revocations);
+        let node = m.node("edge-1");
+        NodeCounters::add(&node.sent, 3);
+        NodeCounters::add(&node.acked, 2);
+        node.backlog.inc_by(100);
+        m.count_drop(Some(&node), DropReason::Stale, 4);
+        m.count_drop(None, DropReason::Malformed, 1);
+        m.connected_nodes.set(1);
+        m.records_written.inc();
+        m.cert_rate_limited.inc();
+        let text = exposed(&m);
+        for line in [
+            "KubeEdge_CloudHub_connected_nodes 1",
+            "cloudhub_connection_tasks 0",
+            "cloudhub_node_messages_sent_total{node=\"edge-1\"} 3",
+            "cloudhub_node_messages_acked_total{node=\"edge-1\"} 2",
+            "cloudhub_node_messages_retried_total{node=\"edge-1\"} 0",
+            "cloudhub_node_messages_received_total{node=\"edge-1\"} 0",
+            "cloudhub_node_backlog_bytes{node=\"edge-1\"} 100",
+            "cloudhub_node_backlog_peak_bytes{node=\"edge-1\"} 0",
+            "cloudhub_node_messages_dropped_total{node=\"edge-1\",reason=\"stale\"} 4",
+            "cloudhub_messages_dropped_total{reason=\"stale\"} 4",
+            "cloudhub_messages_dropped_total{reason=\"malformed\"} 1",
+            "cloudhub_messages_dropped_total{reason=\"unroutable\"} 0",
+            "cloudhub_records_written_total 1",
+            "cloudhub_records_failed_total 0",
+            "cloudhub_messages_held_elsewhere_total 0",
+            "cloudhub_token_refused_connected_total 0",
+            "cloudhub_certserver_unauthorized_total 0",
+            "cloudhub_certserver_request_timeouts_total 0",
+            "cloudhub_certserver_too_large_total 0",
+            "cloudhub_certserver_rate_limited_total 1",
+            "cloudhub_revoked_certificates_refused_total 0",
+            "cloudhub_revoked_nodes 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line:?} missing from\n{text}"
+            );
         }
+        assert!(
+            !text.contains("node=\"edge-1\",reason=\"queue_full\""),
+            "a node gets series only for reasons that happened"
+        );
+        let s = node.snapshot();
+        assert_eq!((s.sent, s.acked, s.dropped, s.backlog), (3, 2, 4, 100));
+        assert_eq!(s.drops.get(DropReason::Stale), 4);
+        let h = m.stats();
+        assert_eq!(
+            (h.connected_nodes, h.records_written, h.revoked_nodes),
+            (1, 1, 1)
+        );
+        assert_eq!(h.drops.total(), 5);
+        assert_eq!(m.cert_server_stats().rate_limited, 1);
+    }
+
+    #[test]
+    fn a_forgotten_node_leaves_the_exposition() {
+        let m = HubMetrics::new(pki::Revocations::new());
+        let node = m.node("edge-1");
+        m.count_drop(Some(&node), DropReason::Offline, 1);
+        assert!(exposed(&m).contains("node=\"edge-1\""));
+        m.forget_node("edge-1");
+        let text = exposed(&m);
+        assert!(!text.contains("edge-1"), "{text}");
+        assert!(text.contains("cloudhub_messages_dropped_total{reason=\"offline\"} 1"));
     }
 }

@@ -22,7 +22,7 @@ use crate::events::Events;
 use crate::handle::HubHandle;
 use crate::material;
 use crate::messages::Deliver;
-use crate::metrics::{DropReason, HubCounters};
+use crate::metrics::{DropReason, HubMetrics};
 use crate::persist::Persister;
 use crate::registry::Registry;
 use crate::revocation;
@@ -122,13 +122,18 @@ impl CloudHub {
         let token_refresh = options
             .token_refresh
             .unwrap_or_else(|| config.token_refresh());
+        let metrics = Arc::new(HubMetrics::new(revocations.clone()));
         let hub = Hub {
             endpoint,
-            registry: Registry::default(),
-            persister: Persister::new(store),
+            registry: Registry::new(metrics.clone()),
+            persister: Persister::new(
+                store,
+                metrics.records_written.clone(),
+                metrics.records_failed.clone(),
+            ),
             events: Events::new(),
             kube,
-            counters: Arc::new(HubCounters::default()),
+            metrics,
             revocations,
             ownership: options
                 .ownership
@@ -209,7 +214,7 @@ impl Module for CloudHub {
 /// the message (counted, and an ACK-class object keeps a record the sync loop redelivers from).
 fn dispatch(hub: &Arc<Hub>, msg: Message) {
     let Some(node) = kubeedge_api::node_of(&msg.route.resource).map(str::to_owned) else {
-        hub.counters.dropped_no_node.fetch_add(1, Ordering::Relaxed);
+        hub.metrics.dropped_no_node.inc();
         hub.count_drop(None, DropReason::Malformed, 1);
         warn!(msg = %msg, "downstream message without node id dropped");
         return;
@@ -228,14 +233,14 @@ fn dispatch(hub: &Arc<Hub>, msg: Message) {
     let deliver = Deliver::new(
         msg,
         hub.persister.clone(),
-        hub.counters.clone(),
+        hub.metrics.clone(),
         entry.counters.clone(),
     );
     if let Err(e) = entry.session.deliver.try_send(deliver) {
         match e {
             actix::dev::SendError::Full(deliver) => {
                 let msg = deliver.into_inner();
-                hub.counters.dropped_full.fetch_add(1, Ordering::Relaxed);
+                hub.metrics.dropped_full.inc();
                 hub.count_drop(Some(&entry.counters), DropReason::QueueFull, 1);
                 let recorded = hub.record_offline(node, &msg);
                 warn!(
@@ -258,11 +263,11 @@ fn dispatch(hub: &Arc<Hub>, msg: Message) {
 /// another replica holds the node: only the holder writes a node's records.
 fn offline(hub: &Hub, node: &str, msg: &Message) {
     if hub.ownership.held_elsewhere(node) {
-        hub.counters.held_elsewhere.fetch_add(1, Ordering::Relaxed);
+        hub.metrics.held_elsewhere.inc();
         debug!(node, msg = %msg, "node held by another replica, message left to it");
         return;
     }
-    hub.counters.dropped_offline.fetch_add(1, Ordering::Relaxed);
+    hub.metrics.dropped_offline.inc();
     let known = hub.registry.known_counters(node);
     hub.count_drop(known.as_deref(), DropReason::Offline, 1);
     debug!(node, msg = %msg, "node not connected here, message dropped");

@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -44,22 +45,27 @@ pub(crate) struct Persister {
     notify: Notify,
     idle: Notify,
     in_progress: AtomicU64,
-    pub(crate) written: AtomicU64,
-    pub(crate) failed: AtomicU64,
+    written: Counter,
+    failed: Counter,
 }
 
 const BATCH: usize = 32;
 
 impl Persister {
-    pub(crate) fn new(store: Arc<dyn ObjectSyncStore>) -> Arc<Self> {
+    /// A writer to `store`, counting its writes in `written` and `failed`.
+    pub(crate) fn new(
+        store: Arc<dyn ObjectSyncStore>,
+        written: Counter,
+        failed: Counter,
+    ) -> Arc<Self> {
         Arc::new(Persister {
             store,
             pending: Mutex::new(Pending::default()),
             notify: Notify::new(),
             idle: Notify::new(),
             in_progress: AtomicU64::new(0),
-            written: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
+            written,
+            failed,
         })
     }
 
@@ -120,12 +126,12 @@ impl Persister {
         };
         match result {
             Ok(()) => {
-                self.written.fetch_add(1, Ordering::Relaxed);
+                self.written.inc();
                 debug!(record = %key.name(), ?op, "objectsync recorded");
             }
             Err(e) => {
                 // The sync loop resends what the record does not show, so this self-heals.
-                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.failed.inc();
                 warn!(record = %key.name(), error = %e, "objectsync write failed");
             }
         }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::messages::SessionAddr;
-use crate::metrics::NodeCounters;
+use crate::metrics::{HubMetrics, NodeCounters};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
@@ -27,7 +27,7 @@ pub(crate) enum Refused {
     ShuttingDown,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Registry {
     sessions: Mutex<HashMap<Arc<str>, Entry>>,
     /// Counters of every node seen since start (connected or not). A separate lock, always
@@ -35,9 +35,21 @@ pub(crate) struct Registry {
     counters: Mutex<HashMap<Arc<str>, Arc<NodeCounters>>>,
     next_generation: AtomicU64,
     closed: std::sync::atomic::AtomicBool,
+    metrics: Arc<HubMetrics>,
 }
 
 impl Registry {
+    /// An empty registry whose node counters are series of `metrics`.
+    pub(crate) fn new(metrics: Arc<HubMetrics>) -> Self {
+        Registry {
+            sessions: Mutex::default(),
+            counters: Mutex::default(),
+            next_generation: AtomicU64::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            metrics,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -45,7 +57,10 @@ impl Registry {
     /// The node's counters, created on first use.
     pub(crate) fn node_counters(&self, node: &Arc<str>) -> Arc<NodeCounters> {
         let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        counters.entry(node.clone()).or_default().clone()
+        counters
+            .entry(node.clone())
+            .or_insert_with(|| Arc::new(self.metrics.node(node)))
+            .clone()
     }
 
     /// The node's counters if it has connected since start (a node never seen gets none, so
@@ -68,6 +83,7 @@ impl Registry {
     pub(crate) fn forget_counters(&self, node: &str) {
         let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         counters.remove(node);
+        self.metrics.forget_node(node);
     }
 
     /// Atomically checks the node limit (counting only *other* nodes, so a reconnect is
@@ -98,6 +114,7 @@ impl Registry {
             since: std::time::Instant::now(),
         };
         let old = sessions.insert(node.clone(), entry.clone());
+        self.metrics.connected_nodes.set(sessions.len() as i64);
         Ok((entry, old))
     }
 
@@ -107,6 +124,7 @@ impl Registry {
         match sessions.get(node) {
             Some(e) if e.generation == generation => {
                 sessions.remove(node);
+                self.metrics.connected_nodes.set(sessions.len() as i64);
                 true
             }
             _ => false,

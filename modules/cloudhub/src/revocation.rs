@@ -16,7 +16,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -157,9 +156,7 @@ pub(crate) async fn revoke(hub: &Hub, node: &str) {
     if let Some(client) = &hub.kube
         && let Err(e) = store(client, node, revoked_at).await
     {
-        hub.counters
-            .revocation_writes_failed
-            .fetch_add(1, Ordering::Relaxed);
+        hub.metrics.revocation_writes_failed.inc();
         error!(node, error = %e, "writing the revocation failed; retried by the resync loop");
     }
 }

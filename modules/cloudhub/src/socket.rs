@@ -7,7 +7,6 @@ use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use beehive::Message;
 use bytes::BytesMut;
 use futures::future::{Either, select};
 use kubeedge_wire::hub::{self as wire, Incoming, Reassembler, WireError, cut};
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -85,7 +85,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let _running = TaskGauge::enter(&link.hub.counters.connection_tasks);
+    let _running = TaskGauge::enter(&link.hub.metrics.connection_tasks);
     let write_deadline = link.hub.config.write_deadline();
     let reader = std::pin::pin!(read_loop(&mut rd, read_buf, &link));
     let writer = std::pin::pin!(write_loop(&mut wr, &link, write_deadline));
@@ -107,18 +107,18 @@ where
 }
 
 /// Counts a running task in a gauge for as long as it lives (however it ends).
-struct TaskGauge<'a>(&'a AtomicU64);
+struct TaskGauge<'a>(&'a Gauge);
 
 impl<'a> TaskGauge<'a> {
-    fn enter(gauge: &'a AtomicU64) -> Self {
-        gauge.fetch_add(1, Ordering::Relaxed);
+    fn enter(gauge: &'a Gauge) -> Self {
+        gauge.inc();
         TaskGauge(gauge)
     }
 }
 
 impl Drop for TaskGauge<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
     }
 }
 
@@ -295,10 +295,7 @@ async fn forward(link: &Link, msg: Message, target: Target) {
         Target::Group(g) => link.hub.endpoint.send_to_group(g, msg).await.map(|_| ()),
     };
     if let Err(e) = result {
-        link.hub
-            .counters
-            .upstream_unroutable
-            .fetch_add(1, Ordering::Relaxed);
+        link.hub.metrics.upstream_unroutable.inc();
         link.hub
             .count_drop(Some(&link.counters), DropReason::Unroutable, 1);
         debug!(node = %link.node, error = %e, "upstream message not deliverable");

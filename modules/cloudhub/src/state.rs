@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::CloudHubConfig;
 use crate::events::Events;
 use crate::material::Material;
-use crate::metrics::{CertServerCounters, DropReason, HubCounters, NodeCounters};
+use crate::metrics::{DropReason, HubMetrics, NodeCounters};
 use crate::persist::Persister;
 use crate::registry::Registry;
 
@@ -25,8 +25,6 @@ pub(crate) struct Servers {
     pub(crate) https: Option<actix_web::dev::ServerHandle>,
     /// Admission gates of the started listeners (their stats are `/metrics` gauges).
     pub(crate) gates: Vec<Arc<kubeedge_api::listener::Gate>>,
-    /// The certificate server's request counters (kept across restarts of the listener).
-    pub(crate) certserver: Arc<CertServerCounters>,
 }
 
 /// The state every session, the module and the servers share.
@@ -37,7 +35,7 @@ pub(crate) struct Hub {
     pub(crate) persister: Arc<Persister>,
     pub(crate) events: Events,
     pub(crate) kube: Option<kube::Client>,
-    pub(crate) counters: Arc<HubCounters>,
+    pub(crate) metrics: Arc<HubMetrics>,
     /// Node certificates revoked by deletion; checked at every TLS handshake.
     pub(crate) revocations: pki::Revocations,
     pub(crate) ownership: Ownership,
@@ -86,7 +84,7 @@ impl Hub {
 
     /// Counts `n` drops of `reason`: hub-wide, and for the node when it has counters.
     pub(crate) fn count_drop(&self, node: Option<&NodeCounters>, reason: DropReason, n: u64) {
-        self.counters.count_drop(node, reason, n);
+        self.metrics.count_drop(node, reason, n);
     }
 
     /// For a message its node did not take (away, queue full, session

@@ -5,10 +5,14 @@
 //! The one definition both ends use: cloudhub's socket driver and the `edge` crate's hub client.
 
 use actix_codec::Decoder;
-use actix_http::ws::{CloseCode, CloseReason, Codec, Frame, Item, OpCode, Parser, ProtocolError};
+use actix_http::ws::{CloseReason, Codec, Frame, Item, Parser, ProtocolError};
 use beehive::constants::{SUCCESS_CONTENT, operation as op};
 use beehive::{Content, Message};
 use bytes::{Bytes, BytesMut};
+
+/// The opcode and close code types of this module's signatures, so callers need not depend on
+/// actix-http themselves.
+pub use actix_http::ws::{CloseCode, OpCode};
 
 /// Why a WebSocket message was refused.
 #[derive(Debug, thiserror::Error)]

@@ -3,11 +3,13 @@
 //! server's refusals, revocations. [`HubMetrics::register`] exposes them; the snapshots
 //! ([`HubStats`], [`NodeStats`], [`CertServerStats`]) read the same values back.
 
-use std::sync::OnceLock;
-use std::sync::atomic::AtomicU64;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
@@ -112,112 +114,98 @@ impl DropCounts {
     }
 }
 
-/// Series of one node.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct NodeLabels {
-    node: String,
-}
-
-/// Series of one node and drop reason.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct NodeReasonLabels {
-    node: String,
-    reason: &'static str,
-}
-
 /// Series of one drop reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
 
-/// A byte count that goes up and down (unsigned, so the peak can use `fetch_max`).
-type ByteGauge = Gauge<u64, AtomicU64>;
+/// The counters of every node the hub knows (connected now or not), exposed at scrape time:
+/// one series per node and counter costs nothing between scrapes, where a metric family
+/// would hold a label set and a shared counter per node and counter.
+#[derive(Debug, Default)]
+pub(crate) struct NodeTable(Mutex<HashMap<Arc<str>, Arc<NodeCounters>>>);
 
-/// The per-node families: one series per node the hub knows.
-#[derive(Debug, Clone, Default)]
-struct NodeFamilies {
-    sent: Family<NodeLabels, Counter>,
-    acked: Family<NodeLabels, Counter>,
-    retried: Family<NodeLabels, Counter>,
-    received: Family<NodeLabels, Counter>,
-    backlog: Family<NodeLabels, ByteGauge>,
-    backlog_peak: Family<NodeLabels, ByteGauge>,
-    /// Only reasons that happened get a series: ten zero series per node would dwarf the rest.
-    drops: Family<NodeReasonLabels, Counter>,
-}
-
-/// Per-node counters, shared by the node's sessions and connections. They live as long as the
-/// hub knows the node (from its first connection until the node is deleted), so they add up
-/// over reconnections and also see what a replaced session leaves behind. Each is a series of
-/// the hub's metric families, labelled with the node.
-#[derive(Debug)]
-pub struct NodeCounters {
-    pub(crate) sent: Counter,
-    pub(crate) acked: Counter,
-    pub(crate) retried: Counter,
-    pub(crate) received: Counter,
-    pub(crate) backlog: ByteGauge,
-    pub(crate) backlog_peak: ByteGauge,
-    drops: [OnceLock<Counter>; DropReason::COUNT],
-    node: String,
-    families: NodeFamilies,
-}
-
-impl Default for NodeCounters {
-    /// Counters of no node, in no registered family.
-    fn default() -> Self {
-        NodeCounters::in_families(String::new(), NodeFamilies::default())
+impl NodeTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<NodeCounters>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The node's counters, created on first use.
+    pub(crate) fn get_or_create(&self, node: &Arc<str>) -> Arc<NodeCounters> {
+        self.lock().entry(node.clone()).or_default().clone()
+    }
+
+    /// The node's counters if it has any.
+    pub(crate) fn get(&self, node: &str) -> Option<Arc<NodeCounters>> {
+        self.lock().get(node).cloned()
+    }
+
+    /// Every node's counters.
+    pub(crate) fn all(&self) -> Vec<(String, Arc<NodeCounters>)> {
+        self.lock()
+            .iter()
+            .map(|(k, c)| (k.to_string(), c.clone()))
+            .collect()
+    }
+
+    /// Forgets a node's counters (a deleted node: the table holds one entry per node seen).
+    pub(crate) fn forget(&self, node: &str) {
+        self.lock().remove(node);
+    }
+}
+
+/// Live drop counters, one per reason.
+#[derive(Debug, Default)]
+pub(crate) struct DropCounters([AtomicU64; DropReason::COUNT]);
+
+impl DropCounters {
+    pub(crate) fn add(&self, reason: DropReason, n: u64) {
+        self.0[reason.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> DropCounts {
+        DropCounts(std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed)))
+    }
+}
+
+/// Per-node counters, shared by the node's sessions and the metrics reader. They live as long
+/// as the hub knows the node (from its first connection until the node is deleted), so they
+/// add up over reconnections and also see what a replaced session leaves behind.
+#[derive(Debug, Default)]
+pub struct NodeCounters {
+    pub(crate) sent: AtomicU64,
+    pub(crate) acked: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) drops: DropCounters,
+    pub(crate) received: AtomicU64,
+    pub(crate) backlog: AtomicU64,
+    pub(crate) backlog_peak: AtomicU64,
 }
 
 impl NodeCounters {
-    fn in_families(node: String, families: NodeFamilies) -> Self {
-        let labels = NodeLabels { node: node.clone() };
-        NodeCounters {
-            sent: families.sent.get_or_create_owned(&labels),
-            acked: families.acked.get_or_create_owned(&labels),
-            retried: families.retried.get_or_create_owned(&labels),
-            received: families.received.get_or_create_owned(&labels),
-            backlog: families.backlog.get_or_create_owned(&labels),
-            backlog_peak: families.backlog_peak.get_or_create_owned(&labels),
-            drops: Default::default(),
-            node,
-            families,
-        }
-    }
-
     /// A snapshot.
     pub fn snapshot(&self) -> NodeStats {
-        let drops = DropCounts(std::array::from_fn(|i| {
-            self.drops[i].get().map_or(0, Counter::get)
-        }));
+        let drops = self.drops.snapshot();
         NodeStats {
-            sent: self.sent.get(),
-            acked: self.acked.get(),
-            retried: self.retried.get(),
+            sent: self.sent.load(Ordering::Relaxed),
+            acked: self.acked.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
             dropped: drops.total(),
             drops,
-            received: self.received.get(),
-            backlog: self.backlog.get(),
-            backlog_peak: self.backlog_peak.get(),
+            received: self.received.load(Ordering::Relaxed),
+            backlog: self.backlog.load(Ordering::Relaxed),
+            backlog_peak: self.backlog_peak.load(Ordering::Relaxed),
         }
     }
 
-    pub(crate) fn add(counter: &Counter, n: u64) {
-        counter.inc_by(n);
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Counts `n` drops of `reason` for this node (the hub-wide count is the caller's).
     pub(crate) fn drop_n(&self, reason: DropReason, n: u64) {
-        self.drops[reason.index()]
-            .get_or_init(|| {
-                self.families.drops.get_or_create_owned(&NodeReasonLabels {
-                    node: self.node.clone(),
-                    reason: reason.as_str(),
-                })
-            })
-            .inc_by(n);
+        self.drops.add(reason, n);
     }
 }
 
@@ -229,7 +217,8 @@ pub struct HubMetrics {
     pub(crate) connected_nodes: Gauge,
     /// Connection tasks (one per upgraded WebSocket) running now.
     pub(crate) connection_tasks: Gauge,
-    nodes: NodeFamilies,
+    /// Every node's counters.
+    pub(crate) nodes: Arc<NodeTable>,
     /// Every drop, per reason, whether or not a node's counters saw it.
     drops: Family<ReasonLabels, Counter>,
     /// The series of `drops`, one per reason (all exposed from the start).
@@ -261,7 +250,7 @@ impl HubMetrics {
         HubMetrics {
             connected_nodes: Gauge::default(),
             connection_tasks: Gauge::default(),
-            nodes: NodeFamilies::default(),
+            nodes: Arc::default(),
             drops,
             drop_counters,
             records_written: Counter::default(),
@@ -278,30 +267,6 @@ impl HubMetrics {
             upstream_unroutable: Counter::default(),
             revocation_writes_failed: Counter::default(),
             revocations,
-        }
-    }
-
-    /// New counters for `node`, as series of the per-node families.
-    pub(crate) fn node(&self, node: &str) -> NodeCounters {
-        NodeCounters::in_families(node.to_owned(), self.nodes.clone())
-    }
-
-    /// Removes `node`'s series (a deleted node); counters still held count on, unexposed.
-    pub(crate) fn forget_node(&self, node: &str) {
-        let labels = NodeLabels {
-            node: node.to_owned(),
-        };
-        let f = &self.nodes;
-        for family in [&f.sent, &f.acked, &f.retried, &f.received] {
-            family.remove(&labels);
-        }
-        f.backlog.remove(&labels);
-        f.backlog_peak.remove(&labels);
-        for reason in DropReason::ALL {
-            f.drops.remove(&NodeReasonLabels {
-                node: node.to_owned(),
-                reason: reason.as_str(),
-            });
         }
     }
 
@@ -370,46 +335,7 @@ impl HubMetrics {
             "Connection tasks running: one per upgraded WebSocket, until its socket closes.",
             self.connection_tasks.clone(),
         );
-        let f = &self.nodes;
-        for (name, help, family) in [
-            (
-                "cloudhub_node_messages_sent",
-                "Messages written to the node.",
-                &f.sent,
-            ),
-            (
-                "cloudhub_node_messages_acked",
-                "Messages the node acknowledged.",
-                &f.acked,
-            ),
-            (
-                "cloudhub_node_messages_retried",
-                "Re-sends of unacknowledged messages.",
-                &f.retried,
-            ),
-            (
-                "cloudhub_node_messages_received",
-                "Messages received from the node.",
-                &f.received,
-            ),
-        ] {
-            registry.register(name, help, family.clone());
-        }
-        registry.register(
-            "cloudhub_node_backlog_bytes",
-            "Bytes queued toward the node and not yet written (replies included).",
-            f.backlog.clone(),
-        );
-        registry.register(
-            "cloudhub_node_backlog_peak_bytes",
-            "Highest backlog of any one connection of the node.",
-            f.backlog_peak.clone(),
-        );
-        registry.register(
-            "cloudhub_node_messages_dropped",
-            "Messages dropped for the node, by reason (stale and stale_node_delete lose nothing; queue_full and offline keep an ObjectSync record for the sync loop).",
-            f.drops.clone(),
-        );
+        registry.register_collector(Box::new(NodeMetrics(self.nodes.clone())));
         registry.register(
             "cloudhub_messages_dropped",
             "Messages dropped by the hub, by reason (all nodes, and messages that name no node).",
@@ -460,6 +386,92 @@ impl HubMetrics {
             registry.register(name, help, counter.clone());
         }
         registry.register_collector(Box::new(RevocationMetrics(self.revocations.clone())));
+    }
+}
+
+/// A per-node series: its name, type, help and value.
+type NodeSeries = (
+    &'static str,
+    MetricType,
+    &'static str,
+    fn(&NodeStats) -> u64,
+);
+
+/// Every node's counters, read at each scrape. Drops get a series only for reasons that
+/// happened: ten zero series per node would dwarf the rest.
+#[derive(Debug)]
+struct NodeMetrics(Arc<NodeTable>);
+
+impl Collector for NodeMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        const SERIES: [NodeSeries; 6] = [
+            (
+                "cloudhub_node_messages_sent",
+                MetricType::Counter,
+                "Messages written to the node.",
+                |s| s.sent,
+            ),
+            (
+                "cloudhub_node_messages_acked",
+                MetricType::Counter,
+                "Messages the node acknowledged.",
+                |s| s.acked,
+            ),
+            (
+                "cloudhub_node_messages_retried",
+                MetricType::Counter,
+                "Re-sends of unacknowledged messages.",
+                |s| s.retried,
+            ),
+            (
+                "cloudhub_node_messages_received",
+                MetricType::Counter,
+                "Messages received from the node.",
+                |s| s.received,
+            ),
+            (
+                "cloudhub_node_backlog_bytes",
+                MetricType::Gauge,
+                "Bytes queued toward the node and not yet written (replies included).",
+                |s| s.backlog,
+            ),
+            (
+                "cloudhub_node_backlog_peak_bytes",
+                MetricType::Gauge,
+                "Highest backlog of any one connection of the node.",
+                |s| s.backlog_peak,
+            ),
+        ];
+        let nodes: Vec<(String, NodeStats)> = self
+            .0
+            .all()
+            .into_iter()
+            .map(|(node, c)| (node, c.snapshot()))
+            .collect();
+        for (name, kind, help, value) in SERIES {
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for (node, stats) in &nodes {
+                let labels = [("node", node.as_str())];
+                let series = family.encode_family(&labels)?;
+                match kind {
+                    MetricType::Counter => ConstCounter::new(value(stats)).encode(series)?,
+                    _ => ConstGauge::new(value(stats) as i64).encode(series)?,
+                }
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "cloudhub_node_messages_dropped",
+            "Messages dropped for the node, by reason (stale and stale_node_delete lose nothing; queue_full and offline keep an ObjectSync record for the sync loop).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (node, stats) in &nodes {
+            for (reason, n) in stats.drops.iter().filter(|(_, n)| *n > 0) {
+                let labels = [("node", node.as_str()), ("reason", reason.as_str())];
+                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -584,10 +596,10 @@ mod tests {
         let revocations = pki::Revocations::new();
         revocations.revoke("gone", 1);
         let m = HubMetrics::new(revocations);
-        let node = m.node("edge-1");
+        let node = m.nodes.get_or_create(&Arc::from("edge-1"));
         NodeCounters::add(&node.sent, 3);
         NodeCounters::add(&node.acked, 2);
-        node.backlog.inc_by(100);
+        NodeCounters::add(&node.backlog, 100);
         m.count_drop(Some(&node), DropReason::Stale, 4);
         m.count_drop(None, DropReason::Malformed, 1);
         m.connected_nodes.set(1);
@@ -642,10 +654,10 @@ mod tests {
     #[test]
     fn a_forgotten_node_leaves_the_exposition() {
         let m = HubMetrics::new(pki::Revocations::new());
-        let node = m.node("edge-1");
+        let node = m.nodes.get_or_create(&Arc::from("edge-1"));
         m.count_drop(Some(&node), DropReason::Offline, 1);
         assert!(exposed(&m).contains("node=\"edge-1\""));
-        m.forget_node("edge-1");
+        m.nodes.forget("edge-1");
         let text = exposed(&m);
         assert!(!text.contains("edge-1"), "{text}");
         assert!(text.contains("cloudhub_messages_dropped_total{reason=\"offline\"} 1"));

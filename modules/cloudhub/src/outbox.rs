@@ -59,9 +59,9 @@ impl Outbox {
     /// connections report, so a replaced connection draining does not hide the new one).
     pub(crate) fn attach(&self, counters: Arc<NodeCounters>) {
         let queued = self.queued.get() as u64;
-        counters.backlog.inc_by(queued);
+        counters.backlog.fetch_add(queued, Ordering::Relaxed);
         if let Some(old) = self.gauge.borrow_mut().replace(counters) {
-            old.backlog.dec_by(queued);
+            old.backlog.fetch_sub(queued, Ordering::Relaxed);
         }
     }
 
@@ -73,10 +73,8 @@ impl Outbox {
         let queued = self.queued.get() + frame.len();
         self.queued.set(queued);
         if let Some(c) = &*self.gauge.borrow() {
-            c.backlog.inc_by(frame.len() as u64);
-            c.backlog_peak
-                .inner()
-                .fetch_max(queued as u64, Ordering::Relaxed);
+            c.backlog.fetch_add(frame.len() as u64, Ordering::Relaxed);
+            c.backlog_peak.fetch_max(queued as u64, Ordering::Relaxed);
         }
         self.queue.borrow_mut().push_back(frame);
         if let Some(w) = self.writer.borrow_mut().take() {
@@ -89,7 +87,7 @@ impl Outbox {
         let queued = self.queued.get().saturating_sub(n);
         self.queued.set(queued);
         if let Some(c) = &*self.gauge.borrow() {
-            c.backlog.dec_by(n as u64);
+            c.backlog.fetch_sub(n as u64, Ordering::Relaxed);
         }
         if queued < BACKLOG_HIGH
             && let Some(w) = self.drained.borrow_mut().take()
@@ -198,7 +196,8 @@ impl Drop for Outbox {
     fn drop(&mut self) {
         // What was never written leaves the node's gauge with the connection.
         if let Some(c) = self.gauge.get_mut().take() {
-            c.backlog.dec_by(self.queued.get() as u64);
+            c.backlog
+                .fetch_sub(self.queued.get() as u64, Ordering::Relaxed);
         }
     }
 }

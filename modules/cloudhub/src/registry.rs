@@ -30,11 +30,10 @@ pub(crate) enum Refused {
 #[derive(Debug)]
 pub(crate) struct Registry {
     sessions: Mutex<HashMap<Arc<str>, Entry>>,
-    /// Counters of every node seen since start (connected or not). A separate lock, always
-    /// taken after `sessions` when both are held.
-    counters: Mutex<HashMap<Arc<str>, Arc<NodeCounters>>>,
     next_generation: AtomicU64,
     closed: std::sync::atomic::AtomicBool,
+    /// Holds the counters of every node seen since start (connected or not), under a lock
+    /// of its own that is always taken after `sessions` when both are held.
     metrics: Arc<HubMetrics>,
 }
 
@@ -43,7 +42,6 @@ impl Registry {
     pub(crate) fn new(metrics: Arc<HubMetrics>) -> Self {
         Registry {
             sessions: Mutex::default(),
-            counters: Mutex::default(),
             next_generation: AtomicU64::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
             metrics,
@@ -56,34 +54,23 @@ impl Registry {
 
     /// The node's counters, created on first use.
     pub(crate) fn node_counters(&self, node: &Arc<str>) -> Arc<NodeCounters> {
-        let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        counters
-            .entry(node.clone())
-            .or_insert_with(|| Arc::new(self.metrics.node(node)))
-            .clone()
+        self.metrics.nodes.get_or_create(node)
     }
 
     /// The node's counters if it has connected since start (a node never seen gets none, so
     /// messages for arbitrary node names cannot grow the table).
     pub(crate) fn known_counters(&self, node: &str) -> Option<Arc<NodeCounters>> {
-        let counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        counters.get(node).cloned()
+        self.metrics.nodes.get(node)
     }
 
     /// Counters of every node seen since start.
     pub(crate) fn all_counters(&self) -> Vec<(String, Arc<NodeCounters>)> {
-        let counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        counters
-            .iter()
-            .map(|(k, c)| (k.to_string(), c.clone()))
-            .collect()
+        self.metrics.nodes.all()
     }
 
     /// Forgets a deleted node's counters (the table holds one entry per node ever seen).
     pub(crate) fn forget_counters(&self, node: &str) {
-        let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        counters.remove(node);
-        self.metrics.forget_node(node);
+        self.metrics.nodes.forget(node);
     }
 
     /// Atomically checks the node limit (counting only *other* nodes, so a reconnect is

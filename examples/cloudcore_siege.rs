@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use beehive::{Content, Message};
 use clap::{Args as ClapArgs, Parser, Subcommand};
+use cloudhub::wire;
 use edge::hub::{Backoff, DEFAULT_PROJECT_ID, HubClient, HubClientConfig, HubEvent};
 use edgecore_interop::{CloudSpec, Process};
 use futures::StreamExt as _;
@@ -362,25 +363,6 @@ fn ws_head(addr: SocketAddr, path: &str, extra: &[(&str, &str)]) -> String {
     }
     head.push_str("\r\n");
     head
-}
-
-/// A masked client frame (key 0, so the payload goes as is).
-fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x80 | opcode];
-    match payload.len() {
-        n if n < 126 => f.push(0x80 | n as u8),
-        n if n <= 0xffff => {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(0x80 | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(&[0; 4]);
-    f.extend_from_slice(payload);
-    f
 }
 
 fn pem_der(path: &Path) -> anyhow::Result<Vec<u8>> {
@@ -1096,12 +1078,8 @@ async fn one_session(task: Task, from: IpAddr, plan: &Plan, gauge: &Gauge) {
 /// `ping` message with a 16 KiB resource (answered by an echo of it), a `k8s/ca.crt` query
 /// (answered with a CA) and a keepalive (so the session is not closed for silence).
 fn flood_batch() -> Vec<u8> {
-    let text = |m: Message| {
-        let mut json = m.to_json();
-        json.push(b'\n');
-        client_frame(0x1, &json)
-    };
-    let mut batch = client_frame(0x9, &[b'p'; 125]);
+    let text = |m: Message| wire::client_frame(&m).to_vec();
+    let mut batch = wire::frame(&[b'p'; 125], wire::OpCode::Ping, true).to_vec();
     batch.extend(text(
         Message::new()
             .with_route("edged", "resource", "r".repeat(16 * 1024), "ping")

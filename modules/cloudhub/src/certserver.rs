@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,8 +25,9 @@ use kubeedge_api::names;
 use serde::Deserialize;
 use tracing::{debug, info, warn};
 
-use crate::hub::Hub;
-use crate::ws::{Gated, gated_tls};
+use crate::metrics::HubMetrics;
+use crate::state::Hub;
+use crate::tls_accept::{Gated, gated_tls};
 
 /// The `listener` label of the certificate server's admission counters.
 pub(crate) const LISTENER: &str = "cloudhub_https";
@@ -37,46 +37,10 @@ const CSR_LIMIT: usize = 1024 * 1024;
 /// Task report body limit.
 const TASK_LIMIT: usize = 3 * 1024 * 1024;
 
-/// Counters of the certificate server beyond its listener's admission counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CertServerStats {
-    /// Requests refused from their head alone (no or invalid token or client certificate:
-    /// 401/403), their body never read.
-    pub unauthorized: u64,
-    /// Requests whose body did not arrive within `https.requestTimeoutSeconds`: answered
-    /// 408 and their connection closed.
-    pub request_timeouts: u64,
-    /// Requests refused because their declared or actual body exceeded the route's limit
-    /// (413).
-    pub too_large: u64,
-    /// `/node/{name}` checks refused by their source address's rate limit (429).
-    pub rate_limited: u64,
-}
-
-/// The live counters behind [`CertServerStats`].
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    unauthorized: AtomicU64,
-    request_timeouts: AtomicU64,
-    too_large: AtomicU64,
-    rate_limited: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn snapshot(&self) -> CertServerStats {
-        CertServerStats {
-            unauthorized: self.unauthorized.load(Ordering::Relaxed),
-            request_timeouts: self.request_timeouts.load(Ordering::Relaxed),
-            too_large: self.too_large.load(Ordering::Relaxed),
-            rate_limited: self.rate_limited.load(Ordering::Relaxed),
-        }
-    }
-}
-
 /// What every handler shares besides the hub.
 #[derive(Debug)]
 struct Shared {
-    counters: Arc<Counters>,
+    metrics: Arc<HubMetrics>,
     node_checks: NodeCheckLimiter,
     request_timeout: Option<Duration>,
 }
@@ -118,7 +82,7 @@ fn unauthorized(
     body: impl Into<String>,
     payload: web::Payload,
 ) -> HttpResponse {
-    shared.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
+    shared.metrics.cert_unauthorized.inc();
     unread(status, body, payload)
 }
 
@@ -223,13 +187,11 @@ impl Shared {
         result.map_err(|e| {
             let status = match &e {
                 BodyError::TooLarge { .. } => {
-                    self.counters.too_large.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.cert_too_large.inc();
                     StatusCode::PAYLOAD_TOO_LARGE
                 }
                 BodyError::TimedOut { .. } => {
-                    self.counters
-                        .request_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.metrics.cert_request_timeouts.inc();
                     StatusCode::REQUEST_TIMEOUT
                 }
                 BodyError::Read(_) => StatusCode::BAD_REQUEST,
@@ -332,9 +294,7 @@ async fn edge_crt(
             // A token holder must not be able to take over a node that is connected now:
             // the node itself renews with its current certificate instead.
             if hub.registry.get(&node).is_some() {
-                hub.counters
-                    .token_refused_connected
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                hub.metrics.token_refused_connected.inc();
                 warn!(
                     node = %node,
                     peer = ?req.peer_addr(),
@@ -491,7 +451,7 @@ async fn node_check(
     if let Some(ip) = peer
         && !shared.node_checks.allow(ip, Instant::now())
     {
-        shared.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
+        shared.metrics.cert_rate_limited.inc();
         debug!(peer = %ip, "node check rate-limited");
         return text(S::TOO_MANY_REQUESTS, "too many requests");
     }
@@ -673,7 +633,6 @@ async fn task_status(
 pub(crate) fn start(
     hub: Arc<Hub>,
     mut tls: rustls::ServerConfig,
-    counters: Arc<Counters>,
 ) -> Result<(actix_web::dev::ServerHandle, SocketAddr, Arc<Gate>), crate::Error> {
     let addr = hub.config.https.socket_addr();
     let bind_err = |source| crate::Error::Bind {
@@ -689,7 +648,7 @@ pub(crate) fn start(
     let head_timeout = gate.limits().pre_auth_timeout() + Duration::from_secs(5);
     let request_timeout = hub.config.https.request_timeout();
     let shared = web::Data::new(Shared {
-        counters,
+        metrics: hub.metrics.clone(),
         node_checks: NodeCheckLimiter::default(),
         request_timeout,
     });

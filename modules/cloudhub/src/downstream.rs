@@ -13,7 +13,7 @@ use kubeedge_api::version::is_newer;
 use tokio::time::Instant;
 
 use crate::classify::{ObjectInfo, is_delete, object_info};
-use crate::registry::DropReason;
+use crate::metrics::DropReason;
 
 /// Re-send period and writes per round, as KubeEdge's: every 5 s, 5 writes.
 pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use beehive::{Content, Endpoint, Message};
 use kubeedge_api::names::{self, operation as hub_op};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 /// Events waiting for each destination; beyond this they are dropped with a warning.
@@ -83,21 +84,36 @@ impl Events {
         self.publish(node, hub_op::DISCONNECTED);
     }
 
-    /// Publishes queued events until the bus shuts down (started once, with the module).
-    /// Each destination gets every event in order, waiting while its mailbox is full: a burst
-    /// of reconnects must not lose the events that catch nodes up.
-    pub(crate) async fn run(&self, endpoint: Endpoint) {
+    /// Publishes queued events until the bus shuts down or `done` is cancelled with nothing
+    /// queued (started once, with the module). Each destination gets every event in order,
+    /// waiting while its mailbox is full: a burst of reconnects must not lose the events that
+    /// catch nodes up.
+    pub(crate) async fn run(&self, endpoint: Endpoint, done: CancellationToken) {
         let receivers =
             std::mem::take(&mut *self.receivers.lock().unwrap_or_else(|e| e.into_inner()));
         let publishers = receivers
             .into_iter()
-            .map(|(destination, rx)| publish(destination, rx, endpoint.clone()));
+            .map(|(destination, rx)| publish(destination, rx, endpoint.clone(), done.clone()));
         futures::future::join_all(publishers).await;
     }
 }
 
-async fn publish(destination: Destination, mut rx: mpsc::Receiver<Message>, endpoint: Endpoint) {
-    while let Some(msg) = rx.recv().await {
+async fn publish(
+    destination: Destination,
+    mut rx: mpsc::Receiver<Message>,
+    endpoint: Endpoint,
+    done: CancellationToken,
+) {
+    loop {
+        // Queued events first: the last sessions' `disconnected` goes out before the end.
+        let msg = tokio::select! {
+            biased;
+            msg = rx.recv() => match msg {
+                Some(msg) => msg,
+                None => return,
+            },
+            () = done.cancelled() => return,
+        };
         let sent = match destination {
             Destination::Group(group) => endpoint.send_to_group(group, msg).await.map(drop),
             Destination::Module(module) => endpoint.send(module, msg).await,

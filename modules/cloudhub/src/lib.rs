@@ -8,6 +8,19 @@
 //! edge bootstrap ─► HTTPS :10002  /ca.crt  /edge.crt (token or cert)  /node/{name}
 //! ```
 //!
+//! Inside, each layer uses only the ones below it (`scripts/module-graph` checks):
+//!
+//! ```text
+//! module (CloudHub: the bus module, routes downstream) ─► handle (HubHandle: servers, stats, stop)
+//!   ─► listener (WebSocket :10000, checks before the 101) · certserver (:10002) · revocation
+//!   ─► session (the actor, one per edge) · socket (the socket driver: frames in, outbox out)
+//!   ─► state (Hub: what every part shares) ─► registry (node → session) ─► messages (Deliver,
+//!      Acked, Stop; sessions are reached as Recipients) ─► persist (ObjectSync writer)
+//!   ─► downstream (ACK window, re-sends) · outbox (frames a session and its socket share)
+//! leaves: config · error · classify · store · upstream · events · metrics · throttle ·
+//!         tls_accept (admission + TLS) · material (CA, certificate, token)
+//! ```
+//!
 //! Start with [`CloudHub`] (the module) and [`HubHandle`] (servers, token, counters,
 //! shutdown); the configuration is [`CloudHubConfig`] (`modules.cloudHub`). What the hub
 //! checks, guarantees and leaves to the sync loop is in `README.md` beside this crate.
@@ -31,22 +44,27 @@
 mod certserver;
 mod classify;
 mod config;
-mod conn;
 mod downstream;
 mod error;
 mod events;
-mod hub;
+mod handle;
+mod listener;
 mod material;
+mod messages;
+mod metrics;
+mod module;
+mod outbox;
 mod persist;
 mod registry;
 mod revocation;
 mod session;
+mod socket;
+mod state;
 mod store;
+mod throttle;
+mod tls_accept;
 mod upstream;
-pub mod wire;
-mod ws;
 
-pub use certserver::CertServerStats;
 pub use classify::{Delivery, ObjectInfo, classify, object_info};
 pub use config::{
     AuthorizationConfig, AuthorizationMode, CloudHubConfig, ListenerConfig, NodeAuthorization,
@@ -54,10 +72,15 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use events::event_message;
-pub use hub::{CloudHub, HubHandle, HubOptions, HubStats, ServerAddrs};
+pub use handle::{HubHandle, ServerAddrs};
+/// The hub's framing (one definition for both ends), re-exported from [`kubeedge_wire::hub`].
+pub use kubeedge_wire::hub as wire;
 pub use material::{
     CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_SECRET, prepare, store_token,
 };
-pub use registry::{DropCounts, DropReason, NodeCounters, NodeStats};
+pub use metrics::{
+    CertServerStats, DropCounts, DropReason, HubMetrics, HubStats, NodeCounters, NodeStats,
+};
+pub use module::{CloudHub, HubOptions};
 pub use revocation::{EDGE_NODE_LABEL, REVOKED_CERTS};
 pub use store::{Created, KubeStore, MemoryStore, ObjectSyncStore, StoreError, SyncKey, SyncSpec};

@@ -6,9 +6,15 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use beehive::Message;
+use kubeedge_api::names;
+
+use crate::classify::{Delivery, classify, is_delete, object_info};
 use crate::store::{ObjectSyncStore, SyncKey, SyncSpec};
 
 /// What to record for one key.
@@ -39,22 +45,27 @@ pub(crate) struct Persister {
     notify: Notify,
     idle: Notify,
     in_progress: AtomicU64,
-    pub(crate) written: AtomicU64,
-    pub(crate) failed: AtomicU64,
+    written: Counter,
+    failed: Counter,
 }
 
 const BATCH: usize = 32;
 
 impl Persister {
-    pub(crate) fn new(store: Arc<dyn ObjectSyncStore>) -> Arc<Self> {
+    /// A writer to `store`, counting its writes in `written` and `failed`.
+    pub(crate) fn new(
+        store: Arc<dyn ObjectSyncStore>,
+        written: Counter,
+        failed: Counter,
+    ) -> Arc<Self> {
         Arc::new(Persister {
             store,
             pending: Mutex::new(Pending::default()),
             notify: Notify::new(),
             idle: Notify::new(),
             in_progress: AtomicU64::new(0),
-            written: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
+            written,
+            failed,
         })
     }
 
@@ -115,29 +126,47 @@ impl Persister {
         };
         match result {
             Ok(()) => {
-                self.written.fetch_add(1, Ordering::Relaxed);
+                self.written.inc();
                 debug!(record = %key.name(), ?op, "objectsync recorded");
             }
             Err(e) => {
                 // The sync loop resends what the record does not show, so this self-heals.
-                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.failed.inc();
                 warn!(record = %key.name(), error = %e, "objectsync write failed");
             }
         }
     }
 
-    /// Writes queued ops forever, up to `BATCH` at a time concurrently.
-    pub(crate) async fn run(self: Arc<Self>) {
+    /// Writes queued ops, up to `BATCH` at a time concurrently, until `done` is cancelled
+    /// while nothing is queued.
+    pub(crate) async fn run(self: Arc<Self>, done: CancellationToken) {
         loop {
             let batch = self.take_batch();
             if batch.is_empty() {
                 self.idle.notify_waiters();
-                self.notify.notified().await;
+                tokio::select! {
+                    () = self.notify.notified() => {}
+                    () = done.cancelled() => return,
+                }
                 continue;
             }
             let n = batch.len() as u64;
             futures::future::join_all(batch.into_iter().map(|(k, op)| self.write(k, op))).await;
             self.in_progress.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    /// For a message its node did not take (away, queue full, session ended): the record a
+    /// first-seen object gets (status `"0"`; an existing record is left alone) is what makes
+    /// the sync loop send it once the node can take it. True when the message is one the sync
+    /// loop redelivers (an ACK-class object with a UID).
+    pub(crate) fn record_undelivered(&self, node: &str, msg: &Message) -> bool {
+        match offline_record(node, msg) {
+            Some((key, spec)) => {
+                self.submit(key, PersistOp::Ensure { spec });
+                true
+            }
+            None => false,
         }
     }
 
@@ -152,6 +181,105 @@ impl Persister {
             }
             self.notify.notify_one();
             let _ = tokio::time::timeout(std::time::Duration::from_millis(50), idle).await;
+        }
+    }
+}
+
+/// The record to ensure for a downstream message its node could not take, so the sync loop delivers
+/// it later: an ACK-class `resource` message with a resource version about an object with a UID,
+/// that is neither a delete (the sync loop finds the object gone by itself) nor an answer to a
+/// query.
+fn offline_record(node: &str, msg: &Message) -> Option<(SyncKey, SyncSpec)> {
+    if classify(msg) != Delivery::Ack
+        || msg.route.group != names::GROUP_RESOURCE
+        || msg.route.operation == beehive::constants::operation::RESPONSE
+        || msg.header.resource_version.is_empty()
+    {
+        return None;
+    }
+    let info = object_info(msg)?;
+    if is_delete(msg, Some(&info)) {
+        return None;
+    }
+    let r = kubeedge_api::NodeResource::parse(&msg.route.resource).ok()?;
+    if r.namespace.is_empty() {
+        return None;
+    }
+    let name = if r.name.is_empty() { info.name } else { r.name };
+    Some((
+        SyncKey {
+            node: node.to_owned(),
+            namespace: r.namespace,
+            uid: info.uid,
+        },
+        SyncSpec {
+            api_version: info.api_version,
+            kind: info.kind,
+            name,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beehive::Content;
+
+    fn msg(resource: &str, op: &str, rv: &str, content: serde_json::Value) -> Message {
+        Message::new()
+            .with_route("edgecontroller", "resource", resource, op)
+            .with_resource_version(rv)
+            .with_content(Content::json(&content).unwrap())
+    }
+
+    fn cm(uid: &str) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns", "uid": uid}})
+    }
+
+    #[test]
+    fn an_insert_for_an_absent_node_gets_a_record() {
+        let (key, spec) = offline_record(
+            "e1",
+            &msg("node/e1/ns/configmap/c", "insert", "7", cm("u1")),
+        )
+        .unwrap();
+        assert_eq!(
+            (key.node.as_str(), key.namespace.as_str(), key.uid.as_str()),
+            ("e1", "ns", "u1")
+        );
+        assert_eq!(
+            (
+                spec.api_version.as_str(),
+                spec.kind.as_str(),
+                spec.name.as_str()
+            ),
+            ("v1", "ConfigMap", "c")
+        );
+    }
+
+    #[test]
+    fn deletes_responses_no_ack_and_unversioned_messages_get_none() {
+        let none = [
+            msg("node/e1/ns/configmap/c", "delete", "7", cm("u1")),
+            msg("node/e1/ns/configmap/c", "response", "7", cm("u1")),
+            msg("node/e1/ns/configmap/c", "update", "", cm("u1")),
+            msg(
+                "node/e1/ns/configmap/c",
+                "update",
+                "7",
+                serde_json::json!({"metadata": {}}),
+            ),
+            msg("node/e1/kube-node-lease/lease/e1", "update", "7", cm("u1")),
+            msg(
+                "node/e1/ns/configmap/c",
+                "update",
+                "7",
+                serde_json::json!({"metadata": {"uid": "u", "deletionTimestamp": "2020-01-01T00:00:00Z"}}),
+            ),
+        ];
+        for m in none {
+            assert_eq!(offline_record("e1", &m), None, "{m}");
         }
     }
 }

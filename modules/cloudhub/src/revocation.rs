@@ -23,11 +23,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::error::Result;
-use crate::hub::Hub;
 use crate::material::{NAMESPACE, ensure_namespace, is_status};
+use crate::messages::{Stop, StopReason};
+use crate::state::Hub;
 
 /// The ConfigMap (namespace `kubeedge`) holding node name → revoked-at (RFC 3339).
 pub const REVOKED_CERTS: &str = "revokedcerts";
@@ -136,6 +137,30 @@ async fn remove(client: &kube::Client, node: &str, revoked_at: i64) -> Result<()
     }
 }
 
+/// Revokes every certificate issued to `node` until now, closes its session, and (with
+/// Kubernetes) records the revocation in ConfigMap `kubeedge/revokedcerts`. The
+/// in-memory table is updated first, so no new handshake with an old certificate
+/// succeeds once this starts; a failed write is retried by the resync loop.
+pub(crate) async fn revoke(hub: &Hub, node: &str) {
+    if node.is_empty() {
+        return;
+    }
+    let revoked_at = pki::unix_now();
+    hub.revocations.revoke(node, revoked_at);
+    let session = hub.registry.get(node);
+    warn!(node, revoked = %pki::rfc3339(revoked_at), connected = session.is_some(), "node deleted: its certificates are revoked");
+    if let Some(entry) = session {
+        entry.session.stop.do_send(Stop(StopReason::NodeDeleted));
+    }
+    hub.registry.forget_counters(node);
+    if let Some(client) = &hub.kube
+        && let Err(e) = store(client, node, revoked_at).await
+    {
+        hub.metrics.revocation_writes_failed.inc();
+        error!(node, error = %e, "writing the revocation failed; retried by the resync loop");
+    }
+}
+
 /// One resync: merge the stored table, write back entries only this process holds (a
 /// failed earlier write), prune entries older than `horizon`.
 async fn resync(hub: &Hub, client: &kube::Client, horizon: i64) -> Result<()> {
@@ -168,16 +193,16 @@ async fn confirm_deleted(hub: &Hub, nodes: &Api<Node>, name: &str) {
         Ok(Some(_)) => {
             info!(node = %name, "node no longer labelled {EDGE_NODE_LABEL}; its certificates stay valid")
         }
-        Ok(None) => hub.node_deleted(name).await,
+        Ok(None) => revoke(hub, name).await,
         Err(e) => {
             warn!(node = %name, error = %e, "cannot confirm the node's deletion; revoking anyway");
-            hub.node_deleted(name).await;
+            revoke(hub, name).await;
         }
     }
 }
 
 /// Watches edge Nodes (label [`EDGE_NODE_LABEL`], metadata only) and revokes the
-/// certificates of each deleted one ([`Hub::node_deleted`]); every [`RESYNC`] re-reads and
+/// certificates of each deleted one ([`revoke`]); every [`RESYNC`] re-reads and
 /// prunes the ConfigMap. Runs until the hub stops. A re-list after a watch gap reports nodes
 /// that vanished meanwhile as deleted; deletions while no cloudcore was running are not seen.
 pub(crate) async fn watch_nodes(hub: Arc<Hub>, client: kube::Client) {
@@ -191,9 +216,8 @@ pub(crate) async fn watch_nodes(hub: Arc<Hub>, client: kube::Client) {
     let mut listing: Option<HashSet<String>> = None;
     let mut next = tokio::time::Instant::now();
     loop {
-        let stopped = hub.stopped.notified();
         tokio::select! {
-            _ = stopped => return,
+            () = hub.stop.cancelled() => return,
             _ = tokio::time::sleep_until(next) => {
                 if let Err(e) = resync(&hub, &client, horizon).await {
                     warn!(error = %e, "{NAMESPACE}/{REVOKED_CERTS}: resync failed; retrying");

@@ -9,97 +9,29 @@ use actix_http::ws::CloseCode;
 use beehive::Message;
 use kubeedge_api::NodeResource;
 use tokio::time::Instant;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{debug, info, warn};
 
 use crate::classify::{Delivery, classify, is_node_deletion};
-use crate::conn::{BACKLOG_HIGH, Conn, Throttle};
 use crate::downstream::{DownConfig, Downstream, Dropped, Intake, RETRY_INTERVAL};
-use crate::hub::Hub;
+use crate::messages::{Acked, Deliver, Stop, StopReason};
+use crate::metrics::{DropReason, NodeCounters};
+use crate::outbox::{BACKLOG_HIGH, Outbox};
 use crate::persist::PersistOp;
-use crate::registry::{DropReason, NodeCounters};
+use crate::state::Hub;
 use crate::store::{Created, SyncKey, SyncSpec};
+use crate::throttle::Throttle;
 
 /// At most one warning per session and period about node deletes that are not acted on (the
 /// sync loop may repeat such a delete every 5 s).
 const STALE_NODE_DELETE_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// A downstream message for this node (from the cloudhub module).
-///
-/// Accounts for itself: dropped unhandled (left in the mailbox of a session that ended), it
-/// counts as a [`DropReason::SessionEnded`] drop and leaves the record the sync loop
-/// redelivers from, so a message accepted into a mailbox is never lost silently.
-#[derive(Debug)]
-pub(crate) struct Deliver {
-    msg: Option<Message>,
-    hub: Arc<Hub>,
-    counters: Arc<NodeCounters>,
-}
-
-impl Deliver {
-    pub(crate) fn new(msg: Message, hub: Arc<Hub>, counters: Arc<NodeCounters>) -> Self {
-        Deliver {
-            msg: Some(msg),
-            hub,
-            counters,
-        }
-    }
-
-    /// Takes the message back (a refused send); the caller accounts for it.
-    pub(crate) fn into_inner(mut self) -> Message {
-        self.msg.take().unwrap_or_default()
-    }
-}
-
-impl Drop for Deliver {
-    fn drop(&mut self) {
-        let Some(msg) = self.msg.take() else { return };
-        let node = kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
-        self.hub
-            .count_drop(Some(&self.counters), DropReason::SessionEnded, 1);
-        let recorded = self.hub.record_offline(node, &msg);
-        debug!(node, resource = %msg.route.resource, redelivered_by_sync_loop = recorded, "downstream message dropped: its session ended before handling it");
-    }
-}
-
-impl actix::Message for Deliver {
-    type Result = ();
-}
-
-/// An upstream `response`: maybe the acknowledgement of an in-flight message.
-#[derive(Debug)]
-pub(crate) struct Acked(pub(crate) Message);
-
-impl actix::Message for Acked {
-    type Result = ();
-}
-
-/// Why a session ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StopReason {
-    /// A newer connection for the same node took over.
-    Replaced,
-    /// The hub is shutting down: write what is queued, then close.
-    Shutdown,
-    /// The node's Node object was deleted and its certificates revoked.
-    NodeDeleted,
-    /// The socket side ended (EOF, error, write timeout, bad input).
-    ConnectionClosed(String),
-}
-
-/// Ends the session.
-#[derive(Debug)]
-pub(crate) struct Stop(pub(crate) StopReason);
-
-impl actix::Message for Stop {
-    type Result = ();
-}
 
 /// The session actor. Lives on the WebSocket worker thread that accepted the connection.
 pub(crate) struct Session {
     hub: Arc<Hub>,
     node: Arc<str>,
     generation: u64,
-    conn: Rc<Conn>,
+    outbox: Rc<Outbox>,
     down: Downstream,
     counters: Arc<NodeCounters>,
     timer_at: Option<Instant>,
@@ -109,6 +41,9 @@ pub(crate) struct Session {
     /// A newer connection took over (what is left behind counts as `replaced`).
     replaced: bool,
     stale_deletes: Throttle,
+    /// Holds the session's place among the hub's sessions until the actor is gone, so
+    /// shutdown can wait for it.
+    _tracked: TaskTrackerToken,
 }
 
 impl std::fmt::Debug for Session {
@@ -121,10 +56,10 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    pub(crate) fn new(hub: Arc<Hub>, node: Arc<str>, generation: u64, conn: Rc<Conn>) -> Self {
+    pub(crate) fn new(hub: Arc<Hub>, node: Arc<str>, generation: u64, outbox: Rc<Outbox>) -> Self {
         // The node's counters outlive its connections (see `Registry::node_counters`).
         let counters = hub.registry.node_counters(&node);
-        conn.attach(counters.clone());
+        outbox.attach(counters.clone());
         let c = &hub.config;
         let down = Downstream::new(
             DownConfig {
@@ -136,17 +71,19 @@ impl Session {
             },
             Instant::now(),
         );
+        let tracked = hub.sessions.token();
         Session {
             hub,
             node,
             generation,
-            conn,
+            outbox,
             down,
             counters,
             timer_at: None,
             started_unix: pki::unix_now(),
             replaced: false,
             stale_deletes: Throttle::new(STALE_NODE_DELETE_LOG_EVERY),
+            _tracked: tracked,
         }
     }
 
@@ -181,7 +118,7 @@ impl Session {
         let revoked = self.hub.revocations.revoked_at(&self.node);
         if revoked.is_some_and(|t| t >= self.started_unix) {
             info!(node = %self.node, generation = self.generation, "node deleted, closing session");
-            self.conn.close_with(
+            self.outbox.close_with(
                 CloseCode::Policy,
                 "node deleted; its certificates are revoked",
             );
@@ -205,10 +142,10 @@ impl Session {
 
     fn check_keepalive(&mut self, ctx: &mut Context<Self>) {
         let limit = self.hub.config.keepalive();
-        let idle = self.conn.last_keepalive.get().elapsed();
+        let idle = self.outbox.last_keepalive.get().elapsed();
         if idle >= limit {
             info!(node = %self.node, idle_s = idle.as_secs(), "keepalive timeout, closing session");
-            self.conn.close_with(CloseCode::Away, "keepalive timeout");
+            self.outbox.close_with(CloseCode::Away, "keepalive timeout");
             ctx.stop();
         } else {
             ctx.run_later(limit - idle, Self::check_keepalive);
@@ -217,13 +154,13 @@ impl Session {
 
     /// Writes what the delivery state allows now and arms the next wake-up.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.conn.is_closed() {
+        if self.outbox.is_closed() {
             return;
         }
         let now = Instant::now();
-        let p = self.down.pump(now, self.conn.backlog() < BACKLOG_HIGH);
+        let p = self.down.pump(now, self.outbox.backlog() < BACKLOG_HIGH);
         for m in &p.writes {
-            self.conn.push_message(m);
+            self.outbox.push_message(m);
         }
         let fresh = p.writes.len() as u64 - p.resends;
         NodeCounters::add(&self.counters.sent, fresh);
@@ -327,7 +264,7 @@ impl Actor for Session {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.conn.close();
+        self.outbox.close();
         self.account_for_leftovers();
         // Only the registered generation speaks for the node.
         if self.hub.registry.remove(&self.node, self.generation) {
@@ -374,7 +311,7 @@ impl Handler<Deliver> for Session {
     type Result = ();
 
     fn handle(&mut self, mut deliver: Deliver, ctx: &mut Context<Self>) {
-        let Some(msg) = deliver.msg.take() else {
+        let Some(msg) = deliver.take() else {
             return;
         };
         if is_node_deletion(&msg) {
@@ -431,28 +368,28 @@ impl Handler<Stop> for Session {
             StopReason::Replaced => {
                 self.replaced = true;
                 info!(node = %self.node, generation = self.generation, "session replaced by a new connection");
-                self.conn
+                self.outbox
                     .close_with(CloseCode::Normal, "replaced by a new connection");
             }
             StopReason::Shutdown => {
                 let last = self.down.drain();
                 for m in &last {
-                    self.conn.push_message(m);
+                    self.outbox.push_message(m);
                 }
                 NodeCounters::add(&self.counters.sent, last.len() as u64);
-                self.conn
+                self.outbox
                     .close_with(CloseCode::Away, "cloudhub shutting down");
             }
             StopReason::NodeDeleted => {
                 info!(node = %self.node, generation = self.generation, "session closed: node deleted");
-                self.conn.close_with(
+                self.outbox.close_with(
                     CloseCode::Policy,
                     "node deleted; its certificates are revoked",
                 );
             }
             StopReason::ConnectionClosed(why) => {
                 debug!(node = %self.node, reason = %why, "connection closed");
-                self.conn.close();
+                self.outbox.close();
             }
         }
         ctx.stop();

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use beehive::constants::operation as op;
-use beehive::{Content, Message};
+use beehive::Message;
 use futures::{SinkExt, StreamExt};
+use kubeedge_wire::hub::{self, ack_for, keepalive, needs_ack};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::{TcpSocket, TcpStream};
@@ -141,46 +141,10 @@ pub struct HubClient {
     shared: Arc<Shared>,
 }
 
-/// The keepalive edgecore sends: source `websocket`, group `resource`, resource `node`,
-/// operation `keepalive`, content `"ping"`.
-pub fn keepalive() -> Message {
-    Message::new()
-        .with_route("websocket", "resource", "node", "keepalive")
-        .with_content(Content::string("ping"))
-}
-
-/// True for the downstream messages edgecore's metamanager acknowledges.
-pub fn needs_ack(msg: &Message) -> bool {
-    match msg.route.operation.as_str() {
-        op::INSERT | op::UPDATE | op::DELETE => true,
-        op::RESPONSE => {
-            msg.content.as_string().as_deref() != Some(beehive::constants::SUCCESS_CONTENT)
-        }
-        _ => false,
-    }
-}
-
-/// The acknowledgement of `msg`.
-pub fn ack_for(msg: &Message) -> Message {
-    msg.response(Content::string(beehive::constants::SUCCESS_CONTENT))
-}
-
+/// The framing's bytes in a tungstenite text frame (the hub's framing always writes text).
 fn encode(msg: &Message) -> Frame {
-    // Same bytes as cloudhub::wire::encode_json: Go JSON plus "\n", sync forced false.
-    let mut m = msg.clone();
-    m.header.sync = false;
-    let mut json = m.to_json();
-    json.push(b'\n');
+    let json = hub::encode_json(msg);
     Frame::Text(String::from_utf8(json).unwrap_or_default().into())
-}
-
-fn decode(payload: &[u8]) -> Result<Message, String> {
-    let mut values = serde_json::Deserializer::from_slice(payload).into_iter::<Message>();
-    match values.next() {
-        Some(Ok(m)) => Ok(m),
-        Some(Err(e)) => Err(e.to_string()),
-        None => Err("empty message".into()),
-    }
 }
 
 impl HubClient {
@@ -425,7 +389,7 @@ async fn serve(
                     Some(Err(e)) => return format!("read failed: {e}"),
                     None => return "connection closed by cloudhub".into(),
                 };
-                let msg = match decode(&payload) {
+                let msg = match hub::decode_json(&payload) {
                     Ok(m) => m,
                     // Go's ReadJSON fails the connection the same way.
                     Err(e) => return format!("undecodable message from cloudhub: {e}"),
@@ -518,40 +482,5 @@ mod tests {
         .expect("failures counted");
         assert_eq!(client.connects(), 0);
         client.stop();
-    }
-
-    #[test]
-    fn keepalive_is_the_edgecore_message_on_the_wire() {
-        let mut k = keepalive();
-        k.header.id = "5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01".into();
-        k.header.timestamp = 1_700_000_000_000;
-        let Frame::Text(text) = encode(&k) else {
-            panic!()
-        };
-        assert_eq!(
-            text.as_str(),
-            "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n"
-        );
-        assert_eq!(decode(text.as_bytes()).unwrap(), k);
-    }
-
-    #[test]
-    fn acks_copy_the_route_and_answer_the_message() {
-        let m = Message::new().with_route("edgecontroller", "resource", "default/pod/p", "update");
-        assert!(needs_ack(&m));
-        let a = ack_for(&m);
-        assert_eq!(a.header.parent_id, m.header.id);
-        assert_eq!(
-            (a.route.source.as_str(), a.route.operation.as_str()),
-            ("edgecontroller", "response")
-        );
-        assert_eq!(a.content.as_string().as_deref(), Some("OK"));
-        assert!(!needs_ack(&a), "an OK is never acknowledged");
-        assert!(!needs_ack(&Message::new().with_route(
-            "x",
-            "twin",
-            "membership",
-            "keepalive"
-        )));
     }
 }

@@ -7,32 +7,30 @@
 //! gives real write deadlines and lets the session cut a stuck peer off.
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix::Actor;
 use actix_codec::{Framed, FramedParts};
 use actix_http::header::{self, HeaderMap};
 use actix_http::{HttpMessage, HttpService, Request, Response, StatusCode, h1};
-use actix_rt::net::{ActixStream, Ready, TcpStream};
-use actix_service::{Service, ServiceFactory, ServiceFactoryExt, fn_factory, fn_service};
-use actix_tls::accept::rustls_0_23::{Acceptor, TlsStream};
+use actix_service::{ServiceFactoryExt, fn_factory, fn_service};
+use actix_tls::accept::rustls_0_23::TlsStream;
 use bytes::BytesMut;
-use kubeedge_api::listener::{Admission, Gate};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::time::{Instant, Sleep};
+use kubeedge_api::listener::Gate;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::conn::{self, Conn, Link, Throttle};
-use crate::hub::Hub;
+use crate::messages::{SessionAddr, Stop, StopReason};
+use crate::outbox::Outbox;
 use crate::registry::Refused;
-use crate::session::{Session, Stop, StopReason};
+use crate::session::Session;
+use crate::socket::{self, Link};
+use crate::state::Hub;
+use crate::throttle::Throttle;
+use crate::tls_accept::{Gated, gated_tls};
 
 /// Header names (matched case-insensitively; the real edge writes `Node_id`, `Project_id`,
 /// `Connectionuse`).
@@ -64,157 +62,6 @@ fn may_log(throttle: &Mutex<Throttle>) -> Option<u64> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .allow(Instant::now())
-}
-
-/// How the pre-authentication deadline of a [`Gated`] stands.
-enum Deadline {
-    Running(Pin<Box<Sleep>>),
-    Passed,
-    Lifted,
-}
-
-/// An admitted TCP connection: it carries its [`Admission`] for as long as it lives (the
-/// listener's open count follows the socket, through TLS, HTTP and a WebSocket session), and
-/// fails every read and write once the listener's pre-authentication deadline has passed
-/// while the peer is still unauthenticated. The deadline is the socket's own, so it covers
-/// the TLS handshake, the request head and the idle time between requests alike.
-pub(crate) struct Gated {
-    io: TcpStream,
-    peer: SocketAddr,
-    admission: Arc<Admission>,
-    deadline: Deadline,
-}
-
-impl Gated {
-    /// Admits `io` through `gate`; `None` (counted by the gate) when refused, and the socket
-    /// is then dropped without a byte read.
-    fn admit(gate: &Arc<Gate>, io: TcpStream) -> Option<Gated> {
-        let peer = io.peer_addr().ok()?;
-        let admission = gate.admit(peer.ip()).ok()?;
-        Some(Gated {
-            io,
-            peer,
-            admission: Arc::new(admission),
-            deadline: Deadline::Running(Box::pin(tokio::time::sleep(
-                gate.limits().pre_auth_timeout(),
-            ))),
-        })
-    }
-
-    /// The connection's admission: call [`Admission::authenticated`] once the peer proved
-    /// who it is.
-    pub(crate) fn admission(&self) -> &Arc<Admission> {
-        &self.admission
-    }
-
-    /// The peer's address.
-    pub(crate) fn peer_addr(&self) -> SocketAddr {
-        self.peer
-    }
-
-    fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        if let Deadline::Running(sleep) = &mut self.deadline {
-            if self.admission.is_authenticated() {
-                self.deadline = Deadline::Lifted;
-            } else if sleep.as_mut().poll(cx).is_ready() {
-                self.admission.timed_out();
-                self.deadline = Deadline::Passed;
-            }
-        }
-        match self.deadline {
-            Deadline::Passed => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "not authenticated within the pre-authentication deadline",
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl AsyncRead for Gated {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.check_deadline(cx)?;
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Gated {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.check_deadline(cx)?;
-        Pin::new(&mut this.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.check_deadline(cx)?;
-        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-impl ActixStream for Gated {
-    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<Ready>> {
-        ActixStream::poll_read_ready(&self.io, cx)
-    }
-
-    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<Ready>> {
-        ActixStream::poll_write_ready(&self.io, cx)
-    }
-}
-
-/// The front of an edge-facing listener: admits each accepted socket through `gate` (a
-/// refused one is closed unread) and runs the TLS handshake on it. The gate, not actix,
-/// bounds handshakes: actix-tls's own per-worker cap is bypassed (its service is called
-/// without its readiness check) and its timeout is set past the gate's deadline.
-pub(crate) fn gated_tls(
-    gate: Arc<Gate>,
-    tls: Arc<rustls::ServerConfig>,
-) -> impl ServiceFactory<TcpStream, Config = (), Response = TlsStream<Gated>, Error = (), InitError = ()>
-{
-    fn_factory(move || {
-        let gate = gate.clone();
-        let mut acceptor = Acceptor::new((*tls).clone());
-        acceptor.set_handshake_timeout(gate.limits().pre_auth_timeout() + Duration::from_secs(5));
-        async move {
-            let tls =
-                Rc::new(<Acceptor as ServiceFactory<Gated>>::new_service(&acceptor, ()).await?);
-            Ok::<_, ()>(fn_service(move |io: TcpStream| {
-                let admitted = Gated::admit(&gate, io);
-                let tls = tls.clone();
-                async move {
-                    let io = admitted.ok_or(())?;
-                    tls.call(io)
-                        .await
-                        .map_err(|e| debug!(error = ?e, "tls handshake failed"))
-                }
-            }))
-        }
-    })
 }
 
 /// A plain HTTP answer before (instead of) the upgrade; the connection closes after it.
@@ -316,10 +163,10 @@ async fn upgrade(
     io.get_ref().0.admission().authenticated();
     let project = first(req.headers(), PROJECT_ID).unwrap_or_default();
     let node: Arc<str> = Arc::from(node.as_str());
-    let conn = Conn::new();
+    let outbox = Outbox::new();
     let limit = hub.config.node_limit as usize;
     let registered = hub.registry.register(&node, limit, |generation| {
-        Session::new(hub.clone(), node.clone(), generation, conn.clone()).start()
+        SessionAddr::of(Session::new(hub.clone(), node.clone(), generation, outbox.clone()).start())
     });
     let (entry, old) = match registered {
         Ok(r) => r,
@@ -347,7 +194,7 @@ async fn upgrade(
     };
     if let Some(old) = old {
         // Control message, not bus traffic: must arrive even if the old mailbox is full.
-        old.addr.do_send(Stop(StopReason::Replaced));
+        old.session.stop.do_send(Stop(StopReason::Replaced));
     }
     let key = req
         .headers()
@@ -365,23 +212,27 @@ async fn upgrade(
     })
     .await;
     if !matches!(wrote, Ok(Ok(()))) {
-        entry.addr.do_send(Stop(StopReason::ConnectionClosed(
-            "upgrade response not written".into(),
-        )));
+        entry
+            .session
+            .stop
+            .do_send(Stop(StopReason::ConnectionClosed(
+                "upgrade response not written".into(),
+            )));
         return Ok(());
     }
     debug!(node = %node, project = %project, generation = entry.generation, "websocket upgraded");
     let link = Link {
         hub,
         node,
-        addr: entry.addr,
-        conn,
+        session: entry.session,
+        outbox,
         counters: entry.counters,
     };
     // The socket moves to a task of its own and the HTTP dispatcher finishes: its task (sized
     // for the TLS and HTTP states) and buffers would otherwise live as long as the session.
     // Unread bytes are copied out of the HTTP read buffer for the same reason.
-    actix_rt::spawn(conn::run(io, BytesMut::from(&read_buf[..]), link));
+    let tracker = link.hub.sessions.clone();
+    actix_rt::spawn(tracker.track_future(socket::run(io, BytesMut::from(&read_buf[..]), link)));
     Ok(())
 }
 

@@ -1,13 +1,18 @@
-//! The WebSocket framing edgecore speaks: one JSON message per WebSocket data message, text
-//! opcode, JSON followed by `\n`; text or binary accepted, fragments reassembled, size capped.
+//! The hub's framing, as edgecore speaks it: one JSON message per WebSocket data message, text
+//! opcode, JSON followed by `\n`; text or binary accepted, fragments reassembled, size capped;
+//! plus the two messages every edge sends (the keepalive and the acknowledgement).
 //!
-//! This module is the one owner of that format on the cloud side; the Rust edge client speaks
-//! it through tokio-tungstenite and the end-to-end tests check the two agree.
+//! The one definition both ends use: cloudhub's socket driver and the `edge` crate's hub client.
 
 use actix_codec::Decoder;
-use actix_http::ws::{CloseCode, CloseReason, Codec, Frame, Item, OpCode, Parser, ProtocolError};
-use beehive::Message;
+use actix_http::ws::{CloseReason, Codec, Frame, Item, Parser, ProtocolError};
+use beehive::constants::{SUCCESS_CONTENT, operation as op};
+use beehive::{Content, Message};
 use bytes::{Bytes, BytesMut};
+
+/// The opcode and close code types of this module's signatures, so callers need not depend on
+/// actix-http themselves.
+pub use actix_http::ws::{CloseCode, OpCode};
 
 /// Why a WebSocket message was refused.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +121,7 @@ pub fn close_frame(code: CloseCode, reason: &str, mask: bool) -> Bytes {
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.
-pub(crate) fn cut(text: &str, max: usize) -> &str {
+pub fn cut(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }
@@ -125,6 +130,30 @@ pub(crate) fn cut(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// The keepalive edgecore sends: source `websocket`, group `resource`, resource `node`,
+/// operation `keepalive`, content `"ping"`.
+pub fn keepalive() -> Message {
+    Message::new()
+        .with_route("websocket", "resource", "node", "keepalive")
+        .with_content(Content::string("ping"))
+}
+
+/// True for the downstream messages edgecore's metamanager acknowledges: insert, update,
+/// delete, and responses other than a plain `"OK"` (an OK is never acknowledged).
+pub fn needs_ack(msg: &Message) -> bool {
+    match msg.route.operation.as_str() {
+        op::INSERT | op::UPDATE | op::DELETE => true,
+        op::RESPONSE => msg.content.as_string().as_deref() != Some(SUCCESS_CONTENT),
+        _ => false,
+    }
+}
+
+/// The acknowledgement of `msg` as edgecore's metamanager sends it: operation `response`,
+/// content `"OK"`, parent id = `msg`'s id, route copied.
+pub fn ack_for(msg: &Message) -> Message {
+    msg.response(Content::string(SUCCESS_CONTENT))
 }
 
 /// What a complete frame (or fragment sequence) amounted to.
@@ -295,6 +324,36 @@ mod tests {
         assert_eq!(m.route.operation, "keepalive");
         assert_eq!(m.content.as_string().as_deref(), Some("ping"));
         assert_eq!(encode_json(&m), wire.as_bytes());
+    }
+
+    #[test]
+    fn the_keepalive_is_the_edgecore_message_on_the_wire() {
+        let mut k = keepalive();
+        k.header.id = "5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01".into();
+        k.header.timestamp = 1_700_000_000_000;
+        let wire = "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n";
+        assert_eq!(encode_json(&k), wire.as_bytes());
+        assert_eq!(decode_json(wire.as_bytes()).unwrap(), k);
+    }
+
+    #[test]
+    fn acks_copy_the_route_and_answer_the_message() {
+        let m = Message::new().with_route("edgecontroller", "resource", "default/pod/p", "update");
+        assert!(needs_ack(&m));
+        let a = ack_for(&m);
+        assert_eq!(a.header.parent_id, m.header.id);
+        assert_eq!(
+            (a.route.source.as_str(), a.route.operation.as_str()),
+            ("edgecontroller", "response")
+        );
+        assert_eq!(a.content.as_string().as_deref(), Some("OK"));
+        assert!(!needs_ack(&a), "an OK is never acknowledged");
+        assert!(!needs_ack(&Message::new().with_route(
+            "x",
+            "twin",
+            "membership",
+            "keepalive"
+        )));
     }
 
     #[test]

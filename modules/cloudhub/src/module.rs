@@ -1,0 +1,303 @@
+//! The `cloudhub` module on the bus: built from the configuration (key material, token,
+//! revocations), it routes each downstream message to its node's session and runs the hub's
+//! background tasks (events, record writer, token refresh, Node watch).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use actix::{Actor, Context, Handler};
+use beehive::{Endpoint, Message, Module};
+use kubeedge_api::names;
+use kubeedge_api::replicas::Ownership;
+use pki::{ExtKeyUsage, SignPolicy};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+
+use crate::classify::legacy_drop;
+use crate::config::CloudHubConfig;
+use crate::error::{Error, Result};
+use crate::events::Events;
+use crate::handle::HubHandle;
+use crate::material;
+use crate::messages::Deliver;
+use crate::metrics::{DropReason, HubMetrics};
+use crate::persist::Persister;
+use crate::registry::Registry;
+use crate::revocation;
+use crate::state::{Hub, Servers};
+use crate::store::ObjectSyncStore;
+
+/// Options a composer may set besides the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct HubOptions {
+    /// The Kubernetes CA (PEM) served to edges asking for `k8s/ca.crt`; empty when unknown.
+    pub kube_ca_pem: String,
+    /// Overrides `tokenRefreshDuration` (tests; production uses the configuration).
+    pub token_refresh: Option<Duration>,
+    /// Which replica holds which node, shared with the other modules of this replica. The
+    /// hub records its sessions in it, and leaves nodes another replica holds alone: a
+    /// message for such a node is dropped without an ObjectSync record (the holder keeps
+    /// those). Default: a view of its own that knows no other replica.
+    pub ownership: Option<Ownership>,
+}
+
+/// The `cloudhub` module: receives downstream messages from controllers (module name
+/// `cloudhub`, group `cloudhub`) and hands each to its node's session.
+///
+/// Register it on the [`beehive::Bus`], start the bus, then call
+/// [`HubHandle::start_servers`] on the running system. See the crate docs for the checks,
+/// delivery guarantees and limits.
+pub struct CloudHub {
+    hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for CloudHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudHub").field("hub", &self.hub).finish()
+    }
+}
+
+impl CloudHub {
+    /// Prepares the hub: validates the configuration, loads or creates the CA, server
+    /// certificate and token, in that order. `endpoint` is what the hub sends with
+    /// (normally `bus.endpoint("cloudhub")`); `kube` enables the Secrets, `/node/{name}` and
+    /// the token Secret; `store` holds acknowledgement records ([`crate::KubeStore`] with
+    /// Kubernetes, [`crate::MemoryStore`] without).
+    pub async fn new(
+        config: CloudHubConfig,
+        endpoint: Endpoint,
+        kube: Option<kube::Client>,
+        store: Arc<dyn ObjectSyncStore>,
+    ) -> Result<Self> {
+        Self::with_options(config, endpoint, kube, store, HubOptions::default()).await
+    }
+
+    /// [`CloudHub::new`] with [`HubOptions`].
+    pub async fn with_options(
+        config: CloudHubConfig,
+        endpoint: Endpoint,
+        kube: Option<kube::Client>,
+        store: Arc<dyn ObjectSyncStore>,
+        options: HubOptions,
+    ) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        let material = material::prepare(&config, kube.as_ref()).await?;
+        let token = pki::create_token(&material.ca, config.token_lifetime());
+        if let Err(e) = material::store_token(&config, kube.as_ref(), &token).await {
+            error!(error = %e, "storing the bootstrap token failed; the refresh loop retries");
+        }
+        let allowed = config
+            .allowed_ext_key_usages
+            .iter()
+            .filter_map(|n| ExtKeyUsage::from_go(*n))
+            .collect();
+        let sign_policy = SignPolicy {
+            validity_days: config.edge_cert_signing_duration.max(1),
+            allowed_ext_key_usages: allowed,
+        };
+        let revocations = match &kube {
+            None => pki::Revocations::new(),
+            Some(client) => {
+                // Fail closed: until the stored revocations are read, no edge certificate
+                // is accepted (the resync loop keeps trying).
+                let revocations = pki::Revocations::pending();
+                match revocation::load(client, &revocations).await {
+                    Ok(stored) => {
+                        revocations.mark_loaded();
+                        info!(
+                            revoked_nodes = stored.len(),
+                            "certificate revocations loaded"
+                        );
+                    }
+                    Err(e) => error!(
+                        error = %e,
+                        "reading certificate revocations failed; edge certificates are refused until they are read"
+                    ),
+                }
+                revocations
+            }
+        };
+        let token_refresh = options
+            .token_refresh
+            .unwrap_or_else(|| config.token_refresh());
+        let metrics = Arc::new(HubMetrics::new(revocations.clone()));
+        let hub = Hub {
+            endpoint,
+            registry: Registry::new(metrics.clone()),
+            persister: Persister::new(
+                store,
+                metrics.records_written.clone(),
+                metrics.records_failed.clone(),
+            ),
+            events: Events::new(),
+            kube,
+            metrics,
+            revocations,
+            ownership: options
+                .ownership
+                .unwrap_or_else(|| Ownership::new(String::new())),
+            material,
+            sign_policy,
+            token: RwLock::new(token),
+            kube_ca_pem: RwLock::new(options.kube_ca_pem),
+            token_refresh,
+            servers: Mutex::new(Servers::default()),
+            started: AtomicBool::new(false),
+            stop: CancellationToken::new(),
+            done: CancellationToken::new(),
+            sessions: TaskTracker::new(),
+            tasks: TaskTracker::new(),
+            config,
+        };
+        Ok(CloudHub { hub: Arc::new(hub) })
+    }
+
+    /// The handle for servers, counters, token and shutdown.
+    pub fn handle(&self) -> HubHandle {
+        HubHandle(self.hub.clone())
+    }
+}
+
+impl Actor for CloudHub {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Context<Self>) {
+        if self.hub.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let hub = &self.hub;
+        let tasks = &hub.tasks;
+        let events = hub.clone();
+        let (endpoint, done) = (hub.endpoint.clone(), hub.done.clone());
+        actix_rt::spawn(tasks.track_future(async move { events.events.run(endpoint, done).await }));
+        actix_rt::spawn(tasks.track_future(hub.persister.clone().run(hub.done.clone())));
+        actix_rt::spawn(tasks.track_future(refresh_tokens(hub.clone())));
+        if let Some(client) = hub.kube.clone() {
+            actix_rt::spawn(tasks.track_future(revocation::watch_nodes(hub.clone(), client)));
+        }
+    }
+}
+
+impl Handler<Message> for CloudHub {
+    type Result = ();
+
+    fn handle(&mut self, msg: Message, _ctx: &mut Context<Self>) {
+        dispatch(&self.hub, msg);
+    }
+}
+
+impl Module for CloudHub {
+    fn name(&self) -> &str {
+        names::CLOUDHUB
+    }
+
+    fn group(&self) -> &str {
+        names::CLOUDHUB
+    }
+
+    fn enabled(&self) -> bool {
+        self.hub.config.enable
+    }
+
+    fn shutdown(&mut self, _ctx: &mut Context<Self>) {
+        // The bus drained our mailbox already; close sessions and servers in the background
+        // (call HubHandle::shutdown first to wait for it).
+        let handle = HubHandle(self.hub.clone());
+        actix_rt::spawn(async move { handle.shutdown().await });
+    }
+}
+
+/// Routes one downstream message to its node's session (the node after `node/` in the
+/// resource). Never blocks: a node without a session here, or with a full mailbox, does not get
+/// the message (counted, and an ACK-class object keeps a record the sync loop redelivers from).
+fn dispatch(hub: &Arc<Hub>, msg: Message) {
+    let Some(node) = kubeedge_api::node_of(&msg.route.resource).map(str::to_owned) else {
+        hub.metrics.dropped_no_node.inc();
+        hub.count_drop(None, DropReason::Malformed, 1);
+        warn!(msg = %msg, "downstream message without node id dropped");
+        return;
+    };
+    let node = node.as_str();
+    if legacy_drop(&msg) {
+        let known = hub.registry.known_counters(node);
+        hub.count_drop(known.as_deref(), DropReason::Refused, 1);
+        debug!(node, msg = %msg, "legacy edgemgr message filtered");
+        return;
+    }
+    let Some(entry) = hub.registry.get(node) else {
+        offline(hub, node, &msg);
+        return;
+    };
+    let deliver = Deliver::new(
+        msg,
+        hub.persister.clone(),
+        hub.metrics.clone(),
+        entry.counters.clone(),
+    );
+    if let Err(e) = entry.session.deliver.try_send(deliver) {
+        match e {
+            actix::dev::SendError::Full(deliver) => {
+                let msg = deliver.into_inner();
+                hub.metrics.dropped_full.inc();
+                hub.count_drop(Some(&entry.counters), DropReason::QueueFull, 1);
+                let recorded = hub.record_offline(node, &msg);
+                warn!(
+                    node,
+                    resource = %msg.route.resource,
+                    reason = "node intake queue full",
+                    redelivered_by_sync_loop = recorded,
+                    "downstream message dropped"
+                );
+            }
+            actix::dev::SendError::Closed(deliver) => {
+                let msg = deliver.into_inner();
+                offline(hub, node, &msg);
+            }
+        }
+    }
+}
+
+/// A message for a node without a live session here. Its record is written here unless
+/// another replica holds the node: only the holder writes a node's records.
+fn offline(hub: &Hub, node: &str, msg: &Message) {
+    if hub.ownership.held_elsewhere(node) {
+        hub.metrics.held_elsewhere.inc();
+        debug!(node, msg = %msg, "node held by another replica, message left to it");
+        return;
+    }
+    hub.metrics.dropped_offline.inc();
+    let known = hub.registry.known_counters(node);
+    hub.count_drop(known.as_deref(), DropReason::Offline, 1);
+    debug!(node, msg = %msg, "node not connected here, message dropped");
+    hub.record_offline(node, msg);
+}
+
+/// Replaces the bootstrap token every `tokenRefreshDuration` until the hub stops.
+async fn refresh_tokens(hub: Arc<Hub>) {
+    let mut wait = hub.token_refresh;
+    let mut failures = 0u32;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            () = hub.stop.cancelled() => return,
+        }
+        let token = pki::create_token(hub.ca(), hub.config.token_lifetime());
+        *hub.token.write().unwrap_or_else(|e| e.into_inner()) = token.clone();
+        match material::store_token(&hub.config, hub.kube.as_ref(), &token).await {
+            Ok(()) => {
+                failures = 0;
+                wait = hub.token_refresh;
+                info!("bootstrap token refreshed");
+            }
+            Err(e) => {
+                // Keep trying: KubeEdge's refresh stops for good after one failure and tokens
+                // expire.
+                failures += 1;
+                wait = Duration::from_secs(1u64 << failures.min(8)).min(hub.token_refresh);
+                error!(error = %e, retry_in_s = wait.as_secs(), "storing the refreshed token failed");
+            }
+        }
+    }
+}

@@ -19,8 +19,8 @@ use crate::counters::{Counters, CountersSnapshot};
 use crate::iptables::{CommandRunner, IptablesManager};
 use crate::negotiate;
 use crate::stream::{self, Authorizer, KubePodLocator, PodLocator, StreamContext, Webhook};
-use crate::tls::{self, ServerTls, TlsError, TlsMaterial};
 use crate::tunnel::{self, NodeUpdater, Shared};
+use kubeedge_wire::tunnel::tls::{self, ServerTls, TlsError, TlsMaterial};
 
 /// Errors creating the module.
 #[derive(Debug, thiserror::Error)]

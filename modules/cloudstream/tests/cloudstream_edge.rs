@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use cloudstream::http1::{self, RequestHead};
-use cloudstream::ws::{self, Decoder, OpCode, Role, WsMessage, encode_frame};
+use cloudstream::ws;
 use cloudstream::{ConnectRequest, GoUrl, MessageType, TunnelMessage};
 use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
 use support::{FakeKubelet, Pki, kubelet};
@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+use ws_peer::{Decoder, OpCode, Role, WsMessage, encode_frame};
 
 /// A cloud that accepts tunnels and lets the test drive them frame by frame.
 struct ScriptedCloud {
@@ -78,7 +79,7 @@ impl ScriptedCloud {
             .unwrap();
         let accept = ws::check_upgrade_request(&head).unwrap();
         stream
-            .write_all(ws::switching_protocols(&accept).as_bytes())
+            .write_all(ws::switching_protocols(&accept, &[]).as_bytes())
             .await
             .unwrap();
         Accepted {

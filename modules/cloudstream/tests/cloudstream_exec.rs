@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use cloudstream::http1;
-use cloudstream::ws::{Decoder, Role, WsMessage};
 use edge::stream::AgentOptions;
 use support::{Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ws_peer::{Decoder, Role, WsMessage};
 
 /// Runs one exec session as a client: stdin sent with the head, more stdin with non-UTF-8
 /// bytes, close of stdin; checks stdout, stderr and the exit status, then that every byte

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
-use cloudstream::ws::{OpCode, WsMessage};
 use cloudstream::{MessageType, Tuning, TunnelMessage};
 use kubeedge_api::listener::ListenerLimits;
 use rustls_pki_types::ServerName;
@@ -19,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
+use ws_peer::{OpCode, WsMessage};
 
 async fn connect_raw(cloud: &Cloud, node: &str) -> RawTunnel {
     connect_raw_as(cloud, node, None).await

@@ -11,9 +11,9 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 use super::server::{write_all_within, write_within};
-use crate::http1;
-use crate::queue::{Inbound, StreamEnd};
 use crate::tunnel::{ApiStream, Shared};
+use kubeedge_wire::http1;
+use kubeedge_wire::tunnel::{Inbound, StreamEnd};
 
 /// Bytes of API-side input held while the edge has not answered yet; past it the API side
 /// is not read until the edge answers (the edge deadline still runs).

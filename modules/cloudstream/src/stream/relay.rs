@@ -11,9 +11,9 @@ use tracing::debug;
 
 use super::Outcome;
 use super::server::{write_all_within, write_within};
-use crate::http1::{self, LAST_CHUNK};
-use crate::queue::{Inbound, StreamEnd};
 use crate::tunnel::{ApiStream, Shared};
+use kubeedge_wire::http1::{self, LAST_CHUNK};
+use kubeedge_wire::tunnel::{Inbound, StreamEnd};
 
 /// Flush when this much is batched even if more is queued.
 const BATCH: usize = 256 * 1024;

@@ -18,12 +18,12 @@ use super::authz::{self, Authorizer, Caller, Decision};
 use super::metrics::SessionKey;
 use super::route::{Route, route};
 use super::{Outcome, PodLocator, exec, metrics, relay};
-use crate::connect::ConnectRequest;
-use crate::frame::MessageType;
-use crate::gourl::GoUrl;
-use crate::http1::{self, HttpError, RequestHead};
 use crate::listen::{accept_until, handshake};
 use crate::tunnel::{Session, Shared};
+use kubeedge_wire::gourl::GoUrl;
+use kubeedge_wire::http1::{self, HttpError, RequestHead};
+use kubeedge_wire::tunnel::ConnectRequest;
+use kubeedge_wire::tunnel::MessageType;
 
 /// Host the CONNECT URL names: the Go edge dials `URL.Host`, and upstream always sends this
 /// (the Rust edge ignores it and dials its configured address).

@@ -16,11 +16,11 @@ use tracing::{debug, info, warn};
 
 use super::registry::RegisterError;
 use super::{NodeUpdater, Session, Shared};
-use crate::frame::{INPUT_WINDOW_HEADER, TunnelMessage, WINDOW_HEADER};
-use crate::http1::{self, RequestHead};
 use crate::listen::{accept_until, handshake};
-use crate::tls::common_name;
-use crate::ws::{self, Role, WsReader};
+use kubeedge_wire::http1::{self, RequestHead};
+use kubeedge_wire::tunnel::tls::common_name;
+use kubeedge_wire::tunnel::{INPUT_WINDOW_HEADER, TunnelMessage, WINDOW_HEADER};
+use kubeedge_wire::ws::{self, Role, WsReader};
 
 /// The path edges dial (a trailing slash also matches, as go-restful).
 const CONNECT_PATH: &str = "/v1/kubeedge/connect";
@@ -251,17 +251,17 @@ async fn connection(
         }
     }
     shared.counters.session_opened();
-    let mut switching = ws::switching_protocols(&id.accept);
-    if let Some(window) = session.window() {
-        // The head ends with an empty line; the window header goes before it.
-        switching.truncate(switching.len() - 2);
-        switching.push_str(&format!("{WINDOW_HEADER}: {window}\r\n\r\n"));
+    let window = session.window().map(|w| w.to_string());
+    let input_window = session.input_window().map(|w| w.to_string());
+    let mut extra = Vec::new();
+    if let Some(w) = &window {
+        extra.push((WINDOW_HEADER, w.as_str()));
     }
-    if let Some(window) = session.input_window() {
+    if let Some(w) = &input_window {
         // Accepts the edge's input window by echoing it.
-        switching.truncate(switching.len() - 2);
-        switching.push_str(&format!("{INPUT_WINDOW_HEADER}: {window}\r\n\r\n"));
+        extra.push((INPUT_WINDOW_HEADER, w.as_str()));
     }
+    let switching = ws::switching_protocols(&id.accept, &extra);
     if tls.write_all(switching.as_bytes()).await.is_err() || tls.flush().await.is_err() {
         session.close("the upgrade response could not be written");
         shared.registry.remove(&session);

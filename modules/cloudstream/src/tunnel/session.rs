@@ -12,9 +12,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{SessionError, Shared};
-use crate::frame::{FrameError, MessageType, TunnelMessage};
-use crate::queue::{Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue};
-use crate::ws::{Outgoing, WsMessage, WsReader};
+use kubeedge_wire::tunnel::{FrameError, MessageType, TunnelMessage};
+use kubeedge_wire::tunnel::{
+    Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue,
+};
+use kubeedge_wire::ws::{Outgoing, WsMessage, WsReader};
 
 /// A node's tunnel session.
 #[derive(Debug)]

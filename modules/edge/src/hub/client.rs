@@ -8,15 +8,12 @@ use std::time::Duration;
 
 use beehive::constants::operation as op;
 use beehive::{Content, Message};
-use futures::{SinkExt, StreamExt};
+use bytes::{Bytes, BytesMut};
+use kubeedge_wire::ws::{self, Outgoing, Role, WsError, WsMessage, WsReader, WsWriter};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{Notify, mpsc};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{self, Message as Frame};
 use tracing::{debug, info, warn};
 
 use super::error::HubError;
@@ -165,13 +162,13 @@ pub fn ack_for(msg: &Message) -> Message {
     msg.response(Content::string(beehive::constants::SUCCESS_CONTENT))
 }
 
-fn encode(msg: &Message) -> Frame {
+fn encode(msg: &Message) -> Outgoing {
     // Same bytes as cloudhub::wire::encode_json: Go JSON plus "\n", sync forced false.
     let mut m = msg.clone();
     m.header.sync = false;
     let mut json = m.to_json();
     json.push(b'\n');
-    Frame::Text(String::from_utf8(json).unwrap_or_default().into())
+    Outgoing::Text(Bytes::from(json))
 }
 
 fn decode(payload: &[u8]) -> Result<Message, String> {
@@ -253,7 +250,13 @@ impl HubClient {
     }
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
+type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// A connected session: the TLS stream and the bytes read past the `101` head.
+struct Ws {
+    stream: Tls,
+    leftover: BytesMut,
+}
 
 /// TCP to `server` (`host:port`), from `local` when given: the first resolved address of the
 /// same family is dialed.
@@ -298,38 +301,20 @@ async fn connect(cfg: &HubClientConfig, tls: &Arc<ClientConfig>) -> Result<Ws, H
             .connect(name, tcp)
             .await
             .map_err(|e| HubError::transport("tls handshake", e))?;
-        let url = format!(
-            "wss://{}/{}/{}/events",
-            cfg.server, cfg.project_id, cfg.node_name
-        );
-        let mut req = url
-            .into_client_request()
-            .map_err(|e| HubError::transport("websocket request", e))?;
-        let h = req.headers_mut();
-        for (k, v) in [("node_id", &cfg.node_name), ("project_id", &cfg.project_id)] {
-            let v = HeaderValue::from_str(v).map_err(|e| HubError::transport("header", e))?;
-            h.insert(k, v);
-        }
-        h.insert("connectionuse", HeaderValue::from_static("msg"));
-        let ws_config = WebSocketConfig::default()
-            .read_buffer_size(4096)
-            .write_buffer_size(0)
-            .max_message_size(Some(cfg.max_message_size))
-            .max_frame_size(Some(cfg.max_message_size));
-        let (ws, _resp) = tokio_tungstenite::client_async_with_config(req, stream, Some(ws_config))
+        let mut stream = stream;
+        let path = format!("/{}/{}/events", cfg.project_id, cfg.node_name);
+        let extra = [
+            ("Node_id", cfg.node_name.as_str()),
+            ("Project_id", cfg.project_id.as_str()),
+            ("Connectionuse", "msg"),
+        ];
+        let (_head, leftover) = ws::client_handshake(&mut stream, &cfg.server, &path, &extra)
             .await
             .map_err(|e| match e {
-                tungstenite::Error::Http(resp) => HubError::Http {
-                    status: resp.status().as_u16(),
-                    body: resp
-                        .body()
-                        .as_ref()
-                        .map(|b| String::from_utf8_lossy(b).into_owned())
-                        .unwrap_or_default(),
-                },
+                WsError::Refused { status, body } => HubError::Http { status, body },
                 other => HubError::transport("websocket upgrade", other),
             })?;
-        Ok(ws)
+        Ok(Ws { stream, leftover })
     })
     .await
     .map_err(|_| HubError::transport("connect", "handshake timed out"))?
@@ -391,16 +376,18 @@ async fn serve(
     out: &mut mpsc::Receiver<Message>,
     events: &mpsc::Sender<HubEvent>,
 ) -> String {
-    let (mut sink, mut stream) = ws.split();
+    let (rd, wr) = tokio::io::split(ws.stream);
+    let mut stream = WsReader::with_limit(rd, Role::Client, ws.leftover, cfg.max_message_size);
+    let mut sink = WsWriter::new(wr, Role::Client);
     let mut heartbeat = tokio::time::interval(cfg.heartbeat);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = cfg.write_timeout;
     macro_rules! write {
         ($msg:expr) => {
-            match tokio::time::timeout(deadline, sink.send(encode($msg))).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return format!("write failed: {e}"),
-                Err(_) => return "write timed out".into(),
+            match sink.send_within(encode($msg), deadline).await {
+                Ok(()) => {}
+                Err(WsError::Timeout(_)) => return "write timed out".into(),
+                Err(e) => return format!("write failed: {e}"),
             }
         };
     }
@@ -418,12 +405,22 @@ async fn serve(
             },
             frame = stream.next() => {
                 let payload = match frame {
-                    Some(Ok(Frame::Text(t))) => t.as_bytes().to_vec(),
-                    Some(Ok(Frame::Binary(b))) => b.to_vec(),
-                    Some(Ok(Frame::Close(c))) => return format!("closed by cloudhub: {c:?}"),
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return format!("read failed: {e}"),
-                    None => return "connection closed by cloudhub".into(),
+                    Ok(Some(WsMessage::Text(p) | WsMessage::Binary(p))) => p,
+                    Ok(Some(WsMessage::Ping(p))) => {
+                        if let Err(e) = sink.send_within(Outgoing::Pong(p), deadline).await {
+                            return format!("write failed: {e}");
+                        }
+                        continue;
+                    }
+                    Ok(Some(WsMessage::Close(code, reason))) => {
+                        return format!(
+                            "closed by cloudhub: {code:?} {}",
+                            String::from_utf8_lossy(&reason)
+                        );
+                    }
+                    Ok(Some(WsMessage::Pong(_))) => continue,
+                    Err(e) => return format!("read failed: {e}"),
+                    Ok(None) => return "connection closed by cloudhub".into(),
                 };
                 let msg = match decode(&payload) {
                     Ok(m) => m,
@@ -525,14 +522,14 @@ mod tests {
         let mut k = keepalive();
         k.header.id = "5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01".into();
         k.header.timestamp = 1_700_000_000_000;
-        let Frame::Text(text) = encode(&k) else {
+        let Outgoing::Text(text) = encode(&k) else {
             panic!()
         };
         assert_eq!(
-            text.as_str(),
+            std::str::from_utf8(&text).unwrap(),
             "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n"
         );
-        assert_eq!(decode(text.as_bytes()).unwrap(), k);
+        assert_eq!(decode(&text).unwrap(), k);
     }
 
     #[test]

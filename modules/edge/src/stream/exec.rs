@@ -2,7 +2,7 @@
 //! bytes both ways; the kubelet's `101` head is relayed as the first DATA, untouched.
 
 use bytes::BytesMut;
-use cloudstream::{ConnectRequest, Inbound, QueueReceiver};
+use kubeedge_wire::tunnel::{ConnectRequest, Inbound, QueueReceiver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::info;

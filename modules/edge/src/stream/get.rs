@@ -2,8 +2,8 @@
 //! they come; metrics: one line per DATA with `\n`, as upstream).
 
 use bytes::{Bytes, BytesMut};
-use cloudstream::http1::{self, BodyReader};
-use cloudstream::{ConnectRequest, Inbound, MAX_DATA_LEN, QueueReceiver};
+use kubeedge_wire::http1::{self, BodyReader};
+use kubeedge_wire::tunnel::{ConnectRequest, Inbound, MAX_DATA_LEN, QueueReceiver};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info};

@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cloudstream::ws::{Outgoing, Role, WsMessage, WsReader, write_loop};
-use cloudstream::{
-    ConnectRequest, MessageType, QueueReceiver, QueueSender, StreamEnd, TunnelMessage, stream_queue,
+use kubeedge_wire::tunnel::{
+    ConnectRequest, FrameError, MessageType, QueueReceiver, QueueSender, StreamEnd, TunnelMessage,
+    stream_queue,
 };
+use kubeedge_wire::ws::{Outgoing, Role, WsMessage, WsReader, write_loop};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -168,7 +169,7 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
         };
         let msg = match TunnelMessage::decode(payload) {
             Ok(m) => m,
-            Err(cloudstream::FrameError::TooLarge { connect_id, .. }) => {
+            Err(FrameError::TooLarge { connect_id, .. }) => {
                 warn!(
                     id = connect_id,
                     "tunnel message over 1 MiB; ending its stream"

@@ -1,0 +1,18 @@
+//! The wire formats the cloud and the edge share, without Kubernetes or actor dependencies,
+//! so that an edge (and the test harness) can speak them without building the cloud.
+//!
+//! ```text
+//! tunnel   tunnel frames (uvarint id ‖ type ‖ data), CONNECT JSON, stream queues, tunnel TLS
+//! gourl    Go's URL rules, as the CONNECT JSON carries them
+//! http1    HTTP/1.1 heads and bodies as the tunnel relays them
+//! ws       WebSocket on actix-http's codec over tokio IO: the handshake on both ends, and
+//!          the socket's reader and batching writer (binary data in Text frames)
+//! ```
+//!
+//! Leaves first: `gourl` and `http1` name nothing else here; `tunnel` uses `gourl`; `ws`
+//! uses `http1` and `tunnel`'s frames.
+
+pub mod gourl;
+pub mod http1;
+pub mod tunnel;
+pub mod ws;

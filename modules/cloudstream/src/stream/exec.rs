@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use super::server::{write_all_within, write_within};
+use super::client_io::{write_all_within, write_within};
 use crate::tunnel::{ApiStream, Shared};
 use kubeedge_wire::http1;
 use kubeedge_wire::tunnel::{Inbound, StreamEnd};

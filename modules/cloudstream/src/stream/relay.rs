@@ -9,8 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tracing::debug;
 
-use super::Outcome;
-use super::server::{write_all_within, write_within};
+use super::client_io::{Outcome, write_all_within, write_within};
 use crate::tunnel::{ApiStream, Shared};
 use kubeedge_wire::http1::{self, LAST_CHUNK};
 use kubeedge_wire::tunnel::{Inbound, StreamEnd};

@@ -1,7 +1,6 @@
 //! Accepts the API server's HTTPS connections, reads request heads, routes them, resolves the
 //! node's session and hands over to the relays.
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::authz::{self, Authorizer, Caller, Decision};
+use super::client_io::{Outcome, write_within};
 use super::metrics::SessionKey;
 use super::route::{Route, route};
-use super::{Outcome, PodLocator, exec, metrics, relay};
+use super::{PodLocator, exec, metrics, relay};
 use crate::listen::{accept_until, handshake};
 use crate::tunnel::{Session, Shared};
 use kubeedge_wire::gourl::GoUrl;
@@ -180,44 +180,6 @@ async fn respond_status<S: AsyncWrite + Unpin>(
     }
     let response = http1::json_response(code, &status.to_string(), !keep_alive);
     write_response(conn, ctx, &response, keep_alive).await
-}
-
-/// Writes and flushes `bytes`; false when that failed or took longer than `write_timeout`
-/// (a client that does not read is dropped, counted).
-pub(crate) async fn write_within<S: AsyncWrite + Unpin>(
-    conn: &mut S,
-    bytes: &[u8],
-    shared: &Shared,
-) -> bool {
-    write_all_within(conn, &mut [IoSlice::new(bytes)], shared).await
-}
-
-/// [`write_within`] for several buffers at once, written as vectored writes (a TLS stream
-/// packs them into records without gathering them first); they are consumed.
-pub(crate) async fn write_all_within<S: AsyncWrite + Unpin>(
-    conn: &mut S,
-    mut bufs: &mut [IoSlice<'_>],
-    shared: &Shared,
-) -> bool {
-    let write = async {
-        IoSlice::advance_slices(&mut bufs, 0);
-        while !bufs.is_empty() {
-            let n = conn.write_vectored(bufs).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
-            }
-            IoSlice::advance_slices(&mut bufs, n);
-        }
-        conn.flush().await
-    };
-    match tokio::time::timeout(shared.tuning.write_timeout, write).await {
-        Ok(r) => r.is_ok(),
-        Err(_) => {
-            shared.counters.api_write_timeout();
-            debug!("write toward the API client timed out; dropping it");
-            false
-        }
-    }
 }
 
 /// Authorizes `caller` for the request against `node` (unknown: `None`). `Err` is the

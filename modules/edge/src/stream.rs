@@ -25,9 +25,12 @@ mod config;
 mod dial;
 mod exec;
 mod get;
+mod link;
 mod local;
+mod stats;
 mod tunnel;
 
-pub use agent::{AgentHandle, AgentStats, StreamAgent};
+pub use agent::{AgentHandle, StreamAgent};
 pub use config::{AgentOptions, EdgeStreamConfig, client_tls, client_tls_with};
 pub use dial::DialError;
+pub use stats::AgentStats;

@@ -1,7 +1,7 @@
 //! The tunnel between cloudstream and an edge's stream agent: its messages
 //! (`uvarint connect id ‖ uvarint type ‖ data` in WebSocket Text frames), the CONNECT JSON
-//! that opens a stream, the per-stream inbound queue both ends keep, and the TLS settings
-//! both ends use.
+//! that opens a stream, the table of open streams (inbound queues, send credit) both ends
+//! keep, and the TLS settings both ends use.
 //!
 //! ```
 //! use kubeedge_wire::tunnel::{MessageType, TunnelMessage};
@@ -15,6 +15,7 @@
 mod connect;
 mod frame;
 mod queue;
+mod streams;
 pub mod tls;
 
 pub use connect::{ConnectError, ConnectRequest, GoHeader, canonical_header_key};
@@ -23,4 +24,5 @@ pub use frame::{
     put_uvarint,
 };
 pub use queue::{Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue};
+pub use streams::{Credit, CreditClosed, Pushed, StreamTable};
 pub use tls::{ServerTls, TlsError, TlsMaterial};

@@ -1,7 +1,7 @@
 //! The agent: dials, serves the tunnel, redials with jittered back-off, until shut down.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -11,37 +11,9 @@ use tracing::{info, warn};
 
 use super::config::{AgentOptions, EdgeStreamConfig};
 use super::dial::dial;
-use super::tunnel::{self, Ctx};
-
-/// Counters of an agent.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    tunnels: AtomicU64,
-    streams_total: AtomicU64,
-    streams_active: AtomicU64,
-}
-
-impl Stats {
-    pub(crate) fn stream_started(&self) {
-        self.streams_total.fetch_add(1, Ordering::Relaxed);
-        self.streams_active.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn stream_ended(&self) {
-        self.streams_active.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A copy of an agent's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AgentStats {
-    /// Tunnels established so far (a redial adds one).
-    pub tunnels: u64,
-    /// Streams started so far.
-    pub streams_total: u64,
-    /// Streams running now.
-    pub streams_active: u64,
-}
+use super::link::Ctx;
+use super::stats::{AgentStats, Stats};
+use super::tunnel;
 
 /// The edge stream agent (edgecore's edgestream). Build it, then [`StreamAgent::spawn`].
 #[derive(Debug)]

@@ -7,8 +7,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::info;
 
+use super::link::{Ctx, End, Up, end_of};
 use super::local;
-use super::tunnel::{Ctx, End, Up, end_of};
 
 /// Relays one exec/attach connection until either side ends it.
 pub(crate) async fn relay(req: &ConnectRequest, up: Up, mut rx: QueueReceiver, ctx: &Ctx) -> End {

@@ -8,8 +8,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info};
 
+use super::link::{Ctx, End, Up, end_of};
 use super::local;
-use super::tunnel::{Ctx, End, Up, end_of};
 
 /// Relays one GET. The kubelet's status is not relayed (the protocol has no place for it);
 /// its body is, error text included, as upstream.

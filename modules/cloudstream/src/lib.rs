@@ -22,9 +22,9 @@
 //! ```
 
 mod config;
-mod counters;
 pub mod iptables;
 mod listen;
+mod metrics;
 mod module;
 pub mod negotiate;
 mod record;
@@ -38,7 +38,6 @@ pub use config::{
     CloudStreamConfig, IptablesManagerConfig, IptablesMode, StreamAuthorizationConfig,
     StreamAuthorizationMode, Tuning,
 };
-pub use counters::{Counters, CountersSnapshot};
 pub use kubeedge_wire::gourl::{GoUrl, UrlError};
 pub use kubeedge_wire::tunnel::tls::{ServerTls, TlsError, TlsMaterial};
 pub use kubeedge_wire::tunnel::{
@@ -46,6 +45,7 @@ pub use kubeedge_wire::tunnel::{
     MessageType, PushError, QueueReceiver, QueueSender, StreamEnd, TunnelMessage, WINDOW_HEADER,
     canonical_header_key, put_uvarint, stream_queue,
 };
+pub use metrics::{CountersSnapshot, Metrics};
 pub use module::{CloudStream, CloudStreamHandle, CloudStreamTls, Error};
 pub use record::{
     TUNNEL_PORT_ANNOTATION, TUNNEL_PORT_BASE, TUNNEL_PORT_CONFIGMAP, TUNNEL_PORT_NAMESPACE,

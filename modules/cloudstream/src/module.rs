@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{CloudStreamConfig, IptablesManagerConfig, StreamAuthorizationMode, Tuning};
-use crate::counters::{Counters, CountersSnapshot};
 use crate::iptables::{CommandRunner, IptablesManager};
+use crate::metrics::{CountersSnapshot, Metrics};
 use crate::negotiate;
 use crate::stream::{self, Authorizer, KubePodLocator, PodLocator, StreamContext, Webhook};
 use crate::tunnel::{self, NodeUpdater, Shared};
@@ -130,9 +130,14 @@ impl CloudStreamHandle {
         self.stream_addr
     }
 
-    /// Current counters.
+    /// Current values of the metrics.
     pub fn counters(&self) -> CountersSnapshot {
-        self.shared.counters.snapshot()
+        self.shared.metrics.snapshot()
+    }
+
+    /// The metrics, to [`Metrics::register`] in the process's registry.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// Admission gauges and counters of both listeners, for `/metrics`: the tunnel server
@@ -320,10 +325,7 @@ impl CloudStream {
             ))),
         };
         let (stopped_tx, stopped) = watch::channel(false);
-        let shared = Arc::new(Shared::new(
-            Arc::new(Counters::default()),
-            Tuning::default(),
-        ));
+        let shared = Arc::new(Shared::new(Arc::new(Metrics::default()), Tuning::default()));
         let handle = CloudStreamHandle {
             tunnel_gate: Gate::new("cloudstream_tunnel", config.tunnel_limits.clone()),
             stream_gate: Gate::new("cloudstream_stream", config.stream_limits.clone()),
@@ -374,7 +376,7 @@ impl CloudStream {
     /// Replaces the timing and buffering knobs.
     pub fn with_tuning(mut self, tuning: Tuning) -> Self {
         // Nothing runs before the actor starts, so a fresh shared state loses nothing.
-        let mut shared = Shared::new(self.handle.shared.counters.clone(), tuning);
+        let mut shared = Shared::new(self.handle.shared.metrics.clone(), tuning);
         shared.revocations = self.handle.shared.revocations.clone();
         self.handle.shared = Arc::new(shared);
         self
@@ -385,7 +387,7 @@ impl CloudStream {
     /// handshake, resumed ones included, and answered `403` with the reason.
     pub fn with_revocations(mut self, revocations: pki::Revocations) -> Self {
         let mut shared = Shared::new(
-            self.handle.shared.counters.clone(),
+            self.handle.shared.metrics.clone(),
             self.handle.shared.tuning.clone(),
         );
         shared.revocations = Some(revocations);

@@ -48,7 +48,7 @@ pub(crate) async fn write_all_within<S: AsyncWrite + Unpin>(
     match tokio::time::timeout(shared.tuning.write_timeout, write).await {
         Ok(r) => r.is_ok(),
         Err(_) => {
-            shared.counters.api_write_timeout();
+            shared.metrics.api_write_timeout();
             debug!("write toward the API client timed out; dropping it");
             false
         }

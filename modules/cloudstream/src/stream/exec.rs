@@ -113,8 +113,8 @@ pub(crate) async fn pipe<S: AsyncRead + AsyncWrite + Unpin>(
         let first = match tokio::time::timeout(limit, stream.recv()).await {
             Ok(ev) => ev,
             Err(_) => {
-                shared.counters.edge_response_timeout();
-                shared.counters.request_refused();
+                shared.metrics.edge_response_timeout();
+                shared.metrics.request_refused();
                 warn!(
                     id,
                     timeout_s = limit.as_secs_f64(),

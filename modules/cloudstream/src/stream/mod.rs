@@ -4,10 +4,10 @@ mod authz;
 mod client_io;
 mod exec;
 mod locate;
-mod metrics;
 mod relay;
 mod route;
 mod server;
+mod session_key;
 
 pub(crate) use authz::{Authorizer, Webhook};
 pub use locate::{KubePodLocator, LocateError, PodLocator, StaticPods};

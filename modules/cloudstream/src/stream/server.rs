@@ -15,9 +15,9 @@ use tracing::{debug, info, warn};
 
 use super::authz::{self, Authorizer, Caller, Decision};
 use super::client_io::{Outcome, write_within};
-use super::metrics::SessionKey;
 use super::route::{Route, route};
-use super::{PodLocator, exec, metrics, relay};
+use super::session_key::{self, SessionKey};
+use super::{PodLocator, exec, relay};
 use crate::listen::{accept_until, handshake};
 use crate::tunnel::{Session, Shared};
 use kubeedge_wire::gourl::GoUrl;
@@ -133,7 +133,7 @@ async fn respond<S: AsyncWrite + Unpin>(
     keep_alive: bool,
 ) -> Outcome {
     if status >= 400 {
-        ctx.shared.counters.request_refused();
+        ctx.shared.metrics.request_refused();
     }
     write_response(
         conn,
@@ -170,7 +170,7 @@ async fn respond_status<S: AsyncWrite + Unpin>(
     node: &str,
     keep_alive: bool,
 ) -> Outcome {
-    ctx.shared.counters.request_refused();
+    ctx.shared.metrics.request_refused();
     let mut status = serde_json::json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code,
@@ -199,12 +199,12 @@ async fn authorize<S: AsyncWrite + Unpin>(
     );
     match ctx
         .authz
-        .authorize(caller, &attrs, &ctx.shared.counters)
+        .authorize(caller, &attrs, &ctx.shared.metrics)
         .await
     {
         Ok(Decision::Allow) => Ok(()),
         Ok(Decision::Deny { reason }) => {
-            ctx.shared.counters.authz_denied();
+            ctx.shared.metrics.authz_denied();
             warn!(
                 user = %caller.user,
                 groups = ?caller.groups,
@@ -346,7 +346,7 @@ async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
                 (kind, target(ctx, SessionKey::Node(node)))
             }
             Route::Metrics => {
-                let key = metrics::session_key(&head).ok_or_else(|| {
+                let key = session_key::session_key(&head).ok_or_else(|| {
                     Refusal::Status(400, "no Host header to find the node by".into())
                 })?;
                 (MessageType::MetricConnect, target(ctx, key))

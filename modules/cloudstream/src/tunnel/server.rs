@@ -62,7 +62,7 @@ pub(crate) async fn run(
 }
 
 async fn refuse(tls: &mut TlsStream<TcpStream>, shared: &Shared, status: u16, reason: &str) {
-    shared.counters.tunnel_refused();
+    shared.metrics.tunnel_refused();
     let _ = tls
         .write_all(&http1::text_response(status, reason, true))
         .await;
@@ -211,7 +211,7 @@ async fn connection(
         .pre_auth(authenticate(tcp, peer, &tls, &shared, nodes.as_ref()))
         .await
     else {
-        shared.counters.tunnel_refused();
+        shared.metrics.tunnel_refused();
         return;
     };
     let Some(Admitted {
@@ -240,7 +240,7 @@ async fn connection(
         Ok(Some(old)) => old.close("replaced by a new tunnel from the same node"),
         Ok(None) => {}
         Err(e) => {
-            shared.counters.tunnel_identity_refused();
+            shared.metrics.tunnel_identity_refused();
             let holder = match &e {
                 RegisterError::IpHeld { holder, .. } => holder.as_str(),
                 RegisterError::NotAnIp { .. } => "",
@@ -250,7 +250,7 @@ async fn connection(
             return;
         }
     }
-    shared.counters.session_opened();
+    shared.metrics.session_opened();
     let window = session.window().map(|w| w.to_string());
     let input_window = session.input_window().map(|w| w.to_string());
     let mut extra = Vec::new();
@@ -306,7 +306,7 @@ async fn authenticate(
 ) -> Option<Admitted> {
     let limit = shared.tuning.handshake_timeout;
     let Some(mut tls) = handshake(tls, tcp, peer, limit, "tunnel").await else {
-        shared.counters.tunnel_refused();
+        shared.metrics.tunnel_refused();
         return None;
     };
     let leaf = tls
@@ -356,7 +356,7 @@ async fn authenticate(
         }),
         Err(r) => {
             if r.identity {
-                shared.counters.tunnel_identity_refused();
+                shared.metrics.tunnel_identity_refused();
             }
             warn!(%peer, cn = cn.as_deref().unwrap_or(""), ip = %claimed_ip, status = r.status, reason = %r.reason, "tunnel refused");
             refuse(&mut tls, shared, r.status, &r.reason).await;

@@ -173,13 +173,13 @@ impl Session {
         match self.streams.insert(id, tx, credit.clone(), admit) {
             None => return Err(self.closed_error()),
             Some(Err(e)) => {
-                self.shared.counters.stream_refused_per_node();
+                self.shared.metrics.stream_refused_per_node();
                 warn!(node = %self.node, limit, "node has its maximum of streams open; refusing another");
                 return Err(e);
             }
             Some(Ok(_)) => {}
         }
-        self.shared.counters.stream_opened();
+        self.shared.metrics.stream_opened();
         let stream = ApiStream {
             id,
             session: self.clone(),
@@ -215,7 +215,7 @@ impl Session {
         let _ = self
             .out
             .try_send(Outgoing::Close(code, "tunnel session closed"));
-        self.shared.counters.session_closed();
+        self.shared.metrics.session_closed();
     }
 
     /// Ends stream `id` from this side: unregisters it and tells the edge, once.
@@ -235,7 +235,7 @@ impl Session {
         let id = msg.connect_id;
         match msg.kind {
             MessageType::Data => {
-                self.shared.counters.received_from_edge(msg.data.len());
+                self.shared.metrics.received_from_edge(msg.data.len());
                 match self.streams.push(id, msg.data) {
                     Pushed::Queued => {}
                     // The edge still holds a connection for an id we no longer have (we ended
@@ -243,14 +243,14 @@ impl Session {
                     Pushed::Unknown => {
                         if self.forget(id) {
                             debug!(node = %self.node, id, "DATA for an unknown connection; removing it on the edge");
-                            self.shared.counters.remove_for_unknown();
+                            self.shared.metrics.remove_for_unknown();
                             let _ = self
                                 .out
                                 .try_send(Outgoing::Tunnel(TunnelMessage::remove(id)));
                         }
                     }
                     Pushed::Overflow => {
-                        self.shared.counters.stream_overflowed();
+                        self.shared.metrics.stream_overflowed();
                         warn!(
                             node = %self.node,
                             id,
@@ -448,7 +448,7 @@ impl StreamSender {
         self.session
             .send(TunnelMessage::data(self.id, data))
             .await?;
-        self.session.shared.counters.sent_to_edge(n);
+        self.session.shared.metrics.sent_to_edge(n);
         Ok(())
     }
 }
@@ -459,7 +459,7 @@ impl Drop for ApiStream {
         // stream was refused or overflowed (those sent REMOVE_CONNECT already).
         let registered = self.session.streams.unregister(self.id, None);
         let first = self.session.forget(self.id);
-        self.session.shared.counters.stream_closed();
+        self.session.shared.metrics.stream_closed();
         if !registered || !first || self.session.is_closed() {
             return;
         }

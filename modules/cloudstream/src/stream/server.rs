@@ -48,9 +48,11 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) {
     let keepalive = ctx.shared.tuning.tcp_keepalive;
+    let tasks = ctx.shared.tasks.clone();
     accept_until(
         listener,
         &stop.clone(),
+        &tasks,
         "stream",
         gate,
         keepalive,

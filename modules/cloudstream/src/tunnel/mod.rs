@@ -15,6 +15,8 @@ pub(crate) use server::run;
 pub(crate) use session::{ApiStream, Session};
 
 use crate::config::Tuning;
+use tokio_util::task::TaskTracker;
+
 use crate::metrics::Metrics;
 
 /// Errors opening or using a stream on a session.
@@ -49,6 +51,9 @@ pub(crate) struct Shared {
     pub(crate) tuning: Tuning,
     /// Revoked edge certificates (shared with cloudhub); `None` checks nothing.
     pub(crate) revocations: Option<pki::Revocations>,
+    /// Every connection's task and every session's writer, keepalive and Node update, so
+    /// that a shutdown can wait for them.
+    pub(crate) tasks: TaskTracker,
 }
 
 impl Shared {
@@ -59,6 +64,7 @@ impl Shared {
             metrics,
             tuning,
             revocations: None,
+            tasks: TaskTracker::new(),
         }
     }
 }

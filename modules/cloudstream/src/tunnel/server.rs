@@ -41,9 +41,11 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) {
     let keepalive = shared.tuning.tcp_keepalive;
+    let tasks = shared.tasks.clone();
     accept_until(
         listener,
         &stop,
+        &tasks,
         "tunnel",
         gate,
         keepalive,
@@ -271,7 +273,7 @@ async fn connection(
 
     let (read_half, write_half) = tokio::io::split(tls);
     let write_timeout = shared.tuning.write_timeout;
-    let writer = tokio::spawn({
+    let writer = shared.tasks.spawn({
         let session = session.clone();
         async move {
             if let Err(e) = ws::write_loop(write_half, Role::Server, rx, write_timeout).await {
@@ -279,9 +281,9 @@ async fn connection(
             }
         }
     });
-    tokio::spawn(session.clone().keepalive());
+    shared.tasks.spawn(session.clone().keepalive());
     if let Some(nodes) = nodes {
-        tokio::spawn(update_node(nodes, session.clone()));
+        shared.tasks.spawn(update_node(nodes, session.clone()));
     }
     session
         .clone()

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use super::config::{AgentOptions, EdgeStreamConfig};
@@ -27,7 +28,12 @@ pub struct StreamAgent {
 #[derive(Debug)]
 pub struct AgentHandle {
     stop: CancellationToken,
+    /// The dial loop.
     task: JoinHandle<()>,
+    /// What the tunnels run: writers, pings, stream relays.
+    tasks: TaskTracker,
+    /// How long [`AgentHandle::shutdown`] waits for the stream relays.
+    grace: Duration,
     connected: watch::Receiver<bool>,
     stats: Arc<Stats>,
 }
@@ -52,22 +58,33 @@ impl StreamAgent {
         let stop = CancellationToken::new();
         let (tx, connected) = watch::channel(false);
         let stats = Arc::new(Stats::default());
-        let task = tokio::spawn(self.run(stop.clone(), tx, stats.clone()));
-        AgentHandle {
-            stop,
-            task,
-            connected,
-            stats,
-        }
-    }
-
-    async fn run(self, stop: CancellationToken, connected: watch::Sender<bool>, stats: Arc<Stats>) {
+        let tasks = TaskTracker::new();
+        let grace = self.config.write();
         let ctx = Arc::new(Ctx {
             options: self.options.clone(),
             read: self.config.read(),
             write: self.config.write(),
             stats: stats.clone(),
+            tasks: tasks.clone(),
         });
+        let task = tokio::spawn(self.run(stop.clone(), tx, stats.clone(), ctx));
+        AgentHandle {
+            stop,
+            task,
+            tasks,
+            grace,
+            connected,
+            stats,
+        }
+    }
+
+    async fn run(
+        self,
+        stop: CancellationToken,
+        connected: watch::Sender<bool>,
+        stats: Arc<Stats>,
+        ctx: Arc<Ctx>,
+    ) {
         let mut failures: u32 = 0;
         while !stop.is_cancelled() {
             let dialed = tokio::select! {
@@ -139,10 +156,13 @@ impl AgentHandle {
         }
     }
 
-    /// Closes the tunnel (its streams end) and stops redialing; returns when done.
+    /// Closes the tunnel (its streams end) and stops redialing; returns when done, or
+    /// once the write deadline has passed for stream relays still writing locally.
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.task.await;
+        self.tasks.close();
+        let _ = tokio::time::timeout(self.grace, self.tasks.wait()).await;
     }
 }
 

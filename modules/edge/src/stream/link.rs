@@ -8,6 +8,7 @@ use bytes::Bytes;
 use kubeedge_wire::tunnel::{Credit, StreamEnd, TunnelMessage};
 use kubeedge_wire::ws::Outgoing;
 use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 
 use super::config::AgentOptions;
 use super::stats::Stats;
@@ -19,6 +20,8 @@ pub(crate) struct Ctx {
     pub(crate) read: Duration,
     pub(crate) write: Duration,
     pub(crate) stats: Arc<Stats>,
+    /// The session's writer and ping and every stream's relay.
+    pub(crate) tasks: TaskTracker,
 }
 
 /// How a relay ended.

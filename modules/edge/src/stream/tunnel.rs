@@ -24,9 +24,9 @@ use super::{exec, get};
 pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken) -> String {
     let (rd, wr) = tokio::io::split(dialed.stream);
     let (out, rx) = mpsc::channel::<Outgoing>(1024);
-    let writer = tokio::spawn(write_loop(wr, Role::Client, rx, ctx.write));
+    let writer = ctx.tasks.spawn(write_loop(wr, Role::Client, rx, ctx.write));
     let session = CancellationToken::new();
-    tokio::spawn(ping(
+    ctx.tasks.spawn(ping(
         out.clone(),
         ctx.options.ping_interval,
         session.clone(),
@@ -92,7 +92,7 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
                     credit,
                     input_window,
                 };
-                tokio::spawn(run_stream(
+                ctx.tasks.spawn(run_stream(
                     kind,
                     msg.data,
                     g,

@@ -32,7 +32,7 @@ use beehive::{Content, Message};
 use cloudcore::config::CloudCoreConfig;
 use cloudhub::wire::{self, Incoming, Reassembler};
 use cloudstream::http1::{self, BodyReader, Bytes, BytesMut, HttpError};
-use cloudstream::ws::{self, Decoder, OpCode, Role, WsMessage};
+use cloudstream::ws::{self, Decoder, Role, WsMessage};
 use cloudstream::{ConnectRequest, GoUrl, MAX_DATA_LEN, MessageType, TunnelMessage};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -40,6 +40,7 @@ use proptest::sample::Index;
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence, TestRunner};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use ws_peer::OpCode;
 
 // ---------------------------------------------------------------------------------------------
 // Harness: allocation measurement, case counts, mutations.
@@ -507,7 +508,7 @@ fn owned(seeds: &[&[u8]]) -> Vec<Vec<u8>> {
 /// A client frame (masked) of `op` with `payload`.
 fn masked(op: OpCode, fin: bool, payload: &[u8]) -> Vec<u8> {
     let mut out = BytesMut::new();
-    ws::encode_frame(
+    ws_peer::encode_frame(
         &mut out,
         op,
         fin,
@@ -520,7 +521,7 @@ fn masked(op: OpCode, fin: bool, payload: &[u8]) -> Vec<u8> {
 /// A server frame (unmasked) of `op` with `payload`.
 fn unmasked(op: OpCode, fin: bool, payload: &[u8]) -> Vec<u8> {
     let mut out = BytesMut::new();
-    ws::encode_frame(&mut out, op, fin, &[payload], None);
+    ws_peer::encode_frame(&mut out, op, fin, &[payload], None);
     out.to_vec()
 }
 
@@ -1069,7 +1070,7 @@ impl FakeHub {
                 })
                 .map(|(_, v)| v.trim().to_owned())
                 .ok_or("no Sec-WebSocket-Key")?;
-            let answer = ws::switching_protocols(&ws::accept_key(key.as_bytes()));
+            let answer = ws::switching_protocols(&ws::accept_key(key.as_bytes()), &[]);
             tls.write_all(answer.as_bytes())
                 .await
                 .map_err(|e| e.to_string())?;

@@ -7,9 +7,10 @@
 //! edge kubelet ◄─ edge stream agent ◄══ Text frames: uvarint id ‖ type ‖ data ◄┘ dialed by the edge)
 //! ```
 //!
-//! Start with [`CloudStream`] (the `cloudStream` beehive module). The wire formats live
-//! here for both ends: [`TunnelMessage`] (framing), [`ConnectRequest`] (CONNECT JSON),
-//! [`ws`] (WebSocket without UTF-8 checks) and [`http1`]; the edge agent is `edge::stream`.
+//! Start with [`CloudStream`] (the `cloudStream` beehive module). The wire formats both ends
+//! share live in `kubeedge_wire` (re-exported here): [`TunnelMessage`] (framing),
+//! [`ConnectRequest`] (CONNECT JSON), [`ws`] (WebSocket on actix-http's codec) and [`http1`];
+//! the edge agent is `edge::stream`.
 //!
 //! ```
 //! use cloudstream::{MessageType, TunnelMessage};
@@ -21,39 +22,34 @@
 //! ```
 
 mod config;
-mod connect;
-mod counters;
-mod frame;
-mod gourl;
-pub mod http1;
 pub mod iptables;
 mod listen;
+mod metrics;
 mod module;
 pub mod negotiate;
-mod queue;
 mod record;
 mod stream;
-pub mod tls;
 mod tunnel;
-pub mod ws;
+
+pub use kubeedge_wire::tunnel::tls;
+pub use kubeedge_wire::{http1, ws};
 
 pub use config::{
     CloudStreamConfig, IptablesManagerConfig, IptablesMode, StreamAuthorizationConfig,
     StreamAuthorizationMode, Tuning,
 };
-pub use connect::{ConnectError, ConnectRequest, GoHeader, canonical_header_key};
-pub use counters::{Counters, CountersSnapshot};
-pub use frame::{
-    FrameError, INPUT_WINDOW_HEADER, MAX_DATA_LEN, MessageType, TunnelMessage, WINDOW_HEADER,
-    put_uvarint,
+pub use kubeedge_wire::gourl::{GoUrl, UrlError};
+pub use kubeedge_wire::tunnel::tls::{ServerTls, TlsError, TlsMaterial};
+pub use kubeedge_wire::tunnel::{
+    ConnectError, ConnectRequest, FrameError, GoHeader, INPUT_WINDOW_HEADER, Inbound, MAX_DATA_LEN,
+    MessageType, PushError, QueueReceiver, QueueSender, StreamEnd, TunnelMessage, WINDOW_HEADER,
+    canonical_header_key, put_uvarint, stream_queue,
 };
-pub use gourl::{GoUrl, UrlError};
+pub use metrics::{CountersSnapshot, Metrics};
 pub use module::{CloudStream, CloudStreamHandle, CloudStreamTls, Error};
-pub use queue::{Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue};
 pub use record::{
     TUNNEL_PORT_ANNOTATION, TUNNEL_PORT_BASE, TUNNEL_PORT_CONFIGMAP, TUNNEL_PORT_NAMESPACE,
     TunnelPortRecord,
 };
 pub use stream::{KubePodLocator, LocateError, PodLocator, StaticPods};
-pub use tls::{ServerTls, TlsError, TlsMaterial};
 pub use tunnel::SessionError;

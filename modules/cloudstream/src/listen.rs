@@ -9,6 +9,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 /// Pause after a failed accept (e.g. out of file descriptors), so the loop does not spin.
@@ -17,10 +18,11 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// Accepts connections on `listener` until `stop` fires. Each socket is first admitted by
 /// `gate` (a refused one is closed at once, unread); admitted ones get Nagle off and TCP
 /// keepalive every `keepalive` (zero: off), and `serve` runs with the admission, which it
-/// keeps for the connection's life. `server` names the listener in the logs.
+/// keeps for the connection's life, on `tasks`. `server` names the listener in the logs.
 pub(crate) async fn accept_until<F, Fut>(
     listener: TcpListener,
     stop: &CancellationToken,
+    tasks: &TaskTracker,
     server: &'static str,
     gate: Arc<Gate>,
     keepalive: Duration,
@@ -48,7 +50,7 @@ pub(crate) async fn accept_until<F, Fut>(
         };
         let _ = tcp.set_nodelay(true);
         set_keepalive(&tcp, keepalive);
-        tokio::spawn(serve(tcp, peer, admission));
+        tasks.spawn(serve(tcp, peer, admission));
     }
     info!("{server} server stopped accepting");
 }

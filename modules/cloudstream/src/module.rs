@@ -9,18 +9,18 @@ use actix::{Actor, Context, Handler};
 use actix_rt::Arbiter;
 use beehive::{Endpoint, Message, Module};
 use kubeedge_api::listener::{Gate, ListenerStats};
-use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{CloudStreamConfig, IptablesManagerConfig, StreamAuthorizationMode, Tuning};
-use crate::counters::{Counters, CountersSnapshot};
 use crate::iptables::{CommandRunner, IptablesManager};
+use crate::metrics::{CountersSnapshot, Metrics};
 use crate::negotiate;
 use crate::stream::{self, Authorizer, KubePodLocator, PodLocator, StreamContext, Webhook};
-use crate::tls::{self, ServerTls, TlsError, TlsMaterial};
 use crate::tunnel::{self, NodeUpdater, Shared};
+use kubeedge_wire::tunnel::tls::{self, ServerTls, TlsError, TlsMaterial};
 
 /// Errors creating the module.
 #[derive(Debug, thiserror::Error)]
@@ -115,8 +115,8 @@ pub struct CloudStreamHandle {
     stream_gate: Arc<Gate>,
     shared: Arc<Shared>,
     stop: CancellationToken,
-    stopped_tx: Arc<watch::Sender<bool>>,
-    stopped: watch::Receiver<bool>,
+    /// Cancelled once the servers have stopped.
+    stopped: CancellationToken,
 }
 
 impl CloudStreamHandle {
@@ -130,9 +130,14 @@ impl CloudStreamHandle {
         self.stream_addr
     }
 
-    /// Current counters.
+    /// Current values of the metrics.
     pub fn counters(&self) -> CountersSnapshot {
-        self.shared.counters.snapshot()
+        self.shared.metrics.snapshot()
+    }
+
+    /// The metrics, to [`Metrics::register`] in the process's registry.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// Admission gauges and counters of both listeners, for `/metrics`: the tunnel server
@@ -191,8 +196,7 @@ impl CloudStreamHandle {
 
     /// Resolves when the servers have stopped after [`CloudStreamHandle::shutdown`].
     pub async fn stopped(&self) {
-        let mut rx = self.stopped.clone();
-        let _ = rx.wait_for(|s| *s).await;
+        self.stopped.cancelled().await;
     }
 }
 
@@ -319,11 +323,7 @@ impl CloudStream {
                 u16::try_from(port).unwrap_or(0),
             ))),
         };
-        let (stopped_tx, stopped) = watch::channel(false);
-        let shared = Arc::new(Shared::new(
-            Arc::new(Counters::default()),
-            Tuning::default(),
-        ));
+        let shared = Arc::new(Shared::new(Arc::new(Metrics::default()), Tuning::default()));
         let handle = CloudStreamHandle {
             tunnel_gate: Gate::new("cloudstream_tunnel", config.tunnel_limits.clone()),
             stream_gate: Gate::new("cloudstream_stream", config.stream_limits.clone()),
@@ -339,8 +339,7 @@ impl CloudStream {
             )?,
             shared,
             stop: CancellationToken::new(),
-            stopped_tx: Arc::new(stopped_tx),
-            stopped,
+            stopped: CancellationToken::new(),
         };
         Ok(CloudStream {
             advertised_port: 10350,
@@ -374,7 +373,7 @@ impl CloudStream {
     /// Replaces the timing and buffering knobs.
     pub fn with_tuning(mut self, tuning: Tuning) -> Self {
         // Nothing runs before the actor starts, so a fresh shared state loses nothing.
-        let mut shared = Shared::new(self.handle.shared.counters.clone(), tuning);
+        let mut shared = Shared::new(self.handle.shared.metrics.clone(), tuning);
         shared.revocations = self.handle.shared.revocations.clone();
         self.handle.shared = Arc::new(shared);
         self
@@ -385,7 +384,7 @@ impl CloudStream {
     /// handshake, resumed ones included, and answered `403` with the reason.
     pub fn with_revocations(mut self, revocations: pki::Revocations) -> Self {
         let mut shared = Shared::new(
-            self.handle.shared.counters.clone(),
+            self.handle.shared.metrics.clone(),
             self.handle.shared.tuning.clone(),
         );
         shared.revocations = Some(revocations);
@@ -442,7 +441,7 @@ impl CloudStream {
                 (Ok(t), Ok(s)) => (t, s),
                 (Err(e), _) | (_, Err(e)) => {
                     error!(error = %e, "cloudstream listeners unusable");
-                    handle.stopped_tx.send_replace(true);
+                    handle.stopped.cancel();
                     Arbiter::current().stop();
                     return;
                 }
@@ -457,27 +456,31 @@ impl CloudStream {
                 pods,
                 authz,
             };
-            let tunnel = tokio::spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, handle.tunnel_gate.clone(), stop.clone()));
-            let streams = tokio::spawn(stream::run(stream_l, stream_tls, ctx, handle.stream_gate.clone(), stop.clone()));
-            let iptables = iptables.map(|(client, runner)| {
-                let records = negotiate::watch_record(client.clone(), stop.clone());
-                tokio::spawn(negotiate::release_deleted_cloudcores(client, negotiate::cloudcore_namespace(), stop.clone()));
-                tokio::spawn(IptablesManager::new(runner, stream_port as u16).run(records, stop.clone()))
-            });
+            // The servers and the iptables manager; connections and sessions are on
+            // `shared.tasks`.
+            let servers = TaskTracker::new();
+            servers.spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, handle.tunnel_gate.clone(), stop.clone()));
+            servers.spawn(stream::run(stream_l, stream_tls, ctx, handle.stream_gate.clone(), stop.clone()));
+            if let Some((client, runner)) = iptables {
+                let records = negotiate::watch_record(client.clone(), stop.clone(), &servers);
+                servers.spawn(negotiate::release_deleted_cloudcores(client, negotiate::cloudcore_namespace(), stop.clone()));
+                servers.spawn(IptablesManager::new(runner, stream_port as u16).run(records, stop.clone()));
+            }
+            servers.close();
             info!(tunnel = %handle.tunnel_addr, stream = %handle.stream_addr, advertised, "cloudstream started");
             stop.cancelled().await;
-            let _ = tunnel.await;
-            let _ = streams.await;
+            // Every server task ends on `stop` (the iptables manager after removing its rules).
+            servers.wait().await;
             for s in shared.registry.all() {
                 s.close("cloudstream is shutting down");
             }
-            if let Some(ipt) = iptables {
-                let _ = ipt.await;
+            // Let the writers send their Close frames, each within the write deadline.
+            shared.tasks.close();
+            if tokio::time::timeout(shared.tuning.write_timeout, shared.tasks.wait()).await.is_err() {
+                warn!(tasks = shared.tasks.len(), "connections still open after the write deadline; stopping regardless");
             }
-            // Let the writers send their Close frames.
-            tokio::time::sleep(Duration::from_millis(50)).await;
             info!("cloudstream stopped");
-            handle.stopped_tx.send_replace(true);
+            handle.stopped.cancel();
             Arbiter::current().stop();
         });
         if !started {

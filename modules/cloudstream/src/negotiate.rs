@@ -16,6 +16,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::record::{
@@ -163,16 +164,17 @@ pub async fn release_ip(client: kube::Client, ip: &str) -> Result<bool, Negotiat
 }
 
 /// Follows the record: the receiver holds `None` until the ConfigMap was first seen, then
-/// its latest record (empty when the ConfigMap is deleted). Runs until `stop`.
+/// its latest record (empty when the ConfigMap is deleted). Runs on `tasks` until `stop`.
 pub fn watch_record(
     client: kube::Client,
     stop: CancellationToken,
+    tasks: &TaskTracker,
 ) -> watch::Receiver<Option<TunnelPortRecord>> {
     let (tx, rx) = watch::channel(None);
     let config =
         watcher::Config::default().fields(&format!("metadata.name={TUNNEL_PORT_CONFIGMAP}"));
     let mut events = watcher(api(client), config).default_backoff().boxed();
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         loop {
             let ev = tokio::select! {
                 _ = stop.cancelled() => return,

@@ -1,12 +1,23 @@
-//! The wire formats the cloud and the edge both speak, each defined once here, in a crate
-//! with no Kubernetes or actor dependencies (as kube-core is split from kube-runtime).
+//! The wire formats the cloud and the edge share, each defined once here, without Kubernetes
+//! or actor dependencies (as kube-core is split from kube-runtime), so that an edge (and the
+//! test harness) can speak them without building the cloud.
 //!
 //! ```text
-//! edge (edgecore / edge crate) ⇄ hub framing: JSON message per WebSocket message ⇄ cloudhub
+//! hub      one JSON message per WebSocket message between edgecore and cloudhub: framing,
+//!          reassembly caps, keepalive, acknowledgement (feature `hub`)
+//! tunnel   tunnel frames (uvarint id ‖ type ‖ data), CONNECT JSON, stream queues, tunnel TLS
+//! gourl    Go's URL rules, as the CONNECT JSON carries them
+//! http1    HTTP/1.1 heads and bodies as the tunnel relays them
+//! ws       WebSocket on actix-http's codec over tokio IO: the handshake on both ends, and
+//!          the socket's reader and batching writer (binary data in Text frames)
 //! ```
 //!
-//! Start with [`hub`] (feature `hub`): what one hub message looks like on the WebSocket,
-//! how fragments are reassembled and capped, the keepalive and the acknowledgement.
+//! Leaves first: `gourl` and `http1` name nothing else here; `tunnel` uses `gourl`; `ws`
+//! uses `http1` and `tunnel`'s frames; `hub` names none of them.
 
+pub mod gourl;
 #[cfg(feature = "hub")]
 pub mod hub;
+pub mod http1;
+pub mod tunnel;
+pub mod ws;

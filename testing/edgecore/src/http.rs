@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use cloudstream::http1::{self, BodyReader};
+use kubeedge_wire::http1::{self, BodyReader};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use cloudstream::http1::{self, RequestHead};
-use cloudstream::ws::{self, Decoder, OpCode, Role, WsMessage, encode_frame};
+use kubeedge_wire::http1::{self, RequestHead};
+use kubeedge_wire::ws;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, broadcast};
+use ws_peer::{Decoder, OpCode, Role, WsMessage, encode_frame};
 
 /// What one exec connection carried.
 #[derive(Debug, Clone, Default)]

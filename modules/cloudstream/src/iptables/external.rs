@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::info;
 
 use super::manager::{IptablesError, IptablesManager};
@@ -33,16 +34,17 @@ pub async fn run_standalone(
     manager.probe().await?;
     info!(forward_port, %namespace, "iptables manager following the tunnel port record");
     let token = CancellationToken::new();
-    let records = negotiate::watch_record(client.clone(), token.clone());
-    let release = tokio::spawn(negotiate::release_deleted_cloudcores(
+    let tasks = TaskTracker::new();
+    let records = negotiate::watch_record(client.clone(), token.clone(), &tasks);
+    tasks.spawn(negotiate::release_deleted_cloudcores(
         client,
         namespace,
         token.clone(),
     ));
-    let manager = tokio::spawn(manager.run(records, token.clone()));
+    tasks.spawn(manager.run(records, token.clone()));
     stop.await;
     token.cancel();
-    let _ = release.await;
-    let _ = manager.await;
+    tasks.close();
+    tasks.wait().await;
     Ok(())
 }

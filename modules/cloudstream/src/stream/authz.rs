@@ -7,7 +7,7 @@ use std::time::Duration;
 use kubeedge_api::access::{self, AccessReviewer, Subject};
 use rustls_pki_types::CertificateDer;
 
-use crate::counters::Counters;
+use crate::metrics::Metrics;
 
 /// The authenticated caller: a certificate's CN and O values plus `system:authenticated`, or
 /// `system:anonymous` when the connection carried no certificate (client verification off).
@@ -122,11 +122,11 @@ impl Authorizer {
         &self,
         caller: &Caller,
         attrs: &Attributes,
-        counters: &Counters,
+        metrics: &Metrics,
     ) -> Result<Decision, AuthzError> {
         match self {
             Authorizer::AlwaysAllow => Ok(Decision::Allow),
-            Authorizer::Webhook(w) => w.authorize(caller, attrs, counters).await,
+            Authorizer::Webhook(w) => w.authorize(caller, attrs, metrics).await,
         }
     }
 }
@@ -150,7 +150,7 @@ impl Webhook {
         &self,
         caller: &Caller,
         attrs: &Attributes,
-        counters: &Counters,
+        metrics: &Metrics,
     ) -> Result<Decision, AuthzError> {
         let subject = Subject {
             user: caller.user.clone(),
@@ -171,7 +171,7 @@ impl Webhook {
             .await
             .map_err(AuthzError::Review)?;
         if !review.cached {
-            counters.authz_review();
+            metrics.authz_review();
         }
         Ok(match review.decision {
             access::Decision::Allow => Decision::Allow,

@@ -10,10 +10,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use super::server::{write_all_within, write_within};
-use crate::http1;
-use crate::queue::{Inbound, StreamEnd};
+use super::client_io::{write_all_within, write_within};
 use crate::tunnel::{ApiStream, Shared};
+use kubeedge_wire::http1;
+use kubeedge_wire::tunnel::{Inbound, StreamEnd};
 
 /// Bytes of API-side input held while the edge has not answered yet; past it the API side
 /// is not read until the edge answers (the edge deadline still runs).
@@ -113,8 +113,8 @@ pub(crate) async fn pipe<S: AsyncRead + AsyncWrite + Unpin>(
         let first = match tokio::time::timeout(limit, stream.recv()).await {
             Ok(ev) => ev,
             Err(_) => {
-                shared.counters.edge_response_timeout();
-                shared.counters.request_refused();
+                shared.metrics.edge_response_timeout();
+                shared.metrics.request_refused();
                 warn!(
                     id,
                     timeout_s = limit.as_secs_f64(),

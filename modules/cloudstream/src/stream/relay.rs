@@ -9,11 +9,10 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tracing::debug;
 
-use super::Outcome;
-use super::server::{write_all_within, write_within};
-use crate::http1::{self, LAST_CHUNK};
-use crate::queue::{Inbound, StreamEnd};
+use super::client_io::{Outcome, write_all_within, write_within};
 use crate::tunnel::{ApiStream, Shared};
+use kubeedge_wire::http1::{self, LAST_CHUNK};
+use kubeedge_wire::tunnel::{Inbound, StreamEnd};
 
 /// Flush when this much is batched even if more is queued.
 const BATCH: usize = 256 * 1024;

@@ -1,7 +1,6 @@
 //! Accepts the API server's HTTPS connections, reads request heads, routes them, resolves the
 //! node's session and hands over to the relays.
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,15 +14,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::authz::{self, Authorizer, Caller, Decision};
-use super::metrics::SessionKey;
+use super::client_io::{Outcome, write_within};
 use super::route::{Route, route};
-use super::{Outcome, PodLocator, exec, metrics, relay};
-use crate::connect::ConnectRequest;
-use crate::frame::MessageType;
-use crate::gourl::GoUrl;
-use crate::http1::{self, HttpError, RequestHead};
+use super::session_key::{self, SessionKey};
+use super::{PodLocator, exec, relay};
 use crate::listen::{accept_until, handshake};
 use crate::tunnel::{Session, Shared};
+use kubeedge_wire::gourl::GoUrl;
+use kubeedge_wire::http1::{self, HttpError, RequestHead};
+use kubeedge_wire::tunnel::ConnectRequest;
+use kubeedge_wire::tunnel::MessageType;
 
 /// Host the CONNECT URL names: the Go edge dials `URL.Host`, and upstream always sends this
 /// (the Rust edge ignores it and dials its configured address).
@@ -48,9 +48,11 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) {
     let keepalive = ctx.shared.tuning.tcp_keepalive;
+    let tasks = ctx.shared.tasks.clone();
     accept_until(
         listener,
         &stop.clone(),
+        &tasks,
         "stream",
         gate,
         keepalive,
@@ -133,7 +135,7 @@ async fn respond<S: AsyncWrite + Unpin>(
     keep_alive: bool,
 ) -> Outcome {
     if status >= 400 {
-        ctx.shared.counters.request_refused();
+        ctx.shared.metrics.request_refused();
     }
     write_response(
         conn,
@@ -170,7 +172,7 @@ async fn respond_status<S: AsyncWrite + Unpin>(
     node: &str,
     keep_alive: bool,
 ) -> Outcome {
-    ctx.shared.counters.request_refused();
+    ctx.shared.metrics.request_refused();
     let mut status = serde_json::json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code,
@@ -180,44 +182,6 @@ async fn respond_status<S: AsyncWrite + Unpin>(
     }
     let response = http1::json_response(code, &status.to_string(), !keep_alive);
     write_response(conn, ctx, &response, keep_alive).await
-}
-
-/// Writes and flushes `bytes`; false when that failed or took longer than `write_timeout`
-/// (a client that does not read is dropped, counted).
-pub(crate) async fn write_within<S: AsyncWrite + Unpin>(
-    conn: &mut S,
-    bytes: &[u8],
-    shared: &Shared,
-) -> bool {
-    write_all_within(conn, &mut [IoSlice::new(bytes)], shared).await
-}
-
-/// [`write_within`] for several buffers at once, written as vectored writes (a TLS stream
-/// packs them into records without gathering them first); they are consumed.
-pub(crate) async fn write_all_within<S: AsyncWrite + Unpin>(
-    conn: &mut S,
-    mut bufs: &mut [IoSlice<'_>],
-    shared: &Shared,
-) -> bool {
-    let write = async {
-        IoSlice::advance_slices(&mut bufs, 0);
-        while !bufs.is_empty() {
-            let n = conn.write_vectored(bufs).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
-            }
-            IoSlice::advance_slices(&mut bufs, n);
-        }
-        conn.flush().await
-    };
-    match tokio::time::timeout(shared.tuning.write_timeout, write).await {
-        Ok(r) => r.is_ok(),
-        Err(_) => {
-            shared.counters.api_write_timeout();
-            debug!("write toward the API client timed out; dropping it");
-            false
-        }
-    }
 }
 
 /// Authorizes `caller` for the request against `node` (unknown: `None`). `Err` is the
@@ -237,12 +201,12 @@ async fn authorize<S: AsyncWrite + Unpin>(
     );
     match ctx
         .authz
-        .authorize(caller, &attrs, &ctx.shared.counters)
+        .authorize(caller, &attrs, &ctx.shared.metrics)
         .await
     {
         Ok(Decision::Allow) => Ok(()),
         Ok(Decision::Deny { reason }) => {
-            ctx.shared.counters.authz_denied();
+            ctx.shared.metrics.authz_denied();
             warn!(
                 user = %caller.user,
                 groups = ?caller.groups,
@@ -384,7 +348,7 @@ async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
                 (kind, target(ctx, SessionKey::Node(node)))
             }
             Route::Metrics => {
-                let key = metrics::session_key(&head).ok_or_else(|| {
+                let key = session_key::session_key(&head).ok_or_else(|| {
                     Refusal::Status(400, "no Host header to find the node by".into())
                 })?;
                 (MessageType::MetricConnect, target(ctx, key))

@@ -15,7 +15,9 @@ pub(crate) use server::run;
 pub(crate) use session::{ApiStream, Session};
 
 use crate::config::Tuning;
-use crate::counters::Counters;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::Metrics;
 
 /// Errors opening or using a stream on a session.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -45,20 +47,24 @@ pub(crate) struct Shared {
     /// Connect ids: process-wide, from 1, never reused (the edge keys its table by id, and `0`
     /// is for CLOSE_CONNECT).
     pub(crate) next_id: AtomicU64,
-    pub(crate) counters: Arc<Counters>,
+    pub(crate) metrics: Arc<Metrics>,
     pub(crate) tuning: Tuning,
     /// Revoked edge certificates (shared with cloudhub); `None` checks nothing.
     pub(crate) revocations: Option<pki::Revocations>,
+    /// Every connection's task and every session's writer, keepalive and Node update, so
+    /// that a shutdown can wait for them.
+    pub(crate) tasks: TaskTracker,
 }
 
 impl Shared {
-    pub(crate) fn new(counters: Arc<Counters>, tuning: Tuning) -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>, tuning: Tuning) -> Self {
         Shared {
             registry: Registry::default(),
             next_id: AtomicU64::new(1),
-            counters,
+            metrics,
             tuning,
             revocations: None,
+            tasks: TaskTracker::new(),
         }
     }
 }

@@ -127,7 +127,7 @@ impl Registry {
 mod tests {
     use super::*;
     use crate::config::Tuning;
-    use crate::counters::Counters;
+    use crate::metrics::Metrics;
     use crate::tunnel::Shared;
 
     fn session(shared: &Arc<Shared>, node: &str, ip: &str) -> Arc<Session> {
@@ -137,10 +137,7 @@ mod tests {
 
     #[test]
     fn an_ip_should_belong_to_one_live_node_and_names_never_match_ips() {
-        let shared = Arc::new(Shared::new(
-            Arc::new(Counters::default()),
-            Tuning::default(),
-        ));
+        let shared = Arc::new(Shared::new(Arc::new(Metrics::default()), Tuning::default()));
         let r = Registry::default();
         let a = session(&shared, "a", "10.0.0.1");
         assert!(r.try_insert(a.clone()).unwrap().is_none());

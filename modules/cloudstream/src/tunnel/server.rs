@@ -16,11 +16,11 @@ use tracing::{debug, info, warn};
 
 use super::registry::RegisterError;
 use super::{NodeUpdater, Session, Shared};
-use crate::frame::{INPUT_WINDOW_HEADER, TunnelMessage, WINDOW_HEADER};
-use crate::http1::{self, RequestHead};
 use crate::listen::{accept_until, handshake};
-use crate::tls::common_name;
-use crate::ws::{self, Role, WsReader};
+use kubeedge_wire::http1::{self, RequestHead};
+use kubeedge_wire::tunnel::tls::common_name;
+use kubeedge_wire::tunnel::{INPUT_WINDOW_HEADER, TunnelMessage, WINDOW_HEADER};
+use kubeedge_wire::ws::{self, Role, WsReader};
 
 /// The path edges dial (a trailing slash also matches, as go-restful).
 const CONNECT_PATH: &str = "/v1/kubeedge/connect";
@@ -41,9 +41,11 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) {
     let keepalive = shared.tuning.tcp_keepalive;
+    let tasks = shared.tasks.clone();
     accept_until(
         listener,
         &stop,
+        &tasks,
         "tunnel",
         gate,
         keepalive,
@@ -62,7 +64,7 @@ pub(crate) async fn run(
 }
 
 async fn refuse(tls: &mut TlsStream<TcpStream>, shared: &Shared, status: u16, reason: &str) {
-    shared.counters.tunnel_refused();
+    shared.metrics.tunnel_refused();
     let _ = tls
         .write_all(&http1::text_response(status, reason, true))
         .await;
@@ -211,7 +213,7 @@ async fn connection(
         .pre_auth(authenticate(tcp, peer, &tls, &shared, nodes.as_ref()))
         .await
     else {
-        shared.counters.tunnel_refused();
+        shared.metrics.tunnel_refused();
         return;
     };
     let Some(Admitted {
@@ -240,7 +242,7 @@ async fn connection(
         Ok(Some(old)) => old.close("replaced by a new tunnel from the same node"),
         Ok(None) => {}
         Err(e) => {
-            shared.counters.tunnel_identity_refused();
+            shared.metrics.tunnel_identity_refused();
             let holder = match &e {
                 RegisterError::IpHeld { holder, .. } => holder.as_str(),
                 RegisterError::NotAnIp { .. } => "",
@@ -250,18 +252,18 @@ async fn connection(
             return;
         }
     }
-    shared.counters.session_opened();
-    let mut switching = ws::switching_protocols(&id.accept);
-    if let Some(window) = session.window() {
-        // The head ends with an empty line; the window header goes before it.
-        switching.truncate(switching.len() - 2);
-        switching.push_str(&format!("{WINDOW_HEADER}: {window}\r\n\r\n"));
+    shared.metrics.session_opened();
+    let window = session.window().map(|w| w.to_string());
+    let input_window = session.input_window().map(|w| w.to_string());
+    let mut extra = Vec::new();
+    if let Some(w) = &window {
+        extra.push((WINDOW_HEADER, w.as_str()));
     }
-    if let Some(window) = session.input_window() {
+    if let Some(w) = &input_window {
         // Accepts the edge's input window by echoing it.
-        switching.truncate(switching.len() - 2);
-        switching.push_str(&format!("{INPUT_WINDOW_HEADER}: {window}\r\n\r\n"));
+        extra.push((INPUT_WINDOW_HEADER, w.as_str()));
     }
+    let switching = ws::switching_protocols(&id.accept, &extra);
     if tls.write_all(switching.as_bytes()).await.is_err() || tls.flush().await.is_err() {
         session.close("the upgrade response could not be written");
         shared.registry.remove(&session);
@@ -271,7 +273,7 @@ async fn connection(
 
     let (read_half, write_half) = tokio::io::split(tls);
     let write_timeout = shared.tuning.write_timeout;
-    let writer = tokio::spawn({
+    let writer = shared.tasks.spawn({
         let session = session.clone();
         async move {
             if let Err(e) = ws::write_loop(write_half, Role::Server, rx, write_timeout).await {
@@ -279,9 +281,9 @@ async fn connection(
             }
         }
     });
-    tokio::spawn(session.clone().keepalive());
+    shared.tasks.spawn(session.clone().keepalive());
     if let Some(nodes) = nodes {
-        tokio::spawn(update_node(nodes, session.clone()));
+        shared.tasks.spawn(update_node(nodes, session.clone()));
     }
     session
         .clone()
@@ -306,7 +308,7 @@ async fn authenticate(
 ) -> Option<Admitted> {
     let limit = shared.tuning.handshake_timeout;
     let Some(mut tls) = handshake(tls, tcp, peer, limit, "tunnel").await else {
-        shared.counters.tunnel_refused();
+        shared.metrics.tunnel_refused();
         return None;
     };
     let leaf = tls
@@ -356,7 +358,7 @@ async fn authenticate(
         }),
         Err(r) => {
             if r.identity {
-                shared.counters.tunnel_identity_refused();
+                shared.metrics.tunnel_identity_refused();
             }
             warn!(%peer, cn = cn.as_deref().unwrap_or(""), ip = %claimed_ip, status = r.status, reason = %r.reason, "tunnel refused");
             refuse(&mut tls, shared, r.status, &r.reason).await;

@@ -1,9 +1,9 @@
 //! One edge node's tunnel: the streams open on it, the reader that dispatches what the edge
 //! sends, and the queue toward the writer task.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use tokio::io::AsyncRead;
@@ -12,9 +12,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{SessionError, Shared};
-use crate::frame::{FrameError, MessageType, TunnelMessage};
-use crate::queue::{Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue};
-use crate::ws::{Outgoing, WsMessage, WsReader};
+use kubeedge_wire::tunnel::{
+    Credit, FrameError, Inbound, MessageType, Pushed, QueueReceiver, StreamEnd, StreamTable,
+    TunnelMessage, stream_queue,
+};
+use kubeedge_wire::ws::{Outgoing, WsMessage, WsReader};
 
 /// A node's tunnel session.
 #[derive(Debug)]
@@ -22,7 +24,7 @@ pub(crate) struct Session {
     pub(crate) node: String,
     pub(crate) ip: String,
     out: mpsc::Sender<Outgoing>,
-    streams: Mutex<HashMap<u64, Entry>>,
+    streams: StreamTable,
     /// Ids this session ended or answered with REMOVE_CONNECT, so late DATA for one of them
     /// gets at most one REMOVE_CONNECT.
     removed: Mutex<RecentIds>,
@@ -35,23 +37,6 @@ pub(crate) struct Session {
     closed: CancellationToken,
     reason: OnceLock<Arc<str>>,
     shared: Arc<Shared>,
-}
-
-/// One open stream: its inbound queue and, when the edge grants an input window, the credit
-/// its DATA toward the edge draws on (closed when the stream ends, waking a waiting sender).
-#[derive(Debug)]
-struct Entry {
-    queue: QueueSender,
-    credit: Option<Arc<Semaphore>>,
-}
-
-impl Entry {
-    fn end(self, why: StreamEnd) {
-        if let Some(c) = &self.credit {
-            c.close();
-        }
-        self.queue.end(why);
-    }
 }
 
 /// How many removed ids a session remembers: enough for the DATA still in flight when a
@@ -103,7 +88,7 @@ impl Session {
             node,
             ip,
             out,
-            streams: Mutex::new(HashMap::new()),
+            streams: StreamTable::new(),
             removed: Mutex::new(RecentIds::default()),
             window,
             input_window,
@@ -111,10 +96,6 @@ impl Session {
             reason: OnceLock::new(),
             shared,
         })
-    }
-
-    fn streams(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
-        self.streams.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Remembers that stream `id` is over; false when it already was.
@@ -177,31 +158,28 @@ impl Session {
     ) -> Result<ApiStream, SessionError> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = stream_queue(self.shared.tuning.stream_queue_bytes);
-        let credit = self.input_window.map(|w| (Arc::new(Semaphore::new(w)), w));
-        {
-            let mut streams = self.streams();
-            if self.is_closed() {
-                return Err(self.closed_error());
-            }
-            let limit = self.shared.tuning.max_streams_per_node;
-            if limit > 0 && streams.len() >= limit {
-                drop(streams);
-                self.shared.counters.stream_refused_per_node();
-                warn!(node = %self.node, limit, "node has its maximum of streams open; refusing another");
-                return Err(SessionError::TooManyStreams {
+        let credit = self.input_window.map(Credit::new);
+        let limit = self.shared.tuning.max_streams_per_node;
+        let admit = |open: usize| {
+            if limit > 0 && open >= limit {
+                Err(SessionError::TooManyStreams {
                     node: self.node.clone(),
                     limit,
-                });
+                })
+            } else {
+                Ok(())
             }
-            streams.insert(
-                id,
-                Entry {
-                    queue: tx,
-                    credit: credit.as_ref().map(|(c, _)| c.clone()),
-                },
-            );
+        };
+        match self.streams.insert(id, tx, credit.clone(), admit) {
+            None => return Err(self.closed_error()),
+            Some(Err(e)) => {
+                self.shared.metrics.stream_refused_per_node();
+                warn!(node = %self.node, limit, "node has its maximum of streams open; refusing another");
+                return Err(e);
+            }
+            Some(Ok(_)) => {}
         }
-        self.shared.counters.stream_opened();
+        self.shared.metrics.stream_opened();
         let stream = ApiStream {
             id,
             session: self.clone(),
@@ -231,26 +209,18 @@ impl Session {
             .get()
             .cloned()
             .unwrap_or_else(|| Arc::from(reason));
-        let streams: Vec<Entry> = {
-            let mut map = self.streams();
-            self.closed.cancel();
-            map.drain().map(|(_, s)| s).collect()
-        };
-        info!(node = %self.node, ip = %self.ip, streams = streams.len(), %reason, "tunnel session closed");
-        for s in streams {
-            s.end(StreamEnd::TunnelClosed(reason.clone()));
-        }
+        self.closed.cancel();
+        let streams = self.streams.close(&StreamEnd::TunnelClosed(reason.clone()));
+        info!(node = %self.node, ip = %self.ip, streams, %reason, "tunnel session closed");
         let _ = self
             .out
             .try_send(Outgoing::Close(code, "tunnel session closed"));
-        self.shared.counters.session_closed();
+        self.shared.metrics.session_closed();
     }
 
     /// Ends stream `id` from this side: unregisters it and tells the edge, once.
     fn remove_stream(&self, id: u64, end: StreamEnd) {
-        if let Some(s) = self.streams().remove(&id) {
-            s.end(end);
-        }
+        self.streams.end(id, end);
         if self.forget(id) {
             let _ = self
                 .out
@@ -265,23 +235,22 @@ impl Session {
         let id = msg.connect_id;
         match msg.kind {
             MessageType::Data => {
-                self.shared.counters.received_from_edge(msg.data.len());
-                let Some(stream) = self.streams().get(&id).map(|e| e.queue.clone()) else {
+                self.shared.metrics.received_from_edge(msg.data.len());
+                match self.streams.push(id, msg.data) {
+                    Pushed::Queued => {}
                     // The edge still holds a connection for an id we no longer have (we ended
                     // it, or never had it): one REMOVE_CONNECT lets it close its side.
-                    if self.forget(id) {
-                        debug!(node = %self.node, id, "DATA for an unknown connection; removing it on the edge");
-                        self.shared.counters.remove_for_unknown();
-                        let _ = self
-                            .out
-                            .try_send(Outgoing::Tunnel(TunnelMessage::remove(id)));
+                    Pushed::Unknown => {
+                        if self.forget(id) {
+                            debug!(node = %self.node, id, "DATA for an unknown connection; removing it on the edge");
+                            self.shared.metrics.remove_for_unknown();
+                            let _ = self
+                                .out
+                                .try_send(Outgoing::Tunnel(TunnelMessage::remove(id)));
+                        }
                     }
-                    return;
-                };
-                match stream.push(msg.data) {
-                    Ok(()) => {}
-                    Err(PushError::Overflow) => {
-                        self.shared.counters.stream_overflowed();
+                    Pushed::Overflow => {
+                        self.shared.metrics.stream_overflowed();
                         warn!(
                             node = %self.node,
                             id,
@@ -292,29 +261,21 @@ impl Session {
                         self.remove_stream(id, StreamEnd::Overflow);
                     }
                     // The relay is gone; its drop unregisters the stream and tells the edge.
-                    Err(PushError::Gone) => {}
+                    Pushed::Gone => {}
                 }
             }
             MessageType::RemoveConnect => {
                 self.forget(id);
-                match self.streams().remove(&id) {
-                    Some(s) => s.end(StreamEnd::Removed),
-                    None => {
-                        debug!(node = %self.node, id, "REMOVE_CONNECT for an unknown connection")
-                    }
+                if !self.streams.end(id, StreamEnd::Removed) {
+                    debug!(node = %self.node, id, "REMOVE_CONNECT for an unknown connection")
                 }
             }
             MessageType::Window if self.input_window.is_some() => {
-                let (Some(window), Some(grant)) = (self.input_window, msg.window_grant()) else {
+                let Some(grant) = msg.window_grant() else {
                     warn!(node = %self.node, id, "malformed WINDOW from the edge; ignored");
                     return;
                 };
-                let streams = self.streams();
-                if let Some(credit) = streams.get(&id).and_then(|e| e.credit.as_ref()) {
-                    // Never more than the whole window, whatever the edge says.
-                    let room = window.saturating_sub(credit.available_permits());
-                    credit.add_permits(usize::try_from(grant).unwrap_or(usize::MAX).min(room));
-                }
+                self.streams.grant(id, grant);
             }
             other => {
                 warn!(node = %self.node, id, kind = %other, "unexpected message from the edge; ignored")
@@ -405,8 +366,8 @@ pub(crate) struct ApiStream {
     rx: QueueReceiver,
     /// Bytes taken from the queue and not yet granted back to the edge.
     unacked: usize,
-    /// With an input window: the credit DATA toward the edge draws on, and the window.
-    credit: Option<(Arc<Semaphore>, usize)>,
+    /// With an input window: the credit DATA toward the edge draws on.
+    credit: Option<Credit>,
 }
 
 impl ApiStream {
@@ -467,7 +428,7 @@ impl ApiStream {
 pub(crate) struct StreamSender {
     id: u64,
     session: Arc<Session>,
-    credit: Option<(Arc<Semaphore>, usize)>,
+    credit: Option<Credit>,
 }
 
 impl StreamSender {
@@ -477,19 +438,17 @@ impl StreamSender {
     /// simply read later) instead of overrunning the edge's queue.
     pub(crate) async fn send(&self, data: Bytes) -> Result<(), SessionError> {
         let n = data.len();
-        if let Some((credit, window)) = &self.credit {
-            // A piece larger than the window needs the whole window, not more.
-            let need = n.min(*window).min(u32::MAX as usize) as u32;
-            match credit.acquire_many(need).await {
-                Ok(permit) => permit.forget(),
-                // Closed when the stream ended or the tunnel closed.
-                Err(_) => return Err(self.session.closed_error()),
-            }
+        if let Some(credit) = &self.credit {
+            // Closed when the stream ended or the tunnel closed.
+            credit
+                .take(n)
+                .await
+                .map_err(|_| self.session.closed_error())?;
         }
         self.session
             .send(TunnelMessage::data(self.id, data))
             .await?;
-        self.session.shared.counters.sent_to_edge(n);
+        self.session.shared.metrics.sent_to_edge(n);
         Ok(())
     }
 }
@@ -498,17 +457,9 @@ impl Drop for ApiStream {
     fn drop(&mut self) {
         // The entry is gone when the edge removed the stream, the session closed, or the
         // stream was refused or overflowed (those sent REMOVE_CONNECT already).
-        let registered = match self.session.streams().remove(&self.id) {
-            Some(e) => {
-                if let Some(c) = &e.credit {
-                    c.close();
-                }
-                true
-            }
-            None => false,
-        };
+        let registered = self.session.streams.unregister(self.id, None);
         let first = self.session.forget(self.id);
-        self.session.shared.counters.stream_closed();
+        self.session.shared.metrics.stream_closed();
         if !registered || !first || self.session.is_closed() {
             return;
         }

@@ -426,7 +426,11 @@ async fn tunnel_port_negotiation_and_cloudcore_pod_deletion_should_keep_the_reco
 
     // The record follows through the watch the iptables manager uses.
     let stop = tokio_util::sync::CancellationToken::new();
-    let mut rx = cloudstream::negotiate::watch_record(client.clone(), stop.clone());
+    let mut rx = cloudstream::negotiate::watch_record(
+        client.clone(),
+        stop.clone(),
+        &tokio_util::task::TaskTracker::new(),
+    );
     tokio::time::timeout(
         Duration::from_secs(10),
         rx.wait_for(|r| r.as_ref().is_some_and(|r| r.ip_tunnel_port.len() == 4)),

@@ -8,13 +8,14 @@ use std::time::Duration;
 use crate::support::{self, FakeKubelet, Pki, kubelet};
 use bytes::{Bytes, BytesMut};
 use cloudstream::http1::{self, RequestHead};
-use cloudstream::ws::{self, Decoder, OpCode, Role, WsMessage, encode_frame};
+use cloudstream::ws;
 use cloudstream::{ConnectRequest, GoUrl, MessageType, TunnelMessage};
 use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+use ws_peer::{Decoder, OpCode, Role, WsMessage, encode_frame};
 
 /// A cloud that accepts tunnels and lets the test drive them frame by frame.
 struct ScriptedCloud {
@@ -76,7 +77,7 @@ impl ScriptedCloud {
             .unwrap();
         let accept = ws::check_upgrade_request(&head).unwrap();
         stream
-            .write_all(ws::switching_protocols(&accept).as_bytes())
+            .write_all(ws::switching_protocols(&accept, &[]).as_bytes())
             .await
             .unwrap();
         Accepted {

@@ -6,9 +6,9 @@ use std::time::Duration;
 use crate::support::{Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
 use cloudstream::http1;
-use cloudstream::ws::{Decoder, Role, WsMessage};
 use edge::stream::AgentOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ws_peer::{Decoder, Role, WsMessage};
 
 /// Runs one exec session as a client: stdin sent with the head, more stdin with non-UTF-8
 /// bytes, close of stdin; checks stdout, stderr and the exit status, then that every byte

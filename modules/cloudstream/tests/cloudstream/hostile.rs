@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use crate::support::{self, Cloud, RawTunnel, exec_request, raw_dial, upgrade_request};
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
-use cloudstream::ws::{OpCode, WsMessage};
 use cloudstream::{MessageType, Tuning, TunnelMessage};
 use kubeedge_api::listener::ListenerLimits;
 use rustls_pki_types::ServerName;
@@ -17,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
+use ws_peer::{OpCode, WsMessage};
 
 async fn connect_raw(cloud: &Cloud, node: &str) -> RawTunnel {
     connect_raw_as(cloud, node, None).await

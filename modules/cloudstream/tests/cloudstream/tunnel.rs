@@ -6,9 +6,9 @@ use std::time::Duration;
 use crate::support::{self, Cloud, Eku, FakeKubelet, Pki, RawTunnel, raw_dial, upgrade_request};
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
-use cloudstream::ws::{OpCode, WsMessage};
 use cloudstream::{ConnectRequest, MessageType, TunnelMessage};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ws_peer::{OpCode, WsMessage};
 
 async fn connect_raw(cloud: &Cloud, node: &str, ip: Option<&str>) -> RawTunnel {
     let (head, tunnel, body) = raw_dial(

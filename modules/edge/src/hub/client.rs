@@ -7,16 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use beehive::Message;
-use futures::{SinkExt, StreamExt};
+use bytes::{Bytes, BytesMut};
 use kubeedge_wire::hub::{self, ack_for, keepalive, needs_ack};
+use kubeedge_wire::ws::{self, Outgoing, Role, WsError, WsMessage, WsReader, WsWriter};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{Notify, mpsc};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{self, Message as Frame};
 use tracing::{debug, info, warn};
 
 use super::error::HubError;
@@ -141,10 +138,9 @@ pub struct HubClient {
     shared: Arc<Shared>,
 }
 
-/// The framing's bytes in a tungstenite text frame (the hub's framing always writes text).
-fn encode(msg: &Message) -> Frame {
-    let json = hub::encode_json(msg);
-    Frame::Text(String::from_utf8(json).unwrap_or_default().into())
+/// The framing's bytes in a text message (the hub's framing always writes text).
+fn encode(msg: &Message) -> Outgoing {
+    Outgoing::Text(Bytes::from(hub::encode_json(msg)))
 }
 
 impl HubClient {
@@ -217,7 +213,13 @@ impl HubClient {
     }
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
+type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// A connected session: the TLS stream and the bytes read past the `101` head.
+struct Ws {
+    stream: Tls,
+    leftover: BytesMut,
+}
 
 /// TCP to `server` (`host:port`), from `local` when given: the first resolved address of the
 /// same family is dialed.
@@ -262,38 +264,20 @@ async fn connect(cfg: &HubClientConfig, tls: &Arc<ClientConfig>) -> Result<Ws, H
             .connect(name, tcp)
             .await
             .map_err(|e| HubError::transport("tls handshake", e))?;
-        let url = format!(
-            "wss://{}/{}/{}/events",
-            cfg.server, cfg.project_id, cfg.node_name
-        );
-        let mut req = url
-            .into_client_request()
-            .map_err(|e| HubError::transport("websocket request", e))?;
-        let h = req.headers_mut();
-        for (k, v) in [("node_id", &cfg.node_name), ("project_id", &cfg.project_id)] {
-            let v = HeaderValue::from_str(v).map_err(|e| HubError::transport("header", e))?;
-            h.insert(k, v);
-        }
-        h.insert("connectionuse", HeaderValue::from_static("msg"));
-        let ws_config = WebSocketConfig::default()
-            .read_buffer_size(4096)
-            .write_buffer_size(0)
-            .max_message_size(Some(cfg.max_message_size))
-            .max_frame_size(Some(cfg.max_message_size));
-        let (ws, _resp) = tokio_tungstenite::client_async_with_config(req, stream, Some(ws_config))
+        let mut stream = stream;
+        let path = format!("/{}/{}/events", cfg.project_id, cfg.node_name);
+        let extra = [
+            ("Node_id", cfg.node_name.as_str()),
+            ("Project_id", cfg.project_id.as_str()),
+            ("Connectionuse", "msg"),
+        ];
+        let (_head, leftover) = ws::client_handshake(&mut stream, &cfg.server, &path, &extra)
             .await
             .map_err(|e| match e {
-                tungstenite::Error::Http(resp) => HubError::Http {
-                    status: resp.status().as_u16(),
-                    body: resp
-                        .body()
-                        .as_ref()
-                        .map(|b| String::from_utf8_lossy(b).into_owned())
-                        .unwrap_or_default(),
-                },
+                WsError::Refused { status, body } => HubError::Http { status, body },
                 other => HubError::transport("websocket upgrade", other),
             })?;
-        Ok(ws)
+        Ok(Ws { stream, leftover })
     })
     .await
     .map_err(|_| HubError::transport("connect", "handshake timed out"))?
@@ -355,16 +339,18 @@ async fn serve(
     out: &mut mpsc::Receiver<Message>,
     events: &mpsc::Sender<HubEvent>,
 ) -> String {
-    let (mut sink, mut stream) = ws.split();
+    let (rd, wr) = tokio::io::split(ws.stream);
+    let mut stream = WsReader::with_limit(rd, Role::Client, ws.leftover, cfg.max_message_size);
+    let mut sink = WsWriter::new(wr, Role::Client);
     let mut heartbeat = tokio::time::interval(cfg.heartbeat);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = cfg.write_timeout;
     macro_rules! write {
         ($msg:expr) => {
-            match tokio::time::timeout(deadline, sink.send(encode($msg))).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return format!("write failed: {e}"),
-                Err(_) => return "write timed out".into(),
+            match sink.send_within(encode($msg), deadline).await {
+                Ok(()) => {}
+                Err(WsError::Timeout(_)) => return "write timed out".into(),
+                Err(e) => return format!("write failed: {e}"),
             }
         };
     }
@@ -382,12 +368,22 @@ async fn serve(
             },
             frame = stream.next() => {
                 let payload = match frame {
-                    Some(Ok(Frame::Text(t))) => t.as_bytes().to_vec(),
-                    Some(Ok(Frame::Binary(b))) => b.to_vec(),
-                    Some(Ok(Frame::Close(c))) => return format!("closed by cloudhub: {c:?}"),
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return format!("read failed: {e}"),
-                    None => return "connection closed by cloudhub".into(),
+                    Ok(Some(WsMessage::Text(p) | WsMessage::Binary(p))) => p,
+                    Ok(Some(WsMessage::Ping(p))) => {
+                        if let Err(e) = sink.send_within(Outgoing::Pong(p), deadline).await {
+                            return format!("write failed: {e}");
+                        }
+                        continue;
+                    }
+                    Ok(Some(WsMessage::Close(code, reason))) => {
+                        return format!(
+                            "closed by cloudhub: {code:?} {}",
+                            String::from_utf8_lossy(&reason)
+                        );
+                    }
+                    Ok(Some(WsMessage::Pong(_))) => continue,
+                    Err(e) => return format!("read failed: {e}"),
+                    Ok(None) => return "connection closed by cloudhub".into(),
                 };
                 let msg = match hub::decode_json(&payload) {
                     Ok(m) => m,

@@ -1,47 +1,20 @@
 //! The agent: dials, serves the tunnel, redials with jittered back-off, until shut down.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use super::config::{AgentOptions, EdgeStreamConfig};
 use super::dial::dial;
-use super::tunnel::{self, Ctx};
-
-/// Counters of an agent.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    tunnels: AtomicU64,
-    streams_total: AtomicU64,
-    streams_active: AtomicU64,
-}
-
-impl Stats {
-    pub(crate) fn stream_started(&self) {
-        self.streams_total.fetch_add(1, Ordering::Relaxed);
-        self.streams_active.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn stream_ended(&self) {
-        self.streams_active.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A copy of an agent's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AgentStats {
-    /// Tunnels established so far (a redial adds one).
-    pub tunnels: u64,
-    /// Streams started so far.
-    pub streams_total: u64,
-    /// Streams running now.
-    pub streams_active: u64,
-}
+use super::link::Ctx;
+use super::stats::{AgentStats, Stats};
+use super::tunnel;
 
 /// The edge stream agent (edgecore's edgestream). Build it, then [`StreamAgent::spawn`].
 #[derive(Debug)]
@@ -55,7 +28,12 @@ pub struct StreamAgent {
 #[derive(Debug)]
 pub struct AgentHandle {
     stop: CancellationToken,
+    /// The dial loop.
     task: JoinHandle<()>,
+    /// What the tunnels run: writers, pings, stream relays.
+    tasks: TaskTracker,
+    /// How long [`AgentHandle::shutdown`] waits for the stream relays.
+    grace: Duration,
     connected: watch::Receiver<bool>,
     stats: Arc<Stats>,
 }
@@ -80,22 +58,33 @@ impl StreamAgent {
         let stop = CancellationToken::new();
         let (tx, connected) = watch::channel(false);
         let stats = Arc::new(Stats::default());
-        let task = tokio::spawn(self.run(stop.clone(), tx, stats.clone()));
-        AgentHandle {
-            stop,
-            task,
-            connected,
-            stats,
-        }
-    }
-
-    async fn run(self, stop: CancellationToken, connected: watch::Sender<bool>, stats: Arc<Stats>) {
+        let tasks = TaskTracker::new();
+        let grace = self.config.write();
         let ctx = Arc::new(Ctx {
             options: self.options.clone(),
             read: self.config.read(),
             write: self.config.write(),
             stats: stats.clone(),
+            tasks: tasks.clone(),
         });
+        let task = tokio::spawn(self.run(stop.clone(), tx, stats.clone(), ctx));
+        AgentHandle {
+            stop,
+            task,
+            tasks,
+            grace,
+            connected,
+            stats,
+        }
+    }
+
+    async fn run(
+        self,
+        stop: CancellationToken,
+        connected: watch::Sender<bool>,
+        stats: Arc<Stats>,
+        ctx: Arc<Ctx>,
+    ) {
         let mut failures: u32 = 0;
         while !stop.is_cancelled() {
             let dialed = tokio::select! {
@@ -167,10 +156,13 @@ impl AgentHandle {
         }
     }
 
-    /// Closes the tunnel (its streams end) and stops redialing; returns when done.
+    /// Closes the tunnel (its streams end) and stops redialing; returns when done, or
+    /// once the write deadline has passed for stream relays still writing locally.
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.task.await;
+        self.tasks.close();
+        let _ = tokio::time::timeout(self.grace, self.tasks.wait()).await;
     }
 }
 

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use cloudstream::http1;
-use cloudstream::ws;
+use kubeedge_wire::tunnel::{INPUT_WINDOW_HEADER, WINDOW_HEADER};
+use kubeedge_wire::ws::{self, WsError};
 use rustls::pki_types::ServerName;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -106,47 +105,32 @@ async fn dial_inner(
         .connect(name, tcp)
         .await
         .map_err(connect_err)?;
-    let key = ws::new_client_key();
     let input_window = input_window.to_string();
-    let request = ws::client_request(
-        server,
-        CONNECT_PATH,
-        &key,
-        &[
-            ("Sessionhostnameoverride", node_name),
-            ("Sessioninternalip", &node_ip),
-            // Offers per-stream flow control; a KubeEdge cloud ignores unknown headers.
-            (cloudstream::WINDOW_HEADER, "1"),
-            // Offers flow control of what the cloud sends: at most this much per stream
-            // ahead of the local connection.
-            (cloudstream::INPUT_WINDOW_HEADER, &input_window),
-        ],
-    );
-    stream
-        .write_all(request.as_bytes())
+    let extra = [
+        ("Sessionhostnameoverride", node_name),
+        ("Sessioninternalip", node_ip.as_str()),
+        // Offers per-stream flow control; a KubeEdge cloud ignores unknown headers.
+        (WINDOW_HEADER, "1"),
+        // Offers flow control of what the cloud sends: at most this much per stream
+        // ahead of the local connection.
+        (INPUT_WINDOW_HEADER, input_window.as_str()),
+    ];
+    let (head, leftover) = ws::client_handshake(&mut stream, server, CONNECT_PATH, &extra)
         .await
-        .map_err(connect_err)?;
-    stream.flush().await.map_err(connect_err)?;
-    let mut leftover = BytesMut::new();
-    let head = http1::read_response_head(&mut stream, &mut leftover)
-        .await
-        .map_err(|e| DialError::Upgrade(e.to_string()))?;
-    if head.status != 101 {
-        // Like gorilla: report the status and the start of the body.
-        let body = String::from_utf8_lossy(&leftover[..leftover.len().min(256)]).into_owned();
-        return Err(DialError::Upgrade(format!(
-            "status {}: {}",
-            head.status,
-            body.trim()
-        )));
-    }
-    ws::check_upgrade_response(&head, &key).map_err(|e| DialError::Upgrade(e.to_string()))?;
+        .map_err(|e| match e {
+            // Like gorilla: report the status and the start of the body.
+            WsError::Refused { status, body } => {
+                let body = body.get(..body.len().min(256)).unwrap_or(&body);
+                DialError::Upgrade(format!("status {status}: {}", body.trim()))
+            }
+            other => DialError::Upgrade(other.to_string()),
+        })?;
     let window = head
         .headers
-        .get_str(cloudstream::WINDOW_HEADER)
+        .get_str(WINDOW_HEADER)
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|w| *w > 0);
-    let input_window = head.headers.get(cloudstream::INPUT_WINDOW_HEADER).is_some();
+    let input_window = head.headers.get(INPUT_WINDOW_HEADER).is_some();
     Ok(Dialed {
         stream,
         leftover,

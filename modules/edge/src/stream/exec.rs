@@ -2,13 +2,13 @@
 //! bytes both ways; the kubelet's `101` head is relayed as the first DATA, untouched.
 
 use bytes::BytesMut;
-use cloudstream::{ConnectRequest, Inbound, QueueReceiver};
+use kubeedge_wire::tunnel::{ConnectRequest, Inbound, QueueReceiver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::info;
 
+use super::link::{Ctx, End, Up, end_of};
 use super::local;
-use super::tunnel::{Ctx, End, Up, end_of};
 
 /// Relays one exec/attach connection until either side ends it.
 pub(crate) async fn relay(req: &ConnectRequest, up: Up, mut rx: QueueReceiver, ctx: &Ctx) -> End {

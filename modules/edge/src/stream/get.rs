@@ -2,14 +2,14 @@
 //! they come; metrics: one line per DATA with `\n`, as upstream).
 
 use bytes::{Bytes, BytesMut};
-use cloudstream::http1::{self, BodyReader};
-use cloudstream::{ConnectRequest, Inbound, MAX_DATA_LEN, QueueReceiver};
+use kubeedge_wire::http1::{self, BodyReader};
+use kubeedge_wire::tunnel::{ConnectRequest, Inbound, MAX_DATA_LEN, QueueReceiver};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info};
 
+use super::link::{Ctx, End, Up, end_of};
 use super::local;
-use super::tunnel::{Ctx, End, Up, end_of};
 
 /// Relays one GET. The kubelet's status is not relayed (the protocol has no place for it);
 /// its body is, error text included, as upstream.

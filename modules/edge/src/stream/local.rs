@@ -4,14 +4,14 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
-use cloudstream::ConnectRequest;
+use kubeedge_wire::tunnel::ConnectRequest;
 
 /// Why a CONNECT could not become a local request.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LocalError {
     /// The URL cannot be a request target.
     #[error("bad url: {0}")]
-    Url(#[from] cloudstream::UrlError),
+    Url(#[from] kubeedge_wire::gourl::UrlError),
     /// A header name or value could smuggle lines.
     #[error("header {0:?} is not allowed on a request line")]
     Header(String),
@@ -121,7 +121,7 @@ pub(crate) fn raw_head(req: &ConnectRequest, kubelet: SocketAddr) -> Result<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cloudstream::GoUrl;
+    use kubeedge_wire::gourl::GoUrl;
 
     fn req(headers: &[(&str, &str)], method: Option<&str>) -> ConnectRequest {
         let url =

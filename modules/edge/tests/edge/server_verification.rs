@@ -32,13 +32,16 @@ async fn server(ca: &pki::CertificateAuthority) -> SocketAddr {
     addr
 }
 
-fn material(node_ca: &pki::CertificateAuthority, trusted: &[u8]) -> cloudstream::TlsMaterial {
+fn material(
+    node_ca: &pki::CertificateAuthority,
+    trusted: &[u8],
+) -> kubeedge_wire::tunnel::TlsMaterial {
     let node = node_ca.issue(&pki::IssueOptions::edge("edge-1")).unwrap();
-    cloudstream::TlsMaterial::from_bytes(&node.cert_der, &node.key_der, trusted).unwrap()
+    kubeedge_wire::tunnel::TlsMaterial::from_bytes(&node.cert_der, &node.key_der, trusted).unwrap()
 }
 
 async fn talk(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> Result<(), String> {
-    let mut s = cloudstream::tls::connect(addr, "127.0.0.1", tls)
+    let mut s = kubeedge_wire::tunnel::tls::connect(addr, "127.0.0.1", tls)
         .await
         .map_err(|e| e.to_string())?;
     let mut b = [0u8; 1];

@@ -15,7 +15,7 @@ use std::time::Duration;
 use beehive::Bus;
 use bytes::{Bytes, BytesMut};
 use cloudstream::http1::{self, BodyReader, ResponseHead};
-use cloudstream::ws::{self, OpCode, Role, WsMessage, encode_frame};
+use cloudstream::ws;
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, StaticPods,
     TlsMaterial, Tuning,
@@ -26,6 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
+use ws_peer::{OpCode, Role, WsMessage, encode_frame};
 
 pub use kubelet::FakeKubelet;
 pub use pki::{Eku, Pki};
@@ -215,7 +216,7 @@ pub async fn read_response<S: tokio::io::AsyncRead + Unpin>(
 pub struct RawTunnel {
     pub stream: TlsStream<TcpStream>,
     pub buf: BytesMut,
-    decoder: ws::Decoder,
+    decoder: ws_peer::Decoder,
 }
 
 /// Dials the tunnel with `cert` and the given extra header lines; returns the response head
@@ -242,7 +243,7 @@ pub async fn raw_dial(
     let t = RawTunnel {
         stream,
         buf,
-        decoder: ws::Decoder::new(Role::Client, 8 << 20),
+        decoder: ws_peer::Decoder::new(Role::Client, 8 << 20),
     };
     Ok((head, Some(t), Vec::new()))
 }

@@ -106,9 +106,8 @@ pub struct RequestHead {
 }
 
 impl RequestHead {
-    /// An HTTP/1.1 head with these headers (for unit tests).
-    #[cfg(test)]
-    pub(crate) fn for_test(method: &str, target: &str, headers: &[(&str, &str)]) -> Self {
+    /// An HTTP/1.1 head with these headers, as a parsed one would be.
+    pub fn with_headers(method: &str, target: &str, headers: &[(&str, &str)]) -> Self {
         RequestHead {
             method: method.into(),
             target: target.into(),

@@ -1,13 +1,17 @@
-//! The HTTP/1.1 upgrade, server side (gorilla's checks and reason texts) and client side.
+//! The HTTP/1.1 upgrade: the server's checks (gorilla's, with its reason texts, since edges
+//! log them) and the client's request and answer check, for every WebSocket client here.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sha1::{Digest, Sha1};
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::WsError;
-use crate::http1::{RequestHead, ResponseHead};
+use crate::http1::{self, RequestHead, ResponseHead};
 
-const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+/// How much of a refusal's body the client reads for its error.
+const MAX_REFUSAL_BODY: usize = 4096;
+
 const BAD_HANDSHAKE: &str = "websocket: the client is not using the websocket protocol: ";
 
 /// Why an upgrade request is refused: the HTTP status and the reason text sent as body.
@@ -21,10 +25,7 @@ pub struct Refusal {
 
 /// `Sec-WebSocket-Accept` for a client key.
 pub fn accept_key(key: &[u8]) -> String {
-    let mut h = Sha1::new();
-    h.update(key);
-    h.update(GUID);
-    STANDARD.encode(h.finalize())
+    String::from_utf8_lossy(&actix_http::ws::hash_key(key)).into_owned()
 }
 
 /// gorilla's `Upgrader.Upgrade` checks, in its order; `Ok` carries the accept key.
@@ -62,11 +63,24 @@ pub fn check_upgrade_request(head: &RequestHead) -> Result<String, Refusal> {
     Ok(accept_key(key))
 }
 
-/// The `101` response head (no extensions, no subprotocol).
-pub fn switching_protocols(accept: &str) -> String {
-    format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-    )
+/// The `101` response head (no extensions, no subprotocol), with `extra` headers after the
+/// standard ones.
+pub fn switching_protocols(accept: &str, extra: &[(&str, &str)]) -> String {
+    let mut out = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
+    );
+    push_headers(&mut out, extra);
+    out
+}
+
+fn push_headers(out: &mut String, extra: &[(&str, &str)]) {
+    for (n, v) in extra {
+        out.push_str(n);
+        out.push_str(": ");
+        out.push_str(v);
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
 }
 
 /// A fresh random client key.
@@ -80,13 +94,7 @@ pub fn client_request(host: &str, path: &str, key: &str, extra: &[(&str, &str)])
     let mut out = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
     );
-    for (n, v) in extra {
-        out.push_str(n);
-        out.push_str(": ");
-        out.push_str(v);
-        out.push_str("\r\n");
-    }
-    out.push_str("\r\n");
+    push_headers(&mut out, extra);
     out
 }
 
@@ -112,12 +120,55 @@ pub fn check_upgrade_response(head: &ResponseHead, key: &str) -> Result<(), WsEr
     Ok(())
 }
 
+/// The client's side of the upgrade on a connected `io`: sends [`client_request`] for
+/// `path` on `host` with `extra` headers, reads the answer and checks it. Returns the `101`
+/// head (for the headers a server adds) and the bytes read past it, which belong to the
+/// WebSocket stream. Any other status is [`WsError::Refused`] with the start of the body.
+/// The caller bounds the whole exchange in time.
+pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut S,
+    host: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> Result<(ResponseHead, BytesMut), WsError> {
+    let key = new_client_key();
+    io.write_all(client_request(host, path, &key, extra).as_bytes())
+        .await?;
+    io.flush().await?;
+    let mut buf = BytesMut::new();
+    let head = http1::read_response_head(io, &mut buf)
+        .await
+        .map_err(|e| WsError::Handshake(e.to_string()))?;
+    if head.status != 101 {
+        let want = head
+            .headers
+            .get_str("Content-Length")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0)
+            .min(MAX_REFUSAL_BODY);
+        // Best effort: a body that does not arrive leaves what did.
+        while buf.len() < want {
+            match io.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let body = &buf[..buf.len().min(MAX_REFUSAL_BODY)];
+        return Err(WsError::Refused {
+            status: head.status,
+            body: String::from_utf8_lossy(body).into_owned(),
+        });
+    }
+    check_upgrade_response(&head, &key)?;
+    Ok((head, buf))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn head(method: &str, headers: &[(&str, &str)]) -> RequestHead {
-        RequestHead::for_test(method, "/v1/kubeedge/connect", headers)
+        RequestHead::with_headers(method, "/v1/kubeedge/connect", headers)
     }
 
     #[test]

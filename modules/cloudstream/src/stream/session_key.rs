@@ -1,7 +1,7 @@
 //! Which session a `/stats` or `/metrics` request is for: the node name from
 //! `X-Forwarded-Uri` (node proxy requests), else the host part of `Host` (the node IP).
 
-use crate::http1::RequestHead;
+use kubeedge_wire::http1::RequestHead;
 
 /// Which session a request is for: by node name or by the address the API server dialed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +48,7 @@ mod tests {
     use super::*;
 
     fn head(headers: &[(&str, &str)]) -> RequestHead {
-        RequestHead::for_test("GET", "/metrics", headers)
+        RequestHead::with_headers("GET", "/metrics", headers)
     }
 
     #[test]

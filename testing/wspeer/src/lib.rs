@@ -1,14 +1,22 @@
-//! RFC 6455 frames and message reassembly, without UTF-8 checks: the tunnel carries binary
-//! data in Text messages (gorilla never validates). tungstenite refuses such messages, and so
-//! does actix-web-actors (its `ws::Message::Text` is a `ByteString`); `actix_http::ws::Codec`
-//! itself does not (its `Frame::Text(Bytes)` is not UTF-8 checked, and `Parser::write_message`
-//! writes raw bytes in a Text frame), so it could carry the tunnel too. This codec is shared by
-//! the cloud's tunnel server and the edge agent's client, and this crate does not depend on
-//! actix-http.
+//! An RFC 6455 implementation written independently of the one the project ships
+//! (`actix_http::ws::Codec`, used through `kubeedge_wire::ws`), for tests only: tests talk
+//! to our servers and clients through this one, so a bug shared by both ends of a test
+//! cannot hide. Frames and message reassembly, no extensions, no UTF-8 checks (the tunnel
+//! carries binary data in Text messages); frames can be written unmasked, masked, fragmented
+//! or malformed on purpose.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use super::WsError;
+/// Errors decoding frames.
+#[derive(Debug, thiserror::Error)]
+pub enum WsError {
+    /// The peer broke RFC 6455.
+    #[error("websocket protocol error: {0}")]
+    Protocol(&'static str),
+    /// A message or frame over the limit.
+    #[error("websocket message larger than {0} bytes")]
+    TooLarge(usize),
+}
 
 /// Which end of the connection we are: clients mask what they send, servers must not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,7 +311,13 @@ fn close_message(payload: Bytes) -> Result<WsMessage, WsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::hex;
+
+    fn hex(b: &[u8]) -> String {
+        b.iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 
     #[test]
     fn frames_should_match_the_spec_worked_bytes() {

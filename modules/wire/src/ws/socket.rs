@@ -1,0 +1,452 @@
+//! The two halves of a WebSocket connection on `actix_http::ws::Codec`: a reader that yields
+//! whole messages (fragments joined, within a size limit) and a writer that encodes into one
+//! buffer, so frames queued together go out in one socket write.
+
+use std::time::Duration;
+
+use actix_codec::{Decoder as _, Encoder as _};
+use actix_http::ws::{Codec, Frame, Item, Message, OpCode, Parser, ProtocolError};
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::WsError;
+use crate::tunnel::{MAX_DATA_LEN, TunnelMessage};
+
+/// Largest tunnel WebSocket message accepted: room for a tunnel message over 1 MiB, so that
+/// one is refused for its own stream only; anything bigger ends the tunnel.
+pub const MAX_MESSAGE_LEN: usize = 4 * MAX_DATA_LEN;
+
+/// Bytes the reader makes room for when its buffer is (nearly) full.
+const READ_SIZE: usize = 32 * 1024;
+/// Below this much free room the reader grows its buffer before reading.
+const MIN_READ: usize = 4 * 1024;
+
+/// Flush after this many queued bytes even if more are waiting.
+const BATCH_BYTES: usize = 256 * 1024;
+
+/// Which end of the connection we are: clients mask what they send, servers must not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The dialing side (the edge): sends masked frames, expects unmasked ones.
+    Client,
+    /// The accepting side (the cloud): sends unmasked frames, expects masked ones.
+    Server,
+}
+
+impl Role {
+    fn codec(self, max_frame: usize) -> Codec {
+        let codec = Codec::new().max_size(max_frame);
+        match self {
+            Role::Client => codec.client_mode(),
+            Role::Server => codec,
+        }
+    }
+}
+
+/// A whole message as received. Text is not checked for UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsMessage {
+    /// A Text message's bytes.
+    Text(Bytes),
+    /// A Binary message's bytes.
+    Binary(Bytes),
+    /// A ping's payload.
+    Ping(Bytes),
+    /// A pong's payload.
+    Pong(Bytes),
+    /// A close: its status code, if any, and its reason.
+    Close(Option<u16>, Bytes),
+}
+
+/// What the writer sends.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// A tunnel message, as one Text frame.
+    Tunnel(TunnelMessage),
+    /// These bytes as one Text frame, whatever they are.
+    Text(Bytes),
+    /// A ping with this payload.
+    Ping(Bytes),
+    /// A pong answering a ping.
+    Pong(Bytes),
+    /// A close frame; [`write_loop`] then shuts the socket down and stops.
+    Close(u16, &'static str),
+}
+
+fn protocol(e: ProtocolError, limit: usize) -> WsError {
+    match e {
+        ProtocolError::Overflow => WsError::TooLarge(limit),
+        ProtocolError::Io(e) => WsError::Io(e),
+        other => WsError::Protocol(other.to_string()),
+    }
+}
+
+/// The payload length the frame header at the front of `buf` announces, once that much of
+/// the header is here.
+fn announced_len(buf: &[u8]) -> Option<u64> {
+    match *buf.get(1)? & 0x7f {
+        126 => Some(u16::from_be_bytes([*buf.get(2)?, *buf.get(3)?]).into()),
+        127 => Some(u64::from_be_bytes(buf.get(2..10)?.try_into().ok()?)),
+        n => Some(n.into()),
+    }
+}
+
+/// Whole messages from bytes, without IO: `actix_http::ws::Codec` for the frames, fragments
+/// joined, and every frame and message held to a size limit.
+#[derive(Debug)]
+pub struct Decoder {
+    codec: Codec,
+    limit: usize,
+    /// A fragmented message being joined: whether it is Text, and its bytes so far.
+    partial: Option<(bool, BytesMut)>,
+}
+
+impl Decoder {
+    /// A decoder for `role` taking messages (and frames) up to `limit` bytes.
+    pub fn new(role: Role, limit: usize) -> Self {
+        Decoder {
+            codec: role.codec(limit),
+            limit,
+            partial: None,
+        }
+    }
+
+    /// The next whole message from the front of `src`, consuming its frames; `None` until
+    /// one is complete.
+    pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<WsMessage>, WsError> {
+        loop {
+            // The codec checks a frame's length once all of it is here; refusing it from
+            // its header keeps a peer from making us buffer up to the limit first.
+            if announced_len(src).is_some_and(|n| n > self.limit as u64) {
+                return Err(WsError::TooLarge(self.limit));
+            }
+            let Some(frame) = self
+                .codec
+                .decode(src)
+                .map_err(|e| protocol(e, self.limit))?
+            else {
+                return Ok(None);
+            };
+            if let Some(m) = self.take(frame)? {
+                return Ok(Some(m));
+            }
+        }
+    }
+
+    /// Joins fragments; a whole message when one is complete.
+    fn take(&mut self, frame: Frame) -> Result<Option<WsMessage>, WsError> {
+        let piece = match frame {
+            Frame::Text(b) => return Ok(Some(WsMessage::Text(b))),
+            Frame::Binary(b) => return Ok(Some(WsMessage::Binary(b))),
+            Frame::Ping(b) => return Ok(Some(WsMessage::Ping(b))),
+            Frame::Pong(b) => return Ok(Some(WsMessage::Pong(b))),
+            Frame::Close(reason) => {
+                let (code, text) = match reason {
+                    Some(r) => (
+                        Some(u16::from(r.code)),
+                        Bytes::from(r.description.unwrap_or_default()),
+                    ),
+                    None => (None, Bytes::new()),
+                };
+                return Ok(Some(WsMessage::Close(code, text)));
+            }
+            Frame::Continuation(item) => item,
+        };
+        let (last, data) = match piece {
+            Item::FirstText(b) => {
+                self.partial = Some((true, BytesMut::new()));
+                (false, b)
+            }
+            Item::FirstBinary(b) => {
+                self.partial = Some((false, BytesMut::new()));
+                (false, b)
+            }
+            Item::Continue(b) => (false, b),
+            Item::Last(b) => (true, b),
+        };
+        // The codec refuses a continuation without a first fragment.
+        let Some((_, joined)) = self.partial.as_mut() else {
+            return Err(WsError::Protocol("continuation without a message".into()));
+        };
+        if joined.len() + data.len() > self.limit {
+            return Err(WsError::TooLarge(self.limit));
+        }
+        joined.extend_from_slice(&data);
+        if !last {
+            return Ok(None);
+        }
+        Ok(self.partial.take().map(|(text, joined)| {
+            let joined = joined.freeze();
+            if text {
+                WsMessage::Text(joined)
+            } else {
+                WsMessage::Binary(joined)
+            }
+        }))
+    }
+}
+
+/// Reads whole messages from one half of a connection.
+#[derive(Debug)]
+pub struct WsReader<R> {
+    io: R,
+    buf: BytesMut,
+    decoder: Decoder,
+}
+
+impl<R: AsyncRead + Unpin> WsReader<R> {
+    /// A reader for `role` taking messages up to [`MAX_MESSAGE_LEN`], starting with bytes
+    /// already read past the handshake.
+    pub fn new(io: R, role: Role, leftover: BytesMut) -> Self {
+        Self::with_limit(io, role, leftover, MAX_MESSAGE_LEN)
+    }
+
+    /// [`WsReader::new`] taking messages (and frames) up to `limit` bytes.
+    pub fn with_limit(io: R, role: Role, leftover: BytesMut, limit: usize) -> Self {
+        WsReader {
+            io,
+            buf: leftover,
+            decoder: Decoder::new(role, limit),
+        }
+    }
+
+    /// The next message, or `None` when the peer closed the socket.
+    pub async fn next(&mut self) -> Result<Option<WsMessage>, WsError> {
+        loop {
+            if let Some(m) = self.decoder.decode(&mut self.buf)? {
+                return Ok(Some(m));
+            }
+            // Only grow when there is little room left: the codec has already made room
+            // for a frame that is partly here, and growing again would copy it again.
+            if self.buf.capacity() - self.buf.len() < MIN_READ {
+                self.buf.reserve(READ_SIZE);
+            }
+            if self.io.read_buf(&mut self.buf).await? == 0 {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// [`WsReader::next`] that fails with [`WsError::Timeout`] when nothing arrives within
+    /// `limit` (the pong timeout: the peer answers our pings, so silence means it is gone).
+    pub async fn next_within(&mut self, limit: Duration) -> Result<Option<WsMessage>, WsError> {
+        tokio::time::timeout(limit, self.next())
+            .await
+            .map_err(|_| WsError::Timeout("read"))?
+    }
+}
+
+/// Writes frames to one half of a connection: [`WsWriter::queue`] encodes into a buffer,
+/// [`WsWriter::flush_within`] writes it out within a deadline.
+#[derive(Debug)]
+pub struct WsWriter<W> {
+    io: W,
+    codec: Codec,
+    mask: bool,
+    out: BytesMut,
+    /// A tunnel message's header and data joined, for the codec's one-slice payload.
+    scratch: BytesMut,
+}
+
+impl<W: AsyncWrite + Unpin> WsWriter<W> {
+    /// A writer for `role` (a client masks its frames).
+    pub fn new(io: W, role: Role) -> Self {
+        WsWriter {
+            io,
+            codec: role.codec(usize::MAX),
+            mask: role == Role::Client,
+            out: BytesMut::with_capacity(64 * 1024),
+            scratch: BytesMut::new(),
+        }
+    }
+
+    /// Encodes `item` after what is already queued.
+    pub fn queue(&mut self, item: Outgoing) {
+        let message = match item {
+            Outgoing::Tunnel(m) => {
+                self.scratch.clear();
+                m.encode_into(&mut self.scratch);
+                Parser::write_message(&mut self.out, &self.scratch, OpCode::Text, true, self.mask);
+                return;
+            }
+            // Raw bytes: the codec's `Message::Text` would want UTF-8.
+            Outgoing::Text(b) => {
+                Parser::write_message(&mut self.out, b, OpCode::Text, true, self.mask);
+                return;
+            }
+            Outgoing::Ping(p) => Message::Ping(p),
+            Outgoing::Pong(p) => Message::Pong(p),
+            Outgoing::Close(code, reason) => Message::Close(Some(actix_http::ws::CloseReason {
+                code: code.into(),
+                description: Some(reason.to_owned()),
+            })),
+        };
+        // Encoding a data or control message into a buffer cannot fail.
+        let _ = self.codec.encode(message, &mut self.out);
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Writes everything queued; the write must finish within `limit`.
+    pub async fn flush_within(&mut self, limit: Duration) -> Result<(), WsError> {
+        let write = async {
+            self.io.write_all(&self.out).await?;
+            self.io.flush().await
+        };
+        tokio::time::timeout(limit, write)
+            .await
+            .map_err(|_| WsError::Timeout("write"))??;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// Queues `item` and writes it out within `limit`.
+    pub async fn send_within(&mut self, item: Outgoing, limit: Duration) -> Result<(), WsError> {
+        self.queue(item);
+        self.flush_within(limit).await
+    }
+
+    /// Shuts the socket's write side down, giving up after `limit`.
+    pub async fn shutdown_within(&mut self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, self.io.shutdown()).await;
+    }
+}
+
+/// Writes what arrives on `rx` until a [`Outgoing::Close`] is sent or every sender is gone,
+/// then shuts the socket down. Frames queued together go out in one write; each write must
+/// finish within `write_timeout`.
+pub async fn write_loop<W: AsyncWrite + Unpin>(
+    io: W,
+    role: Role,
+    mut rx: mpsc::Receiver<Outgoing>,
+    write_timeout: Duration,
+) -> Result<(), WsError> {
+    let mut writer = WsWriter::new(io, role);
+    while let Some(first) = rx.recv().await {
+        let mut closing = matches!(first, Outgoing::Close(..));
+        writer.queue(first);
+        while !closing && writer.queued() < BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(item) => {
+                    closing = matches!(item, Outgoing::Close(..));
+                    writer.queue(item);
+                }
+                Err(_) => break,
+            }
+        }
+        writer.flush_within(write_timeout).await?;
+        if closing {
+            break;
+        }
+    }
+    writer.shutdown_within(write_timeout).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writer_and_reader_should_round_trip_tunnel_messages() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (tx, rx) = mpsc::channel(8);
+        let writer = tokio::spawn(write_loop(client, Role::Client, rx, Duration::from_secs(5)));
+        let mut reader = WsReader::new(server, Role::Server, BytesMut::new());
+        tx.send(Outgoing::Tunnel(TunnelMessage::data(
+            5,
+            vec![0xffu8; 70_000],
+        )))
+        .await
+        .unwrap();
+        tx.send(Outgoing::Ping(Bytes::from_static(b"ping you")))
+            .await
+            .unwrap();
+        tx.send(Outgoing::Close(1000, "bye")).await.unwrap();
+        match reader.next().await.unwrap() {
+            Some(WsMessage::Text(t)) => {
+                let m = TunnelMessage::decode(t).unwrap();
+                assert_eq!(m.connect_id, 5);
+                assert_eq!(m.data.len(), 70_000);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(
+            reader.next().await.unwrap(),
+            Some(WsMessage::Ping(Bytes::from_static(b"ping you")))
+        );
+        assert_eq!(
+            reader.next().await.unwrap(),
+            Some(WsMessage::Close(Some(1000), Bytes::from_static(b"bye")))
+        );
+        writer.await.unwrap().unwrap();
+        assert_eq!(reader.next().await.unwrap(), None);
+    }
+
+    /// Frames from the independent test peer: fragments joined into one message (with a
+    /// ping between them), non-UTF-8 Text kept as is, limits enforced.
+    #[tokio::test]
+    async fn reader_should_join_fragments_and_keep_binary_text() {
+        use ws_peer::{OpCode as Op, encode_frame};
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut bytes = BytesMut::new();
+        let mask = Some([1, 2, 3, 4]);
+        encode_frame(&mut bytes, Op::Text, false, &[&[0xff, 0xfe]], mask);
+        encode_frame(&mut bytes, Op::Ping, true, &[b"p"], mask);
+        encode_frame(&mut bytes, Op::Continuation, false, &[&[0x00]], mask);
+        encode_frame(&mut bytes, Op::Continuation, true, &[&[0x80, 0x81]], mask);
+        encode_frame(&mut bytes, Op::Binary, true, &[&[7u8; 100]], mask);
+        client.write_all(&bytes).await.unwrap();
+        drop(client);
+        let mut reader = WsReader::with_limit(server, Role::Server, BytesMut::new(), 64);
+        assert_eq!(
+            reader.next().await.unwrap(),
+            Some(WsMessage::Ping(Bytes::from_static(b"p")))
+        );
+        assert_eq!(
+            reader.next().await.unwrap(),
+            Some(WsMessage::Text(Bytes::from_static(&[
+                0xff, 0xfe, 0x00, 0x80, 0x81
+            ])))
+        );
+        assert!(matches!(reader.next().await, Err(WsError::TooLarge(64))));
+    }
+
+    #[tokio::test]
+    async fn reader_should_refuse_an_oversized_frame_from_its_header() {
+        use ws_peer::{OpCode as Op, encode_frame};
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut bytes = BytesMut::new();
+        encode_frame(
+            &mut bytes,
+            Op::Binary,
+            true,
+            &[&vec![0u8; 10_000]],
+            Some([9; 4]),
+        );
+        // Its header only: the reader must not wait for (or buffer) the rest.
+        client.write_all(&bytes[..4]).await.unwrap();
+        let mut reader = WsReader::with_limit(server, Role::Server, BytesMut::new(), 1_000);
+        let r = tokio::time::timeout(Duration::from_secs(5), reader.next()).await;
+        assert!(matches!(r, Ok(Err(WsError::TooLarge(1_000)))), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn client_frames_should_be_masked_and_server_frames_not() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let mut w = WsWriter::new(a, Role::Client);
+        w.send_within(
+            Outgoing::Text(Bytes::from_static(&[0xff])),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        // A client reading a masked frame is a protocol error: the frame was masked.
+        let mut r = WsReader::new(b, Role::Client, BytesMut::new());
+        assert!(matches!(r.next().await, Err(WsError::Protocol(_))));
+    }
+}

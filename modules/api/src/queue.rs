@@ -41,7 +41,10 @@ use beehive::Message;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
-use crate::lifecycle::{Lifecycle, StopSignal};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::lifecycle::Lifecycle;
 
 /// Default divisor of [`node_share`]: one node may hold an eighth of a queue.
 pub const DEFAULT_NODE_SHARE_DIVISOR: usize = 8;
@@ -149,16 +152,13 @@ pub struct QueueSnapshot {
 #[derive(Debug, Clone)]
 pub struct Limit {
     permits: Arc<Semaphore>,
-    n: usize,
 }
 
 impl Limit {
     /// At most `n` (at least 1) concurrent handlers.
     pub fn new(n: usize) -> Self {
-        let n = n.max(1);
         Limit {
-            permits: Arc::new(Semaphore::new(n)),
-            n,
+            permits: Arc::new(Semaphore::new(n.max(1))),
         }
     }
 }
@@ -271,7 +271,7 @@ impl Queue {
             limit,
             drain,
         };
-        life.spawn(server.serve(life.stop_signal(), handler, refuse));
+        life.spawn(server.serve(life.token().clone(), handler, refuse));
         Queue {
             tx,
             stats,
@@ -372,7 +372,7 @@ struct Server {
 }
 
 impl Server {
-    async fn serve<H, HF, R, RF>(mut self, mut stop: StopSignal, handler: H, refuse: R)
+    async fn serve<H, HF, R, RF>(mut self, stop: CancellationToken, handler: H, refuse: R)
     where
         H: Fn(Message) -> HF,
         HF: Future<Output = bool> + Send + 'static,
@@ -380,10 +380,13 @@ impl Server {
         RF: Future<Output = ()>,
     {
         let stats = self.stats.clone();
+        // This queue's running handlers, so that stop waits for them (and not for other
+        // queues sharing the limit).
+        let handlers = TaskTracker::new();
         loop {
             let Entry { msg, claim } = tokio::select! {
                 biased;
-                _ = stop.wait() => break,
+                _ = stop.cancelled() => break,
                 m = self.rx.recv() => match m {
                     Some(m) => m,
                     None => break,
@@ -392,7 +395,7 @@ impl Server {
             stats.depth.fetch_sub(1, Ordering::Relaxed);
             let permit = tokio::select! {
                 p = self.limit.permits.clone().acquire_owned() => p,
-                _ = stop.wait() => {
+                _ = stop.cancelled() => {
                     refuse(msg).await;
                     drop(claim);
                     break;
@@ -403,7 +406,7 @@ impl Server {
             stats.in_flight.fetch_add(1, Ordering::Relaxed);
             let run = handler(msg);
             let stats = stats.clone();
-            tokio::spawn(async move {
+            handlers.spawn(async move {
                 let ok = run.await;
                 stats.in_flight.fetch_sub(1, Ordering::Relaxed);
                 let counter = if ok { &stats.handled } else { &stats.failed };
@@ -418,18 +421,8 @@ impl Server {
             refuse(msg).await;
             drop(claim);
         }
-        let drained = async {
-            while stats.in_flight.load(Ordering::Relaxed) > 0 {
-                // A permit comes back when a handler of any queue sharing the limit ends.
-                let all = u32::try_from(self.limit.n).unwrap_or(u32::MAX);
-                if let Ok(p) = self.limit.permits.acquire_many(all).await {
-                    drop(p);
-                } else {
-                    break;
-                }
-            }
-        };
-        match tokio::time::timeout(self.drain, drained).await {
+        handlers.close();
+        match tokio::time::timeout(self.drain, handlers.wait()).await {
             Ok(()) => debug!(queue = stats.name, "queue stopped"),
             Err(_) => warn!(
                 queue = stats.name,

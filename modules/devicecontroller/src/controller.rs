@@ -235,7 +235,7 @@ impl Actor for DeviceController {
                 w.statuses,
                 self.watch_timeout,
             );
-            self.life.spawn(downstream.run(self.life.stop_signal()));
+            self.life.spawn(downstream.run(self.life.token().clone()));
         }
         // One limit across the three queues, as Go's shared workers.
         let limit = Limit::new(at_least_one(self.config.load.update_device_status_workers));

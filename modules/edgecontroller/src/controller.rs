@@ -259,7 +259,7 @@ impl Actor for EdgeController {
                 watch_timeout: self.options.watch_timeout,
             };
             self.life
-                .spawn(downstream.run(options, self.life.stop_signal()));
+                .spawn(downstream.run(options, self.life.token().clone()));
         }
         let upstream = Arc::new(Upstream {
             kube: NodeClient::new(self.client.clone(), self.options.impersonate),

@@ -154,7 +154,7 @@ impl Actor for SyncController {
             self.counters.clone(),
             connected,
         );
-        self.life.spawn(reconciler.run(self.life.stop_signal()));
+        self.life.spawn(reconciler.run(self.life.token().clone()));
         info!(
             interval_s = self.config.reconcile_interval_seconds,
             "synccontroller started"

@@ -30,7 +30,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::runtime::watcher::{self, Event};
 use kubeedge_api::NodeResource;
-use kubeedge_api::lifecycle::{Lifecycle, StopSignal};
+use kubeedge_api::lifecycle::{CancellationToken, Lifecycle};
 use kubeedge_api::names::{CLOUDHUB, GROUP_RESOURCE};
 use kubeedge_api::reliablesyncs::{
     ClusterObjectSync, ObjectSync, object_sync_name, parse_object_sync_name,
@@ -183,7 +183,7 @@ impl Reconciler {
         c
     }
 
-    pub(crate) async fn run(mut self, mut stop: StopSignal) {
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
         let mut syncs = watch::events(
             Api::<ObjectSync>::all(self.client.clone()),
             self.watch_config(),
@@ -207,7 +207,7 @@ impl Reconciler {
             // takeover or the periodic pass must not wait behind them.
             tokio::select! {
                 biased;
-                _ = stop.wait() => break,
+                _ = stop.cancelled() => break,
                 Some(node) = self.connected.recv() => self.on_connected(node),
                 _ = sleep_until_some(self.catch_up_at), if self.running => self.catch_up().await,
                 Some(found) = self.takeovers.next() => self.on_takeover(found).await,

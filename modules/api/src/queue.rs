@@ -33,11 +33,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use beehive::Message;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
@@ -45,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::lifecycle::Lifecycle;
+use crate::metrics::{KindLabels, QueueMetrics, RejectLabels};
 
 /// Default divisor of [`node_share`]: one node may hold an eighth of a queue.
 pub const DEFAULT_NODE_SHARE_DIVISOR: usize = 8;
@@ -71,12 +74,12 @@ pub struct QueueStats {
     capacity: usize,
     workers: usize,
     node_share: Option<usize>,
-    depth: AtomicUsize,
+    depth: Gauge,
     in_flight: AtomicUsize,
-    handled: AtomicU64,
-    failed: AtomicU64,
-    rejected: AtomicU64,
-    rejected_over_share: AtomicU64,
+    handled: Counter,
+    failed: Counter,
+    rejected: Counter,
+    rejected_over_share: Counter,
 }
 
 impl QueueStats {
@@ -88,13 +91,30 @@ impl QueueStats {
             capacity: capacity.max(1),
             workers: workers.max(1),
             node_share: None,
-            depth: AtomicUsize::new(0),
+            depth: Gauge::default(),
             in_flight: AtomicUsize::new(0),
-            handled: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            rejected_over_share: AtomicU64::new(0),
+            handled: Counter::default(),
+            failed: Counter::default(),
+            rejected: Counter::default(),
+            rejected_over_share: Counter::default(),
         }
+    }
+
+    /// Counts into `metrics`' series labelled with this queue's kind (created at zero if
+    /// new), so the queue shows in `/metrics`; call it before the queue is used (what was
+    /// counted before is not carried over).
+    pub fn counted_in(mut self, metrics: &QueueMetrics) -> Self {
+        let kind = KindLabels { kind: self.name };
+        let reason = |reason| RejectLabels {
+            kind: self.name,
+            reason,
+        };
+        self.depth = metrics.depth.get_or_create_owned(&kind);
+        self.handled = metrics.handled.get_or_create_owned(&kind);
+        self.failed = metrics.failed.get_or_create_owned(&kind);
+        self.rejected = metrics.rejected.get_or_create_owned(&reason("queue_full"));
+        self.rejected_over_share = metrics.rejected.get_or_create_owned(&reason("node_share"));
+        self
     }
 
     /// Caps what one node may hold in the queue (requests queued with
@@ -112,12 +132,12 @@ impl QueueStats {
             capacity: self.capacity,
             workers: self.workers,
             node_share: self.node_share,
-            depth: self.depth.load(Ordering::Relaxed),
+            depth: usize::try_from(self.depth.get()).unwrap_or(0),
             in_flight: self.in_flight.load(Ordering::Relaxed),
-            handled: self.handled.load(Ordering::Relaxed),
-            failed: self.failed.load(Ordering::Relaxed),
-            rejected: self.rejected.load(Ordering::Relaxed),
-            rejected_over_share: self.rejected_over_share.load(Ordering::Relaxed),
+            handled: self.handled.get(),
+            failed: self.failed.get(),
+            rejected: self.rejected.get(),
+            rejected_over_share: self.rejected_over_share.get(),
         }
     }
 }
@@ -304,9 +324,7 @@ impl Queue {
                 warned: false,
             });
             if h.held >= share {
-                self.stats
-                    .rejected_over_share
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.rejected_over_share.inc();
                 if !std::mem::replace(&mut h.warned, true) {
                     warn!(
                         queue = self.stats.name,
@@ -334,13 +352,13 @@ impl Queue {
 
     fn send(&self, entry: Entry) -> Result<(), EnqueueError> {
         // Count first: the server may take the message before try_send returns.
-        self.stats.depth.fetch_add(1, Ordering::Relaxed);
+        self.stats.depth.inc();
         // On failure the entry's claim is dropped here, giving the node's place back.
         self.tx.try_send(entry).map_err(|e| {
-            self.stats.depth.fetch_sub(1, Ordering::Relaxed);
+            self.stats.depth.dec();
             match e {
                 mpsc::error::TrySendError::Full(e) => {
-                    self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                    self.stats.rejected.inc();
                     EnqueueError::Full(Box::new(e.msg))
                 }
                 mpsc::error::TrySendError::Closed(e) => EnqueueError::Stopped(Box::new(e.msg)),
@@ -392,7 +410,7 @@ impl Server {
                     None => break,
                 },
             };
-            stats.depth.fetch_sub(1, Ordering::Relaxed);
+            stats.depth.dec();
             let permit = tokio::select! {
                 p = self.limit.permits.clone().acquire_owned() => p,
                 _ = stop.cancelled() => {
@@ -410,14 +428,14 @@ impl Server {
                 let ok = run.await;
                 stats.in_flight.fetch_sub(1, Ordering::Relaxed);
                 let counter = if ok { &stats.handled } else { &stats.failed };
-                counter.fetch_add(1, Ordering::Relaxed);
+                counter.inc();
                 drop(claim);
                 drop(permit);
             });
         }
         self.rx.close();
         while let Ok(Entry { msg, claim }) = self.rx.try_recv() {
-            stats.depth.fetch_sub(1, Ordering::Relaxed);
+            stats.depth.dec();
             refuse(msg).await;
             drop(claim);
         }

@@ -130,6 +130,9 @@ impl std::fmt::Debug for ListenerMetrics {
     }
 }
 
+/// A listener family: name, help, and the value it reads.
+type Field = (&'static str, &'static str, fn(&ListenerStats) -> u64);
+
 /// The label of a listener's series.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabels {
@@ -171,7 +174,7 @@ impl Collector for ListenerMetrics {
                 })
                 .collect::<Vec<_>>()
         };
-        let gauges: [(&str, &str, fn(&ListenerStats) -> u64); 2] = [
+        let gauges: [Field; 2] = [
             (
                 "cloudcore_listener_connections",
                 "Connections open now, authenticated or not.",
@@ -187,7 +190,7 @@ impl Collector for ListenerMetrics {
             let samples = each(value).into_iter().map(|(l, v)| (l, gauge(v)));
             encode_family(&mut encoder, name, help, samples)?;
         }
-        let counters: [(&str, &str, fn(&ListenerStats) -> u64); 2] = [
+        let counters: [Field; 2] = [
             (
                 "cloudcore_listener_accepted",
                 "Connections admitted.",

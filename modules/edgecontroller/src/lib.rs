@@ -13,8 +13,9 @@
 //!
 //! Modules, leaves first (each depends only on those above it): `config`, `request_kind`
 //! (the request kinds and which kind a message is), `metrics`, `reply` (answer shapes),
-//! `outbox` (sends toward cloudhub), `authz` (what a node may ask), `downstream` (watches →
-//! edges), `upstream` (edge requests → API calls), `controller` (the beehive module).
+//! `outbox` (sends toward cloudhub), `downstream` (watches → edges, and where each node's
+//! objects are), `authz` (what a node may ask), `upstream` (edge requests → API calls),
+//! `controller` (the beehive module).
 //!
 //! ```no_run
 //! # async fn demo(client: kube::Client) {

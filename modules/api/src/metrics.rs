@@ -88,6 +88,19 @@ where
     Ok(())
 }
 
+/// Writes one unlabelled metric read at scrape time (`name` without `_total` for a counter).
+pub fn encode_one<M>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> Result<(), std::fmt::Error>
+where
+    M: EncodeMetric + TypedConst,
+{
+    metric.encode(encoder.encode_descriptor(name, help, None, M::TYPE)?)
+}
+
 /// A value type [`encode_family`] writes, with its metric type known before any sample.
 pub trait TypedConst {
     /// The metric type of the family.

@@ -148,7 +148,7 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
             out,
             "cloudhub_connection_tasks",
             "Connection tasks running: one per upgraded WebSocket, until its socket closes.",
-            gauge(hub.stats().connection_tasks as u64),
+            gauge(hub.stats().connection_tasks),
         )?;
         // Every node seen since start: drop counters must not vanish when a node disconnects.
         let nodes = hub.known_node_stats();
@@ -183,12 +183,12 @@ pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
             (
                 "cloudhub_node_backlog_bytes",
                 "Bytes queued toward the node and not yet written (replies included).",
-                |s| s.backlog as u64,
+                |s| s.backlog,
             ),
             (
                 "cloudhub_node_backlog_peak_bytes",
                 "Highest backlog of any one connection of the node.",
-                |s| s.backlog_peak as u64,
+                |s| s.backlog_peak,
             ),
         ];
         for (name, help, value) in gauges {

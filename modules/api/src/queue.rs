@@ -41,10 +41,9 @@ use beehive::Message;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Semaphore, mpsc};
-use tracing::{debug, warn};
-
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::{debug, warn};
 
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{KindLabels, QueueMetrics, RejectLabels};

@@ -218,7 +218,11 @@ impl CloudCore {
         let ownership = Ownership::new(replica.clone());
         if let Some(client) = &kube {
             let life = kubeedge_api::lifecycle::Lifecycle::new();
-            life.spawn(ownership.clone().follow(client.clone(), life.stop_signal()));
+            life.spawn(
+                ownership
+                    .clone()
+                    .follow(client.clone(), life.token().clone()),
+            );
             lifecycles.push(life);
             // Until the Nodes are listed, a replica cannot tell which nodes the others hold and
             // would write their records.

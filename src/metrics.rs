@@ -1,352 +1,295 @@
-//! Prometheus collectors for the composed modules (rendered by [`crate::ops`]).
+//! What each composed module adds to the process's one Prometheus registry
+//! ([`crate::ops::Metrics`], served by [`crate::ops`]).
+//!
+//! The controllers own prometheus-client metrics and register them themselves. beehive,
+//! cloudhub and cloudstream keep read APIs (`bus.stats()`, `hub.stats()`, `counters()`):
+//! collectors here render those at scrape time.
 
-use beehive::Endpoint;
+use std::fmt;
+
+use beehive::{Endpoint, ModuleStatsSnapshot, SYNC_BUCKETS};
 use cloudhub::HubHandle;
 use cloudstream::CloudStreamHandle;
-use kubeedge_api::listener::ListenerStats;
+use kubeedge_api::metrics::{ListenerMetrics, counter, encode_family, encode_one, gauge};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 
-use crate::ops::{Exposition, Metrics};
+use crate::ops::Metrics;
 
-/// A metric family read from one snapshot type: name, type, help, value.
-type Family<T> = (&'static str, &'static str, &'static str, fn(&T) -> f64);
+pub use kubeedge_api::metrics::ListenerSource;
 
-/// Writes each family in turn, with one sample per item labelled `label` = the item's name.
-fn per_item<'a, T: 'a>(
-    out: &mut Exposition,
-    families: &[Family<T>],
-    label: &str,
-    items: impl Iterator<Item = (&'a str, &'a T)> + Clone,
-) {
-    for (name, kind, help, value) in families {
-        out.family(name, kind, help);
-        for (item, t) in items.clone() {
-            out.sample(name, &[(label, item)], value(t));
-        }
+/// A collector from a function that writes families read from a module's API.
+struct Collect<F>(F);
+
+impl<F> fmt::Debug for Collect<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Collect")
     }
 }
 
-/// Writes a family with its one unlabelled sample.
-fn single(out: &mut Exposition, name: &str, kind: &str, help: &str, value: f64) {
-    out.family(name, kind, help);
-    out.sample(name, &[], value);
+impl<F> Collector for Collect<F>
+where
+    F: Fn(&mut DescriptorEncoder<'_>) -> fmt::Result + Send + Sync + 'static,
+{
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        (self.0)(&mut encoder)
+    }
 }
 
-/// Mailbox depth, capacity and throughput counters per module; sync latency totals.
+/// Registers a collector that runs `f` on every scrape.
+fn collect<F>(metrics: &Metrics, f: F)
+where
+    F: Fn(&mut DescriptorEncoder<'_>) -> fmt::Result + Send + Sync + 'static,
+{
+    metrics.register(|r| r.register_collector(Box::new(Collect(f))));
+}
+
+/// A family with one sample per item, labelled `label` = the item's name.
+type PerItem<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// Mailbox depth, capacity and throughput counters per module; sync latency as a histogram.
 pub fn bus(metrics: &Metrics, endpoint: Endpoint) {
-    metrics.register(move |out: &mut Exposition| {
+    collect(metrics, move |out| {
         let stats = endpoint.stats();
-        let families: [Family<beehive::ModuleStatsSnapshot>; 10] = [
+        let labels = |m: &ModuleStatsSnapshot| [("module", m.name.clone())];
+        let gauges: [PerItem<ModuleStatsSnapshot>; 2] = [
             (
                 "beehive_mailbox_depth",
-                "gauge",
                 "Messages waiting in the module's mailbox.",
-                |m| m.depth as f64,
+                |m| m.depth as u64,
             ),
+            ("beehive_mailbox_capacity", "Mailbox capacity.", |m| {
+                m.capacity as u64
+            }),
+        ];
+        for (name, help, value) in gauges {
+            let samples = stats.modules.iter().map(|m| (labels(m), gauge(value(m))));
+            encode_family(out, name, help, samples)?;
+        }
+        let counters: [PerItem<ModuleStatsSnapshot>; 6] = [
             (
-                "beehive_mailbox_capacity",
-                "gauge",
-                "Mailbox capacity.",
-                |m| m.capacity as f64,
-            ),
-            (
-                "beehive_messages_received_total",
-                "counter",
+                "beehive_messages_received",
                 "Messages the module took from its mailbox.",
-                |m| m.received as f64,
+                |m| m.received,
             ),
             (
-                "beehive_messages_sent_total",
-                "counter",
+                "beehive_messages_sent",
                 "Messages the module put into mailboxes.",
-                |m| m.sent as f64,
+                |m| m.sent,
             ),
             (
-                "beehive_mailbox_rejected_full_total",
-                "counter",
+                "beehive_mailbox_rejected_full",
                 "try_send refusals because the mailbox was full.",
-                |m| m.rejected_full as f64,
+                |m| m.rejected_full,
             ),
             (
-                "beehive_mailbox_rejected_stopped_total",
-                "counter",
+                "beehive_mailbox_rejected_stopped",
                 "Sends refused because the module had stopped or was removed.",
-                |m| m.rejected_stopped as f64,
+                |m| m.rejected_stopped,
             ),
             (
-                "beehive_sync_timeouts_total",
-                "counter",
+                "beehive_sync_timeouts",
                 "Sync requests of the module that expired.",
-                |m| m.sync_timeouts as f64,
+                |m| m.sync_timeouts,
             ),
             (
-                "beehive_sync_late_responses_total",
-                "counter",
+                "beehive_sync_late_responses",
                 "Answers that arrived after their request expired.",
-                |m| m.late_responses as f64,
-            ),
-            (
-                "beehive_sync_duration_seconds_count",
-                "counter",
-                "Sync requests answered.",
-                |m| m.sync_completed as f64,
-            ),
-            (
-                "beehive_sync_duration_seconds_sum",
-                "counter",
-                "Time answered sync requests waited.",
-                |m| m.sync_micros_total as f64 / 1e6,
+                |m| m.late_responses,
             ),
         ];
-        let modules = stats.modules.iter().map(|m| (m.name.as_str(), m));
-        per_item(out, &families, "module", modules);
-        single(
+        for (name, help, value) in counters {
+            let samples = stats.modules.iter().map(|m| (labels(m), counter(value(m))));
+            encode_family(out, name, help, samples)?;
+        }
+        let mut family = out.encode_descriptor(
+            "beehive_sync_duration_seconds",
+            "How long answered sync requests of the module waited for their answer.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for m in &stats.modules {
+            let buckets: Vec<(f64, u64)> = SYNC_BUCKETS
+                .iter()
+                .copied()
+                .chain([f64::INFINITY])
+                .zip(m.sync_buckets)
+                .collect();
+            let labels = labels(m);
+            family
+                .encode_family(&labels)?
+                .encode_histogram::<NoLabelSet>(
+                    m.sync_micros_total as f64 / 1e6,
+                    m.sync_completed,
+                    &buckets,
+                    None,
+                )?;
+        }
+        encode_one(
             out,
-            "beehive_unmatched_responses_total",
-            "counter",
+            "beehive_unmatched_responses",
             "Responses that matched no request.",
-            stats.unmatched_responses as f64,
-        );
+            counter(stats.unmatched_responses),
+        )
     });
 }
 
 /// Connected nodes (KubeEdge's gauge name) and per-node delivery counters.
 pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
-    metrics.register(move |out: &mut Exposition| {
-        single(
+    collect(metrics, move |out| {
+        encode_one(
             out,
             "KubeEdge_CloudHub_connected_nodes",
-            "gauge",
             "Edge nodes with a session on this cloudhub.",
-            hub.connected_nodes() as f64,
-        );
-        single(
+            gauge(hub.connected_nodes() as u64),
+        )?;
+        encode_one(
             out,
             "cloudhub_connection_tasks",
-            "gauge",
             "Connection tasks running: one per upgraded WebSocket, until its socket closes.",
-            hub.stats().connection_tasks as f64,
-        );
-        let families: [Family<cloudhub::NodeStats>; 6] = [
+            gauge(hub.stats().connection_tasks),
+        )?;
+        // Every node seen since start: drop counters must not vanish when a node disconnects.
+        let nodes = hub.known_node_stats();
+        let node = |n: &String| [("node", n.clone())];
+        let counters: [PerItem<cloudhub::NodeStats>; 4] = [
             (
-                "cloudhub_node_messages_sent_total",
-                "counter",
+                "cloudhub_node_messages_sent",
                 "Messages written to the node.",
-                |s| s.sent as f64,
+                |s| s.sent,
             ),
             (
-                "cloudhub_node_messages_acked_total",
-                "counter",
+                "cloudhub_node_messages_acked",
                 "Messages the node acknowledged.",
-                |s| s.acked as f64,
+                |s| s.acked,
             ),
             (
-                "cloudhub_node_messages_retried_total",
-                "counter",
+                "cloudhub_node_messages_retried",
                 "Re-sends of unacknowledged messages.",
-                |s| s.retried as f64,
+                |s| s.retried,
             ),
             (
-                "cloudhub_node_messages_received_total",
-                "counter",
+                "cloudhub_node_messages_received",
                 "Messages received from the node.",
-                |s| s.received as f64,
+                |s| s.received,
             ),
+        ];
+        for (name, help, value) in counters {
+            let samples = nodes.iter().map(|(n, s)| (node(n), counter(value(s))));
+            encode_family(out, name, help, samples)?;
+        }
+        let gauges: [PerItem<cloudhub::NodeStats>; 2] = [
             (
                 "cloudhub_node_backlog_bytes",
-                "gauge",
                 "Bytes queued toward the node and not yet written (replies included).",
-                |s| s.backlog as f64,
+                |s| s.backlog,
             ),
             (
                 "cloudhub_node_backlog_peak_bytes",
-                "gauge",
                 "Highest backlog of any one connection of the node.",
-                |s| s.backlog_peak as f64,
+                |s| s.backlog_peak,
             ),
         ];
-        // Every node seen since start: drop counters must not vanish when a node disconnects.
-        let nodes = hub.known_node_stats();
-        per_item(
-            out,
-            &families,
-            "node",
-            nodes.iter().map(|(node, s)| (node.as_str(), s)),
-        );
-        let name = "cloudhub_node_messages_dropped_total";
-        out.family(
-            name,
-            "counter",
-            "Messages dropped for the node, by reason (stale and stale_node_delete lose nothing; queue_full and offline keep an ObjectSync record for the sync loop).",
-        );
+        for (name, help, value) in gauges {
+            let samples = nodes.iter().map(|(n, s)| (node(n), gauge(value(s))));
+            encode_family(out, name, help, samples)?;
+        }
         // Only reasons that happened: ten zero series per node would dwarf the rest.
-        for (node, s) in &nodes {
-            for (reason, n) in s.drops.iter().filter(|(_, n)| *n > 0) {
-                out.sample(name, &[("node", node), ("reason", reason.as_str())], n as f64);
-            }
-        }
+        let drops = nodes.iter().flat_map(|(n, s)| {
+            s.drops
+                .iter()
+                .filter(|(_, k)| *k > 0)
+                .map(|(reason, k)| {
+                    let labels = [("node", n.clone()), ("reason", reason.as_str().to_owned())];
+                    (labels, counter(k))
+                })
+                .collect::<Vec<_>>()
+        });
+        encode_family(
+            out,
+            "cloudhub_node_messages_dropped",
+            "Messages dropped for the node, by reason (stale and stale_node_delete lose nothing; queue_full and offline keep an ObjectSync record for the sync loop).",
+            drops,
+        )?;
         let s = hub.stats();
-        let name = "cloudhub_messages_dropped_total";
-        out.family(
-            name,
-            "counter",
+        let drops = s
+            .drops
+            .iter()
+            .map(|(reason, n)| ([("reason", reason.as_str())], counter(n)));
+        encode_family(
+            out,
+            "cloudhub_messages_dropped",
             "Messages dropped by the hub, by reason (all nodes, and messages that name no node).",
-        );
-        for (reason, n) in s.drops.iter() {
-            out.sample(name, &[("reason", reason.as_str())], n as f64);
-        }
-        single(
-            out,
-            "cloudhub_records_written_total",
-            "counter",
-            "ObjectSync records written on acknowledgement.",
-            s.records_written as f64,
-        );
-        single(
-            out,
-            "cloudhub_records_failed_total",
-            "counter",
-            "ObjectSync writes that failed.",
-            s.records_failed as f64,
-        );
-        single(
-            out,
-            "cloudhub_messages_held_elsewhere_total",
-            "counter",
-            "Messages for nodes another replica holds, left to that replica.",
-            s.held_elsewhere as f64,
-        );
-        single(
-            out,
-            "cloudhub_token_refused_connected_total",
-            "counter",
-            "Bootstrap-token certificate requests refused because the node was connected.",
-            s.token_refused_connected as f64,
-        );
-        single(
-            out,
-            "cloudhub_revoked_certificates_refused_total",
-            "counter",
-            "Handshakes and renewals refused because the certificate is revoked.",
-            s.revoked_refused as f64,
-        );
+            drops,
+        )?;
         let c = hub.cert_server_stats();
         for (name, help, v) in [
             (
-                "cloudhub_certserver_unauthorized_total",
+                "cloudhub_records_written",
+                "ObjectSync records written on acknowledgement.",
+                s.records_written,
+            ),
+            (
+                "cloudhub_records_failed",
+                "ObjectSync writes that failed.",
+                s.records_failed,
+            ),
+            (
+                "cloudhub_messages_held_elsewhere",
+                "Messages for nodes another replica holds, left to that replica.",
+                s.held_elsewhere,
+            ),
+            (
+                "cloudhub_token_refused_connected",
+                "Bootstrap-token certificate requests refused because the node was connected.",
+                s.token_refused_connected,
+            ),
+            (
+                "cloudhub_revoked_certificates_refused",
+                "Handshakes and renewals refused because the certificate is revoked.",
+                s.revoked_refused,
+            ),
+            (
+                "cloudhub_certserver_unauthorized",
                 "Certificate-server requests refused from their head alone (401/403), body unread.",
                 c.unauthorized,
             ),
             (
-                "cloudhub_certserver_request_timeouts_total",
+                "cloudhub_certserver_request_timeouts",
                 "Certificate-server requests whose body did not arrive within https.requestTimeoutSeconds (408).",
                 c.request_timeouts,
             ),
             (
-                "cloudhub_certserver_too_large_total",
+                "cloudhub_certserver_too_large",
                 "Certificate-server requests refused for their body size (413).",
                 c.too_large,
             ),
             (
-                "cloudhub_certserver_rate_limited_total",
+                "cloudhub_certserver_rate_limited",
                 "/node/{name} checks refused by their source address's rate limit (429).",
                 c.rate_limited,
             ),
         ] {
-            single(out, name, "counter", help, v as f64);
+            encode_one(out, name, help, counter(v))?;
         }
-        single(
+        encode_one(
             out,
             "cloudhub_revoked_nodes",
-            "gauge",
             "Deleted nodes whose earlier certificates are revoked.",
-            s.revoked_nodes as f64,
-        );
+            gauge(s.revoked_nodes as u64),
+        )
     });
 }
 
-/// One controller's upstream request queues, as `<module>_queue_depth`,
-/// `<module>_requests_{handled,failed}_total` and `<module>_requests_rejected_total` labelled
-/// by kind and reason (`queue_full`: the queue was full; `node_share`: the request's node
-/// already held its share of the queue).
-fn request_queues(
-    out: &mut Exposition,
-    module: &str,
-    queues: &[kubeedge_api::queue::QueueSnapshot],
-) {
-    let families: [Family<kubeedge_api::queue::QueueSnapshot>; 3] = [
-        (
-            "_queue_depth",
-            "gauge",
-            "Upstream requests waiting, by kind.",
-            |q| q.depth as f64,
-        ),
-        (
-            "_requests_handled_total",
-            "counter",
-            "Upstream requests handled, by kind.",
-            |q| q.handled as f64,
-        ),
-        (
-            "_requests_failed_total",
-            "counter",
-            "Upstream requests that failed, by kind.",
-            |q| q.failed as f64,
-        ),
-    ];
-    for (suffix, kind, help, value) in families {
-        let name = format!("{module}{suffix}");
-        out.family(&name, kind, help);
-        for q in queues {
-            out.sample(&name, &[("kind", q.kind)], value(q));
-        }
-    }
-    let name = format!("{module}_requests_rejected_total");
-    out.family(
-        &name,
-        "counter",
-        "Upstream requests refused at enqueueing, by kind and reason (queue_full, node_share).",
-    );
-    for q in queues {
-        out.sample(
-            &name,
-            &[("kind", q.kind), ("reason", "queue_full")],
-            q.rejected as f64,
-        );
-        out.sample(
-            &name,
-            &[("kind", q.kind), ("reason", "node_share")],
-            q.rejected_over_share as f64,
-        );
-    }
-}
-
-/// Request queues of the edgecontroller, and what it refused before queueing.
+/// The edgecontroller's queues, downstream sends and refused status lists.
 pub fn edgecontroller(metrics: &Metrics, ec: edgecontroller::EdgeControllerMetrics) {
-    metrics.register(move |out: &mut Exposition| {
-        let snap = ec.snapshot();
-        request_queues(out, "edgecontroller", &snap.queues);
-        single(
-            out,
-            "edgecontroller_downstream_sent_total",
-            "counter",
-            "Messages sent toward edges.",
-            snap.downstream_sent as f64,
-        );
-        single(
-            out,
-            "edgecontroller_pod_status_lists_refused_total",
-            "counter",
-            "Legacy podstatus lists refused whole (413) for holding more statuses than the node can run pods.",
-            snap.pod_status_lists_refused as f64,
-        );
-    });
+    metrics.register(|r| ec.register(r));
 }
 
-/// Request queues of the devicecontroller.
+/// The devicecontroller's request queues.
 pub fn devicecontroller(metrics: &Metrics, dc: devicecontroller::DeviceControllerMetrics) {
-    metrics.register(move |out: &mut Exposition| {
-        request_queues(out, "devicecontroller", &dc.snapshot().queues);
-    });
+    metrics.register(|r| dc.register(r));
 }
 
 /// A module whose requests node authorization decides: its name and a reader of its refusal
@@ -362,266 +305,125 @@ pub fn node_authorization(metrics: &Metrics, sources: Vec<Denials>) {
     if sources.is_empty() {
         return;
     }
-    metrics.register(move |out: &mut Exposition| {
-        let name = "cloudcore_node_authorization_denied_total";
-        out.family(
-            name,
-            "counter",
+    collect(metrics, move |out| {
+        let samples = sources.iter().flat_map(|(module, read)| {
+            read()
+                .into_iter()
+                .map(move |(kind, n)| ([("module", *module), ("kind", kind)], counter(n)))
+        });
+        encode_family(
+            out,
+            "cloudcore_node_authorization_denied",
             "Edge requests refused by node authorization, by module and kind.",
-        );
-        for (module, read) in &sources {
-            for (kind, n) in read() {
-                out.sample(name, &[("module", module), ("kind", kind)], n as f64);
-            }
-        }
+            samples,
+        )
     });
 }
 
 /// Reconcile counters of the synccontroller.
 pub fn synccontroller(metrics: &Metrics, sc: synccontroller::SyncControllerMetrics) {
-    metrics.register(move |out: &mut Exposition| {
-        let s = sc.snapshot();
-        for (name, help, v) in [
-            (
-                "synccontroller_updates_sent_total",
-                "Newer objects re-sent to edges.",
-                s.updates_sent,
-            ),
-            (
-                "synccontroller_deletes_sent_total",
-                "Deletes sent for gone objects.",
-                s.deletes_sent,
-            ),
-            (
-                "synccontroller_records_deleted_total",
-                "ObjectSync records deleted.",
-                s.records_deleted,
-            ),
-            (
-                "synccontroller_passes_total",
-                "Full reconcile passes.",
-                s.passes,
-            ),
-            (
-                "synccontroller_superseded_dropped_total",
-                "Records of a previous incarnation of their object (deleted and recreated under the same name) dropped without sending the edge anything.",
-                s.superseded_dropped,
-            ),
-        ] {
-            single(out, name, "counter", help, v as f64);
-        }
-    });
+    metrics.register(|r| sc.register(r));
 }
 
 /// Requests, listeners and caches of dynamiccontroller.
 pub fn dynamiccontroller(metrics: &Metrics, dc: dynamiccontroller::DynamicControllerMetrics) {
-    metrics.register(move |out: &mut Exposition| {
-        let s = dc.snapshot();
-        let name = "dynamiccontroller_requests_total";
-        out.family(
-            name,
-            "counter",
-            "metaServer requests answered, by verb and outcome (approved, rejected).",
-        );
-        for (verb, outcome, n) in &s.requests {
-            out.sample(name, &[("verb", verb), ("outcome", outcome)], *n as f64);
-        }
-        for (name, help, v) in [
-            (
-                "dynamiccontroller_listeners",
-                "Edge watch listeners registered.",
-                s.listeners,
-            ),
-            (
-                "dynamiccontroller_listener_nodes",
-                "Nodes holding at least one watch listener.",
-                s.listener_nodes,
-            ),
-            (
-                "dynamiccontroller_informers",
-                "Resource types cached for edge watches (one API server watch each).",
-                s.informers,
-            ),
-        ] {
-            single(out, name, "gauge", help, v as f64);
-        }
-        for (name, help, v) in [
-            (
-                "dynamiccontroller_events_sent_total",
-                "Watch events handed to cloudhub.",
-                s.events_sent,
-            ),
-            (
-                "dynamiccontroller_events_failed_total",
-                "Watch events cloudhub did not take.",
-                s.events_failed,
-            ),
-        ] {
-            single(out, name, "counter", help, v as f64);
-        }
-    });
+    metrics.register(|r| dc.register(r));
 }
 
 /// Tunnels and streams of cloudstream.
 pub fn cloudstream(metrics: &Metrics, stream: CloudStreamHandle) {
-    metrics.register(move |out: &mut Exposition| {
+    collect(metrics, move |out| {
         let c = stream.counters();
-        for (name, kind, help, v) in [
+        encode_one(
+            out,
+            "cloudstream_tunnels",
+            "Tunnels open now.",
+            gauge(c.sessions),
+        )?;
+        encode_one(
+            out,
+            "cloudstream_streams",
+            "Streams open now.",
+            gauge(c.streams_active),
+        )?;
+        for (name, help, v) in [
+            // Not `cloudstream_streams_total`: as a counter family that would share its name,
+            // `cloudstream_streams`, with the gauge of open streams.
             (
-                "cloudstream_tunnels",
-                "gauge",
-                "Tunnels open now.",
-                c.sessions,
-            ),
-            (
-                "cloudstream_streams",
-                "gauge",
-                "Streams open now.",
-                c.streams_active,
-            ),
-            (
-                "cloudstream_streams_total",
-                "counter",
+                "cloudstream_streams_opened",
                 "Streams opened.",
                 c.streams_total,
             ),
             (
-                "cloudstream_bytes_to_edge_total",
-                "counter",
+                "cloudstream_bytes_to_edge",
                 "Stream bytes sent into tunnels.",
                 c.bytes_to_edge,
             ),
             (
-                "cloudstream_bytes_from_edge_total",
-                "counter",
+                "cloudstream_bytes_from_edge",
                 "Stream bytes received from tunnels.",
                 c.bytes_from_edge,
             ),
             (
-                "cloudstream_tunnels_refused_total",
-                "counter",
+                "cloudstream_tunnels_refused",
                 "Tunnel connections refused (TLS, identity or handshake).",
                 c.tunnels_refused,
             ),
             (
-                "cloudstream_tunnel_identity_refused_total",
-                "counter",
+                "cloudstream_tunnel_identity_refused",
                 "Tunnels refused for identity: another node's certificate, or a SessionInternalIP that is not the node's or is held by another node's tunnel.",
                 c.tunnel_identity_refused,
             ),
             (
-                "cloudstream_requests_refused_total",
-                "counter",
+                "cloudstream_requests_refused",
                 "Stream server requests answered with an error status.",
                 c.requests_refused,
             ),
             (
-                "cloudstream_stream_authorization_reviews_total",
-                "counter",
+                "cloudstream_stream_authorization_reviews",
                 "SubjectAccessReviews the stream server sent (cached answers not counted).",
                 c.authz_reviews,
             ),
             (
-                "cloudstream_stream_authorization_denied_total",
-                "counter",
+                "cloudstream_stream_authorization_denied",
                 "Stream server requests refused by authorization (403).",
                 c.authz_denied,
             ),
             (
-                "cloudstream_streams_overflowed_total",
-                "counter",
+                "cloudstream_streams_overflowed",
                 "Streams ended because their client fell a whole stream budget behind an edge that cannot pace one stream (edgecore), or the edge overran its window.",
                 c.streams_overflowed,
             ),
             (
-                "cloudstream_streams_refused_per_node_total",
-                "counter",
+                "cloudstream_streams_refused_per_node",
                 "Stream requests refused (503) because the node had its maximum of open streams.",
                 c.streams_refused_per_node,
             ),
             (
-                "cloudstream_edge_response_timeouts_total",
-                "counter",
+                "cloudstream_edge_response_timeouts",
                 "Streams answered 504 because the edge never answered.",
                 c.edge_response_timeouts,
             ),
             (
-                "cloudstream_api_write_timeouts_total",
-                "counter",
+                "cloudstream_api_write_timeouts",
                 "Streams dropped because the API server side stopped reading (write timeout).",
                 c.api_write_timeouts,
             ),
             (
-                "cloudstream_removes_for_unknown_total",
-                "counter",
+                "cloudstream_removes_for_unknown",
                 "REMOVE answers sent for DATA on stream ids the cloud no longer had.",
                 c.removes_for_unknown,
             ),
         ] {
-            single(out, name, kind, help, v as f64);
+            encode_one(out, name, help, counter(v))?;
         }
+        Ok(())
     });
 }
-
-/// Reads the admission gauges and counters of some listeners (one module's servers).
-pub type ListenerSource = Box<dyn Fn() -> Vec<ListenerStats> + Send + Sync>;
 
 /// Admission on the edge-facing listeners (`websocket`, `https`, `stream`, `tunnel`): open and
 /// unauthenticated connections now, and connections accepted, refused by limit and closed for
 /// not authenticating in time.
 pub fn listeners(metrics: &Metrics, sources: Vec<ListenerSource>) {
-    if sources.is_empty() {
-        return;
-    }
-    metrics.register(move |out: &mut Exposition| {
-        let stats: Vec<ListenerStats> = sources.iter().flat_map(|read| read()).collect();
-        let families: [Family<ListenerStats>; 4] = [
-            (
-                "cloudcore_listener_connections",
-                "gauge",
-                "Connections open now, authenticated or not.",
-                |s| s.open as f64,
-            ),
-            (
-                "cloudcore_listener_handshakes_in_progress",
-                "gauge",
-                "Connections not yet authenticated (TLS handshake or request head in progress).",
-                |s| s.handshaking as f64,
-            ),
-            (
-                "cloudcore_listener_accepted_total",
-                "counter",
-                "Connections admitted.",
-                |s| s.accepted as f64,
-            ),
-            (
-                "cloudcore_listener_preauth_timeouts_total",
-                "counter",
-                "Connections closed for not authenticating within preAuthTimeoutSeconds.",
-                |s| s.timed_out as f64,
-            ),
-        ];
-        per_item(
-            out,
-            &families,
-            "listener",
-            stats.iter().map(|s| (s.listener, s)),
-        );
-        let name = "cloudcore_listener_refused_total";
-        out.family(
-            name,
-            "counter",
-            "Connections refused on accept, by listener and limit (connections: maxConnections, handshakes: maxHandshakes, per_ip: maxUnauthenticatedPerIP, files: the process's open-file limit less a reserve).",
-        );
-        for s in &stats {
-            for (reason, n) in [
-                ("connections", s.refused_connections),
-                ("handshakes", s.refused_handshakes),
-                ("per_ip", s.refused_per_ip),
-                ("files", s.refused_files),
-            ] {
-                out.sample(name, &[("listener", s.listener), ("reason", reason)], n as f64);
-            }
-        }
-    });
+    metrics.register(|r| ListenerMetrics::new(sources).register(r));
 }

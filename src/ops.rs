@@ -1,12 +1,13 @@
 //! The operations server (`commonConfig.monitorServer`): `/healthz`, `/readyz`, Prometheus
 //! `/metrics` and `/debug/nodes/{name}` (why `kubectl logs/exec` would fail for a node).
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::registry::Registry;
 
 use crate::diagnose::{Diagnostics, diagnose};
 
@@ -44,49 +45,10 @@ impl Readiness {
     }
 }
 
-/// Prometheus text exposition being written.
-#[derive(Debug, Default)]
-pub struct Exposition {
-    text: String,
-}
-
-impl Exposition {
-    /// Starts a metric family.
-    pub fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    }
-
-    /// One sample; labels as `(name, value)` pairs, values escaped.
-    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.text.push_str(name);
-        if !labels.is_empty() {
-            self.text.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.text.push(',');
-                }
-                let v = v
-                    .replace('\\', "\\\\")
-                    .replace('"', "\\\"")
-                    .replace('\n', "\\n");
-                let _ = write!(self.text, "{k}=\"{v}\"");
-            }
-            self.text.push('}');
-        }
-        let _ = writeln!(self.text, " {value}");
-    }
-
-    /// The text so far.
-    pub fn into_text(self) -> String {
-        self.text
-    }
-}
-
-type Collector = Box<dyn Fn(&mut Exposition) + Send + Sync>;
-
-/// Metric collectors; each writes its families when `/metrics` is scraped.
+/// The process's one Prometheus registry: modules register their metrics and collectors as
+/// they start; `/metrics` encodes it (OpenMetrics text). Cheap to clone; clones share it.
 #[derive(Clone, Default)]
-pub struct Metrics(Arc<Mutex<Vec<Collector>>>);
+pub struct Metrics(Arc<Mutex<Registry>>);
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,21 +57,16 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// Adds a collector.
-    pub fn register(&self, collector: impl Fn(&mut Exposition) + Send + Sync + 'static) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Box::new(collector));
+    /// Runs `f` with the registry to register into (each family name once per process).
+    pub fn register(&self, f: impl FnOnce(&mut Registry)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    /// Renders every collector.
-    pub fn render(&self) -> String {
-        let mut out = Exposition::default();
-        for c in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            c(&mut out);
-        }
-        out.into_text()
+    /// The registry in the OpenMetrics text format; fails only if a collector does.
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        encode(&mut out, &self.0.lock().unwrap_or_else(|e| e.into_inner()))?;
+        Ok(out)
     }
 }
 
@@ -179,9 +136,15 @@ pub fn serve_with(
                 web::get().to(move || {
                     let text = metrics.render();
                     async move {
-                        HttpResponse::Ok()
-                            .content_type("text/plain; version=0.0.4")
-                            .body(text)
+                        match text {
+                            Ok(text) => HttpResponse::Ok()
+                                .content_type(
+                                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                                )
+                                .body(text),
+                            Err(_) => HttpResponse::InternalServerError()
+                                .body("a metrics collector failed"),
+                        }
                     }
                 }),
             )
@@ -196,4 +159,189 @@ pub fn serve_with(
         .copied()
         .ok_or_else(|| std::io::Error::other("no address bound"))?;
     Ok((addr, server.run()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+    use std::time::Duration;
+
+    use beehive::{Bus, Content, Message};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// The histogram series of an OpenMetrics text, checked on the way: every family has one
+    /// `# TYPE` line, a type this server uses, and its samples right after it under the names
+    /// that type allows; each histogram's buckets are cumulative, end at `+Inf` and agree
+    /// with its `_count`; the text ends with `# EOF`. Series are keyed by family and labels.
+    fn parse(text: &str) -> Result<BTreeMap<String, Vec<(f64, u64)>>, String> {
+        let mut types: HashMap<&str, &str> = HashMap::new();
+        let mut current: Option<(&str, &str)> = None;
+        let mut buckets: BTreeMap<String, Vec<(f64, u64)>> = BTreeMap::new();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        if text.lines().last() != Some("# EOF") {
+            return Err("no # EOF at the end".into());
+        }
+        for line in text.lines().filter(|l| *l != "# EOF") {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').ok_or(line)?;
+                if !["counter", "gauge", "histogram"].contains(&kind) {
+                    return Err(format!("unexpected type: {line}"));
+                }
+                if types.insert(name, kind).is_some() {
+                    return Err(format!("second # TYPE for {name}"));
+                }
+                current = Some((name, kind));
+                continue;
+            }
+            if line.starts_with("# HELP ") || line.starts_with("# UNIT ") {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').ok_or(line)?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, l)) => (n, l.strip_suffix('}').ok_or(line)?),
+                None => (series, ""),
+            };
+            let (family, kind) =
+                current.ok_or_else(|| format!("sample before any # TYPE: {line}"))?;
+            let suffix = name
+                .strip_prefix(family)
+                .ok_or_else(|| format!("{name} outside its family {family}"))?;
+            let allowed: &[&str] = match kind {
+                "counter" => &["_total"],
+                "gauge" => &[""],
+                _ => &["_bucket", "_sum", "_count"],
+            };
+            if !allowed.contains(&suffix) {
+                return Err(format!("{name} is not a sample name of {kind} {family}"));
+            }
+            let v: f64 = value.parse().map_err(|_| format!("bad value: {line}"))?;
+            if kind != "histogram" || suffix == "_sum" {
+                continue;
+            }
+            let other: Vec<&str> = labels
+                .split(',')
+                .filter(|l| !l.is_empty() && !l.starts_with("le="))
+                .collect();
+            let key = format!("{family}{{{}}}", other.join(","));
+            if suffix == "_count" {
+                counts.insert(key, v as u64);
+                continue;
+            }
+            let le = labels
+                .split(',')
+                .find_map(|l| l.strip_prefix("le=\""))
+                .and_then(|l| l.strip_suffix('"'))
+                .ok_or_else(|| format!("bucket without le: {line}"))?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().map_err(|_| format!("bad le: {line}"))?
+            };
+            buckets.entry(key).or_default().push((le, v as u64));
+        }
+        for (key, series) in &buckets {
+            let ordered = series
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1);
+            let last = series.last().copied();
+            match (ordered, last) {
+                (true, Some((le, n))) if le == f64::INFINITY && counts.get(key) == Some(&n) => {}
+                _ => {
+                    return Err(format!(
+                        "{key}: buckets {series:?}, count {:?}",
+                        counts.get(key)
+                    ));
+                }
+            }
+        }
+        Ok(buckets)
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        sock.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        sock.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[actix_rt::test]
+    async fn metrics_parse_and_the_sync_latency_is_a_histogram_with_buckets() {
+        let bus = Bus::new();
+        let mut inbox = bus.register_inbox("answerer", "answerers", 8).unwrap();
+        let answerer = bus.endpoint("answerer");
+        actix_rt::spawn(async move {
+            while let Ok(req) = inbox.recv().await {
+                answerer.send_resp(req.response(Content::null()));
+            }
+        });
+        let ctl = bus.endpoint("ctl");
+        for _ in 0..3 {
+            ctl.send_sync("answerer", Message::new(), Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+        let metrics = Metrics::default();
+        crate::metrics::bus(&metrics, bus.endpoint("metrics"));
+        crate::metrics::edgecontroller(&metrics, Default::default());
+        crate::metrics::dynamiccontroller(&metrics, Default::default());
+        crate::metrics::node_authorization(
+            &metrics,
+            vec![("edgecontroller", Box::new(|| vec![("patchPod", 2)]))],
+        );
+        crate::metrics::listeners(
+            &metrics,
+            vec![Box::new(|| {
+                vec![kubeedge_api::listener::ListenerStats {
+                    listener: "cloudhub_websocket",
+                    ..Default::default()
+                }]
+            })],
+        );
+        let (addr, server) = serve("127.0.0.1:0", Readiness::default(), metrics).unwrap();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+
+        let response = get(addr, "/metrics").await;
+        handle.stop(true).await;
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/openmetrics-text"),
+            "{head}"
+        );
+        let histograms = parse(body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+        let ctl = &histograms["beehive_sync_duration_seconds{module=\"ctl\"}"];
+        assert_eq!(ctl.len(), beehive::SYNC_BUCKETS.len() + 1, "{ctl:?}");
+        assert_eq!(ctl.last().map(|b| b.1), Some(3), "{ctl:?}");
+        assert!(body.contains("# TYPE beehive_sync_duration_seconds histogram\n"));
+        for line in [
+            "beehive_messages_sent_total{module=\"ctl\"} 3",
+            "cloudcore_node_authorization_denied_total{module=\"edgecontroller\",kind=\"patchPod\"} 2",
+            "cloudcore_listener_connections{listener=\"cloudhub_websocket\"} 0",
+            "dynamiccontroller_listeners 0",
+        ] {
+            assert!(body.lines().any(|l| l == line), "{line} missing:\n{body}");
+        }
+    }
+
+    #[test]
+    fn the_checker_refuses_what_a_scraper_would() {
+        let ok = "# TYPE a histogram\na_bucket{le=\"1.0\"} 1\na_bucket{le=\"+Inf\"} 2\na_count 2\na_sum 0.5\n# EOF\n";
+        assert!(parse(ok).is_ok());
+        for bad in [
+            // Counters as two families: the old `_sum`/`_count` exposition.
+            "# TYPE a_count counter\na_count 2\n# EOF\n",
+            "# TYPE a gauge\na 1\n# TYPE a gauge\na 1\n# EOF\n",
+            "# TYPE a histogram\na_bucket{le=\"1.0\"} 3\na_bucket{le=\"+Inf\"} 2\na_count 2\n# EOF\n",
+            "# TYPE a histogram\na_bucket{le=\"+Inf\"} 2\na_count 3\n# EOF\n",
+            "# TYPE a gauge\na 1\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -364,11 +364,8 @@ impl Endpoint {
         }
         match tokio::time::timeout_at(deadline, &mut slot).await {
             Ok(Ok(Ok(answer))) => {
-                inc(&self.stats.sync_completed);
                 let waited = began.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
-                self.stats
-                    .sync_micros_total
-                    .fetch_add(waited, Ordering::Relaxed);
+                self.stats.record_sync(waited);
                 Ok(answer)
             }
             Ok(Ok(Err(e))) => Err(e),

@@ -55,5 +55,5 @@ pub use error::{Error, Result};
 pub use mailbox::{DEFAULT_MAILBOX_CAPACITY, Inbox};
 pub use message::{Content, Header, Message, Route, new_id, now_millis};
 pub use module::{Module, RestartPolicy};
-pub use stats::{BusStats, ModuleStatsSnapshot};
+pub use stats::{BusStats, ModuleStatsSnapshot, SYNC_BUCKETS};
 pub use waiters::RespOutcome;

@@ -18,13 +18,33 @@ pub(crate) struct ModuleStats {
     pub(crate) restarts: AtomicU64,
     pub(crate) sync_completed: AtomicU64,
     pub(crate) sync_micros_total: AtomicU64,
+    /// Answered sync requests per latency bucket ([`SYNC_BUCKETS`], then one past the last).
+    pub(crate) sync_buckets: [AtomicU64; SYNC_BUCKETS.len() + 1],
 }
+
+/// Upper bounds, in seconds, of the sync latency buckets in
+/// [`ModuleStatsSnapshot::sync_buckets`] (a last bucket holds what is slower than all).
+pub const SYNC_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
 
 pub(crate) fn inc(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
 impl ModuleStats {
+    /// Counts one answered sync request that waited `micros`.
+    pub(crate) fn record_sync(&self, micros: u64) {
+        inc(&self.sync_completed);
+        self.sync_micros_total.fetch_add(micros, Ordering::Relaxed);
+        let secs = micros as f64 / 1e6;
+        let bucket = SYNC_BUCKETS
+            .iter()
+            .position(|le| secs <= *le)
+            .unwrap_or(SYNC_BUCKETS.len());
+        inc(&self.sync_buckets[bucket]);
+    }
+
     pub(crate) fn snapshot(
         &self,
         name: &str,
@@ -42,6 +62,7 @@ impl ModuleStats {
             restarts: self.restarts.load(Ordering::Relaxed),
             sync_completed: self.sync_completed.load(Ordering::Relaxed),
             sync_micros_total: self.sync_micros_total.load(Ordering::Relaxed),
+            sync_buckets: std::array::from_fn(|i| self.sync_buckets[i].load(Ordering::Relaxed)),
             depth,
             capacity,
         }
@@ -76,6 +97,10 @@ pub struct ModuleStatsSnapshot {
     /// Total time those answered requests waited, in microseconds (with `sync_completed`,
     /// the mean sync latency).
     pub sync_micros_total: u64,
+    /// Answered sync requests by latency: entry `i` counts those that waited at most
+    /// [`SYNC_BUCKETS`]`[i]` seconds and longer than the bound before it; the last entry counts
+    /// those slower than every bound. Not cumulative; the entries sum to `sync_completed`.
+    pub sync_buckets: [u64; SYNC_BUCKETS.len() + 1],
     /// Messages waiting in the mailbox now (0 for an endpoint without a mailbox).
     pub depth: usize,
     /// Mailbox capacity (0 for an endpoint without a mailbox).
@@ -91,4 +116,27 @@ pub struct BusStats {
     pub unmatched_responses: u64,
     /// Sync requests waiting for an answer now.
     pub pending_sync: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_latencies_land_in_the_bucket_of_their_upper_bound() {
+        let s = ModuleStats::default();
+        // 0.3 ms, exactly 1 ms, 40 ms, and slower than every bound.
+        for micros in [300, 1_000, 40_000, 60_000_000] {
+            s.record_sync(micros);
+        }
+        let snap = s.snapshot("m", 0, 0);
+        let mut expected = [0u64; SYNC_BUCKETS.len() + 1];
+        expected[0] = 1; // <= 0.5 ms
+        expected[1] = 1; // <= 1 ms
+        expected[6] = 1; // <= 50 ms
+        expected[SYNC_BUCKETS.len()] = 1;
+        assert_eq!(snap.sync_buckets, expected);
+        assert_eq!(snap.sync_completed, 4);
+        assert_eq!(snap.sync_micros_total, 60_041_300);
+    }
 }

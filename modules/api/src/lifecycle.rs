@@ -1,6 +1,9 @@
-//! Background tasks of a controller module and their graceful stop.
+//! Background tasks of a controller module and their graceful stop, in the workspace's one
+//! stop vocabulary: a [`CancellationToken`] says "stop", a [`TaskTracker`] knows which tasks
+//! still run.
 //!
-//! A module spawns its watch loops and queue workers through one [`Lifecycle`]; its
+//! A module spawns its watch loops and queue workers through one [`Lifecycle`] (the pair of
+//! the two); long-running loops select on [`Lifecycle::token`]`.cancelled()`. Its
 //! `Module::shutdown` hook calls [`Lifecycle::stop`]; the composer may then await
 //! [`Lifecycle::join`] to let in-flight work finish (bounded by a timeout).
 //!
@@ -8,74 +11,57 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use std::time::Duration;
 //! let life = kubeedge_api::lifecycle::Lifecycle::new();
-//! let mut stop = life.stop_signal();
-//! life.spawn(async move { stop.wait().await; /* finish in-flight work */ });
+//! let stop = life.token().clone();
+//! life.spawn(async move { stop.cancelled().await; /* finish in-flight work */ });
 //! life.stop();
 //! assert!(life.join(Duration::from_secs(1)).await);
 //! # }
 //! ```
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+pub use tokio_util::sync::CancellationToken;
+pub use tokio_util::task::TaskTracker;
 
-/// Tracks a module's tasks and carries its stop signal. Cheap to clone.
-#[derive(Debug, Clone)]
+/// A module's stop token and the tracker of its tasks. Cheap to clone; clones share both.
+#[derive(Debug, Clone, Default)]
 pub struct Lifecycle {
-    stop: Arc<watch::Sender<bool>>,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Default for Lifecycle {
-    fn default() -> Self {
-        Lifecycle::new()
-    }
-}
-
-/// A receiver of the stop signal, for `tokio::select!` in long-running loops.
-#[derive(Debug, Clone)]
-pub struct StopSignal(watch::Receiver<bool>);
-
-impl StopSignal {
-    /// Resolves once stop was requested (at once if it already was).
-    pub async fn wait(&mut self) {
-        // The sender lives as long as any Lifecycle clone; if all are gone, stopping is right.
-        let _ = self.0.wait_for(|stopped| *stopped).await;
-    }
-
-    /// True once stop was requested.
-    pub fn is_stopped(&self) -> bool {
-        *self.0.borrow()
-    }
+    token: CancellationToken,
+    tracker: TaskTracker,
 }
 
 impl Lifecycle {
     /// No tasks, not stopped.
     pub fn new() -> Self {
+        Lifecycle::default()
+    }
+
+    /// Tasks stop when `token` is cancelled (e.g. a child of the process's token).
+    pub fn with_token(token: CancellationToken) -> Self {
         Lifecycle {
-            stop: Arc::new(watch::channel(false).0),
-            tasks: Arc::default(),
+            token,
+            tracker: TaskTracker::new(),
         }
     }
 
-    /// A receiver of the stop signal.
-    pub fn stop_signal(&self) -> StopSignal {
-        StopSignal(self.stop.subscribe())
+    /// The stop signal: cancelled once stop was requested.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
     }
 
-    /// Spawns a tracked task that runs to its own end (it should watch [`Self::stop_signal`]).
+    /// The tracker every task of the module runs on.
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
+    /// Spawns a tracked task that runs to its own end (it should watch [`Self::token`]).
     /// Needs a Tokio runtime (an actix system is one).
     pub fn spawn<F>(&self, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let handle = tokio::spawn(fut);
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(handle);
+        self.tracker.spawn(fut);
     }
 
     /// Spawns a tracked task that is dropped (cancelled) when stop is requested.
@@ -83,51 +69,30 @@ impl Lifecycle {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let mut stop = self.stop_signal();
-        self.spawn(async move {
-            tokio::select! {
-                _ = fut => {}
-                _ = stop.wait() => {}
-            }
+        let token = self.token.clone();
+        self.tracker.spawn(async move {
+            token.run_until_cancelled(fut).await;
         });
     }
 
     /// Requests stop; idempotent.
     pub fn stop(&self) {
-        self.stop.send_replace(true);
+        self.token.cancel();
     }
 
     /// True once stop was requested.
     pub fn is_stopped(&self) -> bool {
-        *self.stop.borrow()
+        self.token.is_cancelled()
     }
 
-    /// Waits until every tracked task has ended, at most `timeout`; returns whether all
-    /// ended. Tasks still running after the timeout are aborted.
+    /// Closes the tracker and waits until every tracked task has ended, at most `timeout`;
+    /// returns whether all ended. Tasks still running then are left to the runtime's
+    /// shutdown.
     pub async fn join(&self, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let mut handles = self.take();
-            if handles.is_empty() {
-                return true;
-            }
-            while let Some(mut handle) = handles.pop() {
-                if tokio::time::timeout_at(deadline, &mut handle)
-                    .await
-                    .is_err()
-                {
-                    // The budget is spent: abort this one and everything still tracked.
-                    handle.abort();
-                    handles.extend(self.take());
-                    handles.iter().for_each(JoinHandle::abort);
-                    return false;
-                }
-            }
-        }
-    }
-
-    fn take(&self) -> Vec<JoinHandle<()>> {
-        std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()))
+        self.tracker.close();
+        tokio::time::timeout(timeout, self.tracker.wait())
+            .await
+            .is_ok()
     }
 }
 
@@ -136,16 +101,21 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn join_waits_for_tasks_and_aborts_after_the_timeout() {
+    async fn join_waits_for_in_flight_work_within_the_timeout() {
         let life = Lifecycle::new();
-        let mut stop = life.stop_signal();
+        let stop = life.token().clone();
+        let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = finished.clone();
         life.spawn(async move {
-            stop.wait().await;
+            stop.cancelled().await;
+            // In-flight work after the stop request still completes.
             tokio::time::sleep(Duration::from_millis(50)).await;
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
         });
         life.spawn_cancellable(futures::future::pending());
         life.stop();
         assert!(life.join(Duration::from_secs(1)).await);
+        assert!(finished.load(std::sync::atomic::Ordering::Relaxed));
 
         let stuck = Lifecycle::new();
         stuck.spawn(futures::future::pending());

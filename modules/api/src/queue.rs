@@ -33,15 +33,20 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use beehive::Message;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
-use crate::lifecycle::{Lifecycle, StopSignal};
+use crate::lifecycle::Lifecycle;
+use crate::metrics::{KindLabels, QueueMetrics, RejectLabels};
 
 /// Default divisor of [`node_share`]: one node may hold an eighth of a queue.
 pub const DEFAULT_NODE_SHARE_DIVISOR: usize = 8;
@@ -68,12 +73,12 @@ pub struct QueueStats {
     capacity: usize,
     workers: usize,
     node_share: Option<usize>,
-    depth: AtomicUsize,
+    depth: Gauge,
     in_flight: AtomicUsize,
-    handled: AtomicU64,
-    failed: AtomicU64,
-    rejected: AtomicU64,
-    rejected_over_share: AtomicU64,
+    handled: Counter,
+    failed: Counter,
+    rejected: Counter,
+    rejected_over_share: Counter,
 }
 
 impl QueueStats {
@@ -85,13 +90,30 @@ impl QueueStats {
             capacity: capacity.max(1),
             workers: workers.max(1),
             node_share: None,
-            depth: AtomicUsize::new(0),
+            depth: Gauge::default(),
             in_flight: AtomicUsize::new(0),
-            handled: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            rejected_over_share: AtomicU64::new(0),
+            handled: Counter::default(),
+            failed: Counter::default(),
+            rejected: Counter::default(),
+            rejected_over_share: Counter::default(),
         }
+    }
+
+    /// Counts into `metrics`' series labelled with this queue's kind (created at zero if
+    /// new), so the queue shows in `/metrics`; call it before the queue is used (what was
+    /// counted before is not carried over).
+    pub fn counted_in(mut self, metrics: &QueueMetrics) -> Self {
+        let kind = KindLabels { kind: self.name };
+        let reason = |reason| RejectLabels {
+            kind: self.name,
+            reason,
+        };
+        self.depth = metrics.depth.get_or_create_owned(&kind);
+        self.handled = metrics.handled.get_or_create_owned(&kind);
+        self.failed = metrics.failed.get_or_create_owned(&kind);
+        self.rejected = metrics.rejected.get_or_create_owned(&reason("queue_full"));
+        self.rejected_over_share = metrics.rejected.get_or_create_owned(&reason("node_share"));
+        self
     }
 
     /// Caps what one node may hold in the queue (requests queued with
@@ -109,12 +131,12 @@ impl QueueStats {
             capacity: self.capacity,
             workers: self.workers,
             node_share: self.node_share,
-            depth: self.depth.load(Ordering::Relaxed),
+            depth: usize::try_from(self.depth.get()).unwrap_or(0),
             in_flight: self.in_flight.load(Ordering::Relaxed),
-            handled: self.handled.load(Ordering::Relaxed),
-            failed: self.failed.load(Ordering::Relaxed),
-            rejected: self.rejected.load(Ordering::Relaxed),
-            rejected_over_share: self.rejected_over_share.load(Ordering::Relaxed),
+            handled: self.handled.get(),
+            failed: self.failed.get(),
+            rejected: self.rejected.get(),
+            rejected_over_share: self.rejected_over_share.get(),
         }
     }
 }
@@ -149,16 +171,13 @@ pub struct QueueSnapshot {
 #[derive(Debug, Clone)]
 pub struct Limit {
     permits: Arc<Semaphore>,
-    n: usize,
 }
 
 impl Limit {
     /// At most `n` (at least 1) concurrent handlers.
     pub fn new(n: usize) -> Self {
-        let n = n.max(1);
         Limit {
-            permits: Arc::new(Semaphore::new(n)),
-            n,
+            permits: Arc::new(Semaphore::new(n.max(1))),
         }
     }
 }
@@ -271,7 +290,7 @@ impl Queue {
             limit,
             drain,
         };
-        life.spawn(server.serve(life.stop_signal(), handler, refuse));
+        life.spawn(server.serve(life.token().clone(), handler, refuse));
         Queue {
             tx,
             stats,
@@ -304,9 +323,7 @@ impl Queue {
                 warned: false,
             });
             if h.held >= share {
-                self.stats
-                    .rejected_over_share
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.rejected_over_share.inc();
                 if !std::mem::replace(&mut h.warned, true) {
                     warn!(
                         queue = self.stats.name,
@@ -334,13 +351,13 @@ impl Queue {
 
     fn send(&self, entry: Entry) -> Result<(), EnqueueError> {
         // Count first: the server may take the message before try_send returns.
-        self.stats.depth.fetch_add(1, Ordering::Relaxed);
+        self.stats.depth.inc();
         // On failure the entry's claim is dropped here, giving the node's place back.
         self.tx.try_send(entry).map_err(|e| {
-            self.stats.depth.fetch_sub(1, Ordering::Relaxed);
+            self.stats.depth.dec();
             match e {
                 mpsc::error::TrySendError::Full(e) => {
-                    self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                    self.stats.rejected.inc();
                     EnqueueError::Full(Box::new(e.msg))
                 }
                 mpsc::error::TrySendError::Closed(e) => EnqueueError::Stopped(Box::new(e.msg)),
@@ -372,7 +389,7 @@ struct Server {
 }
 
 impl Server {
-    async fn serve<H, HF, R, RF>(mut self, mut stop: StopSignal, handler: H, refuse: R)
+    async fn serve<H, HF, R, RF>(mut self, stop: CancellationToken, handler: H, refuse: R)
     where
         H: Fn(Message) -> HF,
         HF: Future<Output = bool> + Send + 'static,
@@ -380,19 +397,22 @@ impl Server {
         RF: Future<Output = ()>,
     {
         let stats = self.stats.clone();
+        // This queue's running handlers, so that stop waits for them (and not for other
+        // queues sharing the limit).
+        let handlers = TaskTracker::new();
         loop {
             let Entry { msg, claim } = tokio::select! {
                 biased;
-                _ = stop.wait() => break,
+                _ = stop.cancelled() => break,
                 m = self.rx.recv() => match m {
                     Some(m) => m,
                     None => break,
                 },
             };
-            stats.depth.fetch_sub(1, Ordering::Relaxed);
+            stats.depth.dec();
             let permit = tokio::select! {
                 p = self.limit.permits.clone().acquire_owned() => p,
-                _ = stop.wait() => {
+                _ = stop.cancelled() => {
                     refuse(msg).await;
                     drop(claim);
                     break;
@@ -403,33 +423,23 @@ impl Server {
             stats.in_flight.fetch_add(1, Ordering::Relaxed);
             let run = handler(msg);
             let stats = stats.clone();
-            tokio::spawn(async move {
+            handlers.spawn(async move {
                 let ok = run.await;
                 stats.in_flight.fetch_sub(1, Ordering::Relaxed);
                 let counter = if ok { &stats.handled } else { &stats.failed };
-                counter.fetch_add(1, Ordering::Relaxed);
+                counter.inc();
                 drop(claim);
                 drop(permit);
             });
         }
         self.rx.close();
         while let Ok(Entry { msg, claim }) = self.rx.try_recv() {
-            stats.depth.fetch_sub(1, Ordering::Relaxed);
+            stats.depth.dec();
             refuse(msg).await;
             drop(claim);
         }
-        let drained = async {
-            while stats.in_flight.load(Ordering::Relaxed) > 0 {
-                // A permit comes back when a handler of any queue sharing the limit ends.
-                let all = u32::try_from(self.limit.n).unwrap_or(u32::MAX);
-                if let Ok(p) = self.limit.permits.acquire_many(all).await {
-                    drop(p);
-                } else {
-                    break;
-                }
-            }
-        };
-        match tokio::time::timeout(self.drain, drained).await {
+        handlers.close();
+        match tokio::time::timeout(self.drain, handlers.wait()).await {
             Ok(()) => debug!(queue = stats.name, "queue stopped"),
             Err(_) => warn!(
                 queue = stats.name,

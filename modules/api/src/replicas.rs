@@ -37,9 +37,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
-
-use crate::lifecycle::StopSignal;
 
 /// The Node annotation naming the replica that holds the node's session.
 pub const CLOUDCORE_ANNOTATION: &str = "cloudcore";
@@ -215,13 +214,13 @@ impl Ownership {
     }
 
     /// Keeps the cluster-wide view current from a metadata-only watch of Nodes until `stop`.
-    pub async fn follow(self, client: kube::Client, mut stop: StopSignal) {
+    pub async fn follow(self, client: kube::Client, stop: CancellationToken) {
         let api = Api::<PartialObjectMeta<Node>>::all(client);
         let mut events = crate::watch::events(api, watcher::Config::default()).boxed();
         info!(me = %self.inner.me, "following node ownership");
         loop {
             tokio::select! {
-                _ = stop.wait() => break,
+                _ = stop.cancelled() => break,
                 e = events.next() => match e {
                     Some(e) => self.apply(e),
                     None => break,

@@ -3,7 +3,6 @@
 //! verified connection, never from the message body.
 
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use beehive::constants::operation;
 use beehive::{Content, Message};
@@ -12,10 +11,7 @@ use kubeedge_api::names::{DEVICECONTROLLER, GROUP_TWIN};
 use kubeedge_api::status::StatusError;
 use kubeedge_api::validation::{self, InvalidName};
 
-use crate::upstream::Kind;
-
-/// The metric label of requests whose shape is not one devicetwin sends.
-pub(crate) const UNKNOWN_KIND: &str = "unknown";
+use crate::request_kind::Kind;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -156,41 +152,6 @@ pub(crate) fn refusal_answer(req: &Message, node: &str, refusal: &Refusal) -> Me
         .with_content(Content::json(&refusal.status(node)).unwrap_or_default())
 }
 
-/// Refusal counters, one per request kind and one for unknown shapes.
-#[derive(Debug, Default)]
-pub(crate) struct Denials([AtomicU64; 4]);
-
-impl Denials {
-    fn index(kind: Option<Kind>) -> usize {
-        match kind {
-            Some(Kind::Twin) => 0,
-            Some(Kind::State) => 1,
-            Some(Kind::MembershipDetail) => 2,
-            None => 3,
-        }
-    }
-
-    /// Counts one refusal of `kind` (`None`: unknown shape).
-    pub(crate) fn add(&self, kind: Option<Kind>) {
-        self.0[Self::index(kind)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// `(kind label, refusals)` for every kind, unknown shapes last.
-    pub(crate) fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        Kind::ALL
-            .iter()
-            .map(|&k| Some(k))
-            .chain([None])
-            .map(|k| {
-                (
-                    k.map_or(UNKNOWN_KIND, Kind::metric_name),
-                    self.0[Self::index(k)].load(Ordering::Relaxed),
-                )
-            })
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,22 +268,5 @@ mod tests {
         );
         let body: serde_json::Value = serde_json::from_str(answer.content.as_json()).unwrap();
         assert_eq!(body["ErrStatus"]["code"], 403);
-    }
-
-    #[test]
-    fn denials_are_counted_per_kind() {
-        let d = Denials::default();
-        d.add(Some(Kind::Twin));
-        d.add(Some(Kind::Twin));
-        d.add(None);
-        assert_eq!(
-            d.snapshot(),
-            [
-                ("twinUpdate", 2),
-                ("deviceStateUpdate", 0),
-                ("membershipDetail", 0),
-                ("unknown", 1)
-            ]
-        );
     }
 }

@@ -9,18 +9,15 @@ use beehive::{Endpoint, Message, Module};
 use kubeedge_api::client::NodeClient;
 use kubeedge_api::lifecycle::Lifecycle;
 use kubeedge_api::names::DEVICECONTROLLER;
-use kubeedge_api::queue::{
-    DEFAULT_NODE_SHARE_DIVISOR, DEFAULT_NODE_SHARE_MIN, EnqueueError, Limit, Queue, QueueSnapshot,
-    QueueStats, node_share,
-};
+use kubeedge_api::queue::{EnqueueError, Limit, Queue};
 use kubeedge_api::watch;
 use tracing::{debug, info, warn};
 
-use crate::authz::{Denials, Refusal, classify};
+use crate::authz::{Refusal, classify};
 use crate::config::{DeviceControllerConfig, at_least_one};
 use crate::downstream::Downstream;
+use crate::metrics::DeviceControllerMetrics;
 use crate::shared::Shared;
-use crate::upstream::Kind;
 
 /// The devicecontroller module: name and group `devicecontroller`.
 ///
@@ -50,7 +47,7 @@ pub struct DeviceController {
     shared: Arc<Shared>,
     writers: Option<Writers>,
     life: Lifecycle,
-    stats: Vec<(Kind, Arc<QueueStats>)>,
+    metrics: DeviceControllerMetrics,
     queues: HashMap<&'static str, Queue>,
     watch_timeout: Option<Duration>,
     drain_timeout: Duration,
@@ -77,6 +74,7 @@ impl DeviceController {
         let (devices, devices_r) = watch::cache();
         let (models, models_r) = watch::cache();
         let (statuses, statuses_r) = watch::cache();
+        let metrics = DeviceControllerMetrics::for_config(&config);
         let shared = Arc::new(Shared {
             kube: NodeClient::new(client.clone(), false),
             endpoint,
@@ -85,27 +83,9 @@ impl DeviceController {
             statuses: statuses_r,
             written: Default::default(),
             cache_wait: Duration::from_secs(10),
-            denials: Default::default(),
+            denials: metrics.denials.clone(),
             statuses_permitted: Arc::new(true.into()),
         });
-        let workers = at_least_one(config.load.update_device_status_workers);
-        let stats = Kind::ALL
-            .iter()
-            .map(|&k| {
-                let capacity = match k {
-                    Kind::Twin => config.buffer.update_device_twins,
-                    Kind::State | Kind::MembershipDetail => config.buffer.update_device_states,
-                };
-                let capacity = at_least_one(capacity);
-                // One node's reports cannot fill a queue every node shares.
-                let share =
-                    node_share(capacity, DEFAULT_NODE_SHARE_DIVISOR, DEFAULT_NODE_SHARE_MIN);
-                (
-                    k,
-                    Arc::new(QueueStats::new(k.name(), capacity, workers).with_node_share(share)),
-                )
-            })
-            .collect();
         DeviceController {
             config,
             client,
@@ -116,7 +96,7 @@ impl DeviceController {
                 statuses,
             }),
             life: Lifecycle::new(),
-            stats,
+            metrics,
             queues: HashMap::new(),
             watch_timeout: None,
             drain_timeout: Duration::from_secs(5),
@@ -150,10 +130,7 @@ impl DeviceController {
     /// Counters of the three request queues and of refused edge requests. The handle stays
     /// valid across [`DeviceController::with_impersonation`].
     pub fn metrics(&self) -> DeviceControllerMetrics {
-        DeviceControllerMetrics {
-            queues: self.stats.iter().map(|(_, s)| s.clone()).collect(),
-            denials: self.shared.denials.clone(),
-        }
+        self.metrics.clone()
     }
 
     /// Whether Devices, DeviceModels and DeviceStatuses have been listed (DeviceStatuses count
@@ -181,47 +158,6 @@ impl DeviceController {
     }
 }
 
-/// A handle on the devicecontroller's counters; cheap to clone, readable from any thread.
-#[derive(Debug, Clone)]
-pub struct DeviceControllerMetrics {
-    queues: Vec<Arc<QueueStats>>,
-    denials: Arc<Denials>,
-}
-
-impl DeviceControllerMetrics {
-    /// A point-in-time copy of every counter.
-    pub fn snapshot(&self) -> DeviceControllerSnapshot {
-        DeviceControllerSnapshot {
-            queues: self.queues.iter().map(|s| s.snapshot()).collect(),
-            denied: self.denials.snapshot(),
-        }
-    }
-}
-
-/// Counters of the devicecontroller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceControllerSnapshot {
-    /// One entry per queue (`updateDeviceTwins`, `updateDeviceStatus`, `membershipDetail`).
-    /// Each node may hold an eighth of a queue (at least 16 entries); what is refused is
-    /// counted in `rejected` (queue full) or `rejected_over_share` (node over its share).
-    pub queues: Vec<QueueSnapshot>,
-    /// Edge requests refused by node authorization, as `(kind, count)` for every kind
-    /// (`twinUpdate`, `deviceStateUpdate`, `membershipDetail`, and `unknown` for resources that
-    /// are none of them), zeros included: the samples of
-    /// `cloudcore_node_authorization_denied_total{module="devicecontroller",kind=…}`.
-    pub denied: Vec<(&'static str, u64)>,
-}
-
-impl DeviceControllerSnapshot {
-    /// Refusals of one kind (0 for a kind that does not exist).
-    pub fn denied(&self, kind: &str) -> u64 {
-        self.denied
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .map_or(0, |(_, n)| *n)
-    }
-}
-
 impl Actor for DeviceController {
     type Context = Context<Self>;
 
@@ -235,11 +171,11 @@ impl Actor for DeviceController {
                 w.statuses,
                 self.watch_timeout,
             );
-            self.life.spawn(downstream.run(self.life.stop_signal()));
+            self.life.spawn(downstream.run(self.life.token().clone()));
         }
         // One limit across the three queues, as Go's shared workers.
         let limit = Limit::new(at_least_one(self.config.load.update_device_status_workers));
-        for (kind, stats) in &self.stats {
+        for (kind, stats) in &self.metrics.queues {
             let (kind, shared) = (*kind, self.shared.clone());
             let queue = Queue::start(
                 stats.clone(),

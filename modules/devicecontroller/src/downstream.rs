@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher::{self, Event};
 use kubeedge_api::devices::{Device, DeviceModel, DeviceStatus};
-use kubeedge_api::lifecycle::StopSignal;
+use kubeedge_api::lifecycle::CancellationToken;
 use kubeedge_api::watch::{self, CacheWriter, Change, key, key_of};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -88,7 +88,7 @@ impl Downstream {
         c
     }
 
-    pub(crate) async fn run(mut self, mut stop: StopSignal) {
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
         let mut models: Option<Events<DeviceModel>> =
             Some(watch::events(Api::all(self.client.clone()), self.config()).boxed());
         let mut statuses: Option<Events<DeviceStatus>> = if self.may_list_statuses().await {
@@ -105,7 +105,7 @@ impl Downstream {
             let due = self.retries.values().map(|(at, _)| *at).min();
             tokio::select! {
                 biased;
-                _ = stop.wait() => break,
+                _ = stop.cancelled() => break,
                 Some(e) = next(&mut models) => self.on_model_event(e).await,
                 Some(e) = next(&mut statuses) => { self.statuses.apply(e); }
                 Some(e) = next(&mut devices) => self.on_device_event(e).await,

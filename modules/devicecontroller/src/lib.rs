@@ -10,14 +10,22 @@
 //! Membership detail requests are answered, an extension over KubeEdge (see the README).
 //! An edge reports only on Devices bound to its own node: every upstream request is authorized
 //! from the Device watch cache before anything is written.
+//!
+//! Modules, leaves first: `config`, `request_kind` (what devicetwin asks), `twins` (twin and
+//! state report shapes), `metrics`, `authz` (which Devices a node reaches), `shared` (the
+//! caches and client every task shares), `downstream` (watches → edges), `upstream`
+//! (reports → DeviceStatus), `controller` (the beehive module).
 
 mod authz;
 mod config;
 mod controller;
 mod downstream;
+mod metrics;
+mod request_kind;
 mod shared;
 mod twins;
 mod upstream;
 
 pub use config::{DeviceControllerBuffer, DeviceControllerConfig, DeviceControllerLoad};
-pub use controller::{DeviceController, DeviceControllerMetrics, DeviceControllerSnapshot};
+pub use controller::DeviceController;
+pub use metrics::{DeviceControllerMetrics, DeviceControllerSnapshot};

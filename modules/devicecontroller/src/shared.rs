@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::authz::Denials;
+use crate::metrics::Denials;
 
 /// Shared state.
 #[derive(Debug)]

@@ -16,38 +16,10 @@ use kubeedge_api::watch::key;
 use serde_json::json;
 use tracing::{debug, warn};
 
-use crate::authz::{Refusal, Request, UNKNOWN_KIND, classify, decide, refusal_answer};
+use crate::authz::{Refusal, Request, classify, decide, refusal_answer};
+use crate::request_kind::{Kind, UNKNOWN_KIND};
 use crate::shared::{Shared, confirmation, member};
 use crate::twins::{StateUpdate, TwinUpdate, merge_twins};
-
-/// The request kinds devicetwin sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Twin,
-    State,
-    MembershipDetail,
-}
-
-impl Kind {
-    pub(crate) const ALL: [Kind; 3] = [Kind::Twin, Kind::State, Kind::MembershipDetail];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::Twin => "updateDeviceTwins",
-            Kind::State => "updateDeviceStatus",
-            Kind::MembershipDetail => "membershipDetail",
-        }
-    }
-
-    /// The `kind` label of `cloudcore_node_authorization_denied_total`.
-    pub(crate) fn metric_name(self) -> &'static str {
-        match self {
-            Kind::Twin => "twinUpdate",
-            Kind::State => "deviceStateUpdate",
-            Kind::MembershipDetail => "membershipDetail",
-        }
-    }
-}
 
 impl Shared {
     /// Handles one request; `false` when it was refused, failed or was dropped.

@@ -369,7 +369,7 @@ impl Actor for DynamicController {
             .spawn_cancellable(watches::dispatch(shared.clone(), rx));
         if let Some(p) = persist {
             self.life
-                .spawn(p.run(registry.clone(), self.life.stop_signal()));
+                .spawn(p.run(registry.clone(), self.life.token().clone()));
         }
         self.life
             .spawn_cancellable(sweep(shared.clone(), self.gate.clone()));

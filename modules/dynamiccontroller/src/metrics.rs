@@ -1,13 +1,19 @@
-//! Counters of the module, read by the composer for `/metrics`.
+//! The module's metrics (prometheus-client types): requests answered and watch events by
+//! outcome, and gauges of listeners and caches read when scraped.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use kubeedge_api::metrics::{encode_one, gauge};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 
 use kubeedge_api::application::verb;
 
 use crate::informer::Informers;
-use crate::listeners::Registry;
+use crate::listeners::Registry as ListenerRegistry;
 
 /// Verbs counted by name; anything else an edge sends is counted as `unknown`.
 const VERBS: [&str; 9] = [
@@ -31,16 +37,24 @@ pub(crate) fn verb_label(v: &str) -> &'static str {
         .unwrap_or("unknown")
 }
 
+/// The labels of an answered request.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct RequestLabels {
+    verb: &'static str,
+    outcome: &'static str,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
-    requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
-    events_sent: AtomicU64,
-    events_failed: AtomicU64,
-    pub(crate) registry: OnceLock<Arc<Registry>>,
+    requests: Family<RequestLabels, Counter>,
+    events_sent: Counter,
+    events_failed: Counter,
+    pub(crate) registry: OnceLock<Arc<ListenerRegistry>>,
     pub(crate) informers: OnceLock<Arc<Informers>>,
 }
 
-/// The module's counters. Cheap to clone.
+/// The module's metrics; cheap to clone (clones share the values). [`Self::register`]
+/// exposes them; [`Self::snapshot`] reads them back.
 #[derive(Debug, Clone, Default)]
 pub struct DynamicControllerMetrics(pub(crate) Arc<Inner>);
 
@@ -65,13 +79,11 @@ pub struct MetricsSnapshot {
 impl DynamicControllerMetrics {
     pub(crate) fn answered(&self, verb: &str, approved: bool) {
         let outcome = if approved { "approved" } else { "rejected" };
-        *self
-            .0
-            .requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((verb_label(verb), outcome))
-            .or_default() += 1;
+        let labels = RequestLabels {
+            verb: verb_label(verb),
+            outcome,
+        };
+        self.0.requests.get_or_create(&labels).inc();
     }
 
     pub(crate) fn event(&self, sent: bool) {
@@ -80,31 +92,129 @@ impl DynamicControllerMetrics {
         } else {
             &self.0.events_failed
         };
-        c.fetch_add(1, Ordering::Relaxed);
+        c.inc();
     }
 
-    /// The counters now.
-    pub fn snapshot(&self) -> MetricsSnapshot {
-        let requests = self
-            .0
-            .requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|((v, o), n)| ((*v).to_owned(), (*o).to_owned(), *n))
-            .collect();
+    /// (listeners, nodes holding one, informers) now.
+    fn sizes(&self) -> (usize, usize, usize) {
         let (listeners, listener_nodes) = self
             .0
             .registry
             .get()
             .map_or((0, 0), |r| (r.len(), r.nodes().len()));
+        let informers = self.0.informers.get().map_or(0, |i| i.count());
+        (listeners, listener_nodes, informers)
+    }
+
+    /// Registers `dynamiccontroller_requests_total` (by verb and outcome),
+    /// `dynamiccontroller_events_{sent,failed}_total`, and the gauges
+    /// `dynamiccontroller_{listeners,listener_nodes,informers}` (read when scraped).
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("dynamiccontroller");
+        r.register(
+            "requests",
+            "metaServer requests answered, by verb and outcome (approved, rejected)",
+            self.0.requests.clone(),
+        );
+        r.register(
+            "events_sent",
+            "Watch events handed to cloudhub",
+            self.0.events_sent.clone(),
+        );
+        r.register(
+            "events_failed",
+            "Watch events cloudhub did not take",
+            self.0.events_failed.clone(),
+        );
+        registry.register_collector(Box::new(Sizes(self.clone())));
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let mut requests: Vec<(String, String, u64)> = VERBS
+            .iter()
+            .chain(&["unknown"])
+            .flat_map(|verb| ["approved", "rejected"].map(|outcome| (*verb, outcome)))
+            .filter_map(|(verb, outcome)| {
+                let n = self.0.requests.get(&RequestLabels { verb, outcome })?.get();
+                Some((verb.to_owned(), outcome.to_owned(), n))
+            })
+            .collect();
+        requests.sort();
+        let (listeners, listener_nodes, informers) = self.sizes();
         MetricsSnapshot {
             requests,
             listeners,
             listener_nodes,
-            informers: self.0.informers.get().map_or(0, |i| i.count()),
-            events_sent: self.0.events_sent.load(Ordering::Relaxed),
-            events_failed: self.0.events_failed.load(Ordering::Relaxed),
+            informers,
+            events_sent: self.0.events_sent.get(),
+            events_failed: self.0.events_failed.get(),
         }
+    }
+}
+
+/// The listener and cache gauges, read from the registry and informers at scrape time.
+#[derive(Debug)]
+struct Sizes(DynamicControllerMetrics);
+
+impl Collector for Sizes {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let (listeners, nodes, informers) = self.0.sizes();
+        for (name, help, v) in [
+            (
+                "dynamiccontroller_listeners",
+                "Edge watch listeners registered.",
+                listeners,
+            ),
+            (
+                "dynamiccontroller_listener_nodes",
+                "Nodes holding at least one watch listener.",
+                nodes,
+            ),
+            (
+                "dynamiccontroller_informers",
+                "Resource types cached for edge watches (one API server watch each).",
+                informers,
+            ),
+        ] {
+            encode_one(&mut encoder, name, help, gauge(v as u64))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::encoding::text::encode;
+
+    use super::*;
+
+    #[test]
+    fn requests_count_by_verb_and_outcome_under_todays_names() {
+        let m = DynamicControllerMetrics::default();
+        m.answered(verb::LIST, true);
+        m.answered("frobnicate", false);
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let mut out = String::new();
+        encode(&mut out, &registry).unwrap();
+        for line in [
+            "# TYPE dynamiccontroller_requests counter",
+            "dynamiccontroller_requests_total{verb=\"list\",outcome=\"approved\"} 1",
+            "dynamiccontroller_requests_total{verb=\"unknown\",outcome=\"rejected\"} 1",
+            "dynamiccontroller_events_sent_total 0",
+            "# TYPE dynamiccontroller_listeners gauge",
+            "dynamiccontroller_informers 0",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} missing:\n{out}");
+        }
+        let requests = m.snapshot().requests;
+        assert_eq!(
+            requests,
+            [
+                ("list".to_owned(), "approved".to_owned(), 1),
+                ("unknown".to_owned(), "rejected".to_owned(), 1)
+            ]
+        );
     }
 }

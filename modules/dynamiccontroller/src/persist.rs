@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kubeedge_api::application::Application;
-use kubeedge_api::lifecycle::StopSignal;
+use kubeedge_api::lifecycle::CancellationToken;
 use tokio::sync::{Notify, Semaphore};
 use tracing::{debug, warn};
 
@@ -202,11 +202,11 @@ impl Persist {
     /// Writes changed records until `stop`: a change is written at once, later changes of
     /// the next two seconds together after them (a re-watch is a removal and an addition);
     /// what is pending at `stop` is written before returning.
-    pub(crate) async fn run(self: Arc<Self>, registry: Arc<Registry>, mut stop: StopSignal) {
+    pub(crate) async fn run(self: Arc<Self>, registry: Arc<Registry>, stop: CancellationToken) {
         loop {
             let stopping = tokio::select! {
                 _ = self.wake.notified() => false,
-                _ = stop.wait() => true,
+                _ = stop.cancelled() => true,
             };
             self.write_dirty(&registry).await;
             if stopping {
@@ -214,7 +214,7 @@ impl Persist {
             }
             tokio::select! {
                 _ = tokio::time::sleep(DEBOUNCE) => {}
-                _ = stop.wait() => {
+                _ = stop.cancelled() => {
                     self.write_dirty(&registry).await;
                     return;
                 }

@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::downstream::{
     MIRROR_POD_ANNOTATION, ObjectRef, RefKind, SharedLocations, bound_node, granted, references,
 };
-use crate::upstream::{Kind, Route, route};
+use crate::request_kind::{Kind, Route, route};
 
 /// The namespace of node heartbeat leases.
 pub(crate) const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";

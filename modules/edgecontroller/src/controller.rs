@@ -13,13 +13,14 @@ use tracing::{debug, info};
 
 use crate::config::EdgeControllerConfig;
 use crate::downstream::{Downstream, DownstreamOptions, Readers};
-use kubeedge_api::queue::{EnqueueError, QueueStats};
+use kubeedge_api::queue::EnqueueError;
 
 use crate::authz::NodeAuthorizer;
-use crate::metrics::{EdgeControllerMetrics, Inner};
+use crate::metrics::EdgeControllerMetrics;
 use crate::outbox::Outbox;
 use crate::reply;
-use crate::upstream::{Kind, Queues, Route, Settings, Upstream, route};
+use crate::request_kind::{Route, route};
+use crate::upstream::{Queues, Settings, Upstream};
 
 /// Settings beyond `modules.edgeController`, from the rest of the cloudcore config.
 #[derive(Debug, Clone)]
@@ -93,30 +94,13 @@ impl std::fmt::Debug for EdgeController {
     }
 }
 
-fn metrics_for(config: &EdgeControllerConfig) -> EdgeControllerMetrics {
-    let queues = Kind::ALL
-        .iter()
-        .map(|k| {
-            let (capacity, workers) = k.sizes(config);
-            Arc::new(
-                QueueStats::new(k.name(), capacity, workers)
-                    .with_node_share(config.node_share(capacity)),
-            )
-        })
-        .collect();
-    EdgeControllerMetrics(Arc::new(Inner {
-        queues,
-        ..Inner::default()
-    }))
-}
-
 impl EdgeController {
     /// A controller with `config`, sending as `endpoint` (normally `bus.endpoint("edgecontroller")`)
     /// and talking to Kubernetes with `client` (cloudcore's identity). Defaults: no
     /// impersonation, no `cloudcore` annotation, no router. Node authorization
     /// ([`NodeAuthorizer`](crate::NodeAuthorizer)) is always on.
     pub fn new(config: EdgeControllerConfig, endpoint: Endpoint, client: kube::Client) -> Self {
-        let metrics = metrics_for(&config);
+        let metrics = EdgeControllerMetrics::for_config(&config);
         let out = Outbox::new(endpoint.clone(), metrics.clone());
         let (downstream, readers) = Downstream::new(client.clone(), out.clone());
         EdgeController {
@@ -142,7 +126,7 @@ impl EdgeController {
                 "edgecontroller queue sizes raised for the node limit"
             );
         }
-        self.metrics = metrics_for(&self.config);
+        self.metrics = EdgeControllerMetrics::for_config(&self.config);
         self.out = Outbox::new(self.endpoint.clone(), self.metrics.clone());
         let (downstream, readers) = Downstream::new(self.client.clone(), self.out.clone());
         self.downstream = Some(downstream);
@@ -259,7 +243,7 @@ impl Actor for EdgeController {
                 watch_timeout: self.options.watch_timeout,
             };
             self.life
-                .spawn(downstream.run(options, self.life.stop_signal()));
+                .spawn(downstream.run(options, self.life.token().clone()));
         }
         let upstream = Arc::new(Upstream {
             kube: NodeClient::new(self.client.clone(), self.options.impersonate),
@@ -350,10 +334,7 @@ impl Handler<Message> for EdgeController {
                 }
             }
             Route::Ignore(reason) => {
-                self.metrics
-                    .0
-                    .ignored
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.metrics.ignored();
                 debug!(reason, msg_id = %msg.header.id, resource = %msg.route.resource, operation = %msg.route.operation, "message ignored");
                 if msg.header.sync {
                     // The sender waits for an answer: say why it will not come.

@@ -11,6 +11,12 @@
 //! Start with [`EdgeController`] (the module) and [`EdgeControllerConfig`]
 //! (`modules.edgeController`). Counters are in [`EdgeControllerMetrics`].
 //!
+//! Modules, leaves first (each depends only on those above it): `config`, `request_kind`
+//! (the request kinds and which kind a message is), `metrics`, `reply` (answer shapes),
+//! `outbox` (sends toward cloudhub), `downstream` (watches → edges, and where each node's
+//! objects are), `authz` (what a node may ask), `upstream` (edge requests → API calls),
+//! `controller` (the beehive module).
+//!
 //! ```no_run
 //! # async fn demo(client: kube::Client) {
 //! let bus = beehive::Bus::new();
@@ -28,6 +34,7 @@ mod downstream;
 mod metrics;
 mod outbox;
 mod reply;
+mod request_kind;
 // Handlers fail with `StatusError` (~176 bytes): the exact shape the edge decodes, built only
 // on failure paths, so boxing it would buy nothing.
 #[allow(clippy::result_large_err)]

@@ -1,7 +1,6 @@
 //! The `synccontroller` beehive module.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::{Actor, Context, Handler};
@@ -14,7 +13,8 @@ use tokio::sync::mpsc;
 use tracing::{debug, info};
 
 use crate::config::SyncControllerConfig;
-use crate::reconciler::{Counters, Reconciler, Settings};
+use crate::metrics::{Counters, SyncControllerMetrics};
+use crate::reconciler::{Reconciler, Settings};
 
 /// Connection events waiting for the reconciler.
 const CONNECTED_BACKLOG: usize = 65_536;
@@ -100,41 +100,6 @@ impl SyncController {
     }
 }
 
-/// A handle on the synccontroller's counters.
-#[derive(Debug, Clone)]
-pub struct SyncControllerMetrics(Arc<Counters>);
-
-/// Counters of the synccontroller.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SyncMetricsSnapshot {
-    /// Newer objects sent.
-    pub updates_sent: u64,
-    /// Deletes sent for gone or recreated objects.
-    pub deletes_sent: u64,
-    /// Records deleted (of deleted nodes, of previous incarnations, or unusable).
-    pub records_deleted: u64,
-    /// Records of a previous incarnation of their object (deleted and recreated under the
-    /// same name) dropped without sending the edge anything: the node's own Node, and other
-    /// kinds the edge deletes by name once the new incarnation is recorded for the node.
-    pub superseded_dropped: u64,
-    /// Full reconcile passes.
-    pub passes: u64,
-}
-
-impl SyncControllerMetrics {
-    /// A point-in-time copy.
-    pub fn snapshot(&self) -> SyncMetricsSnapshot {
-        let c = &self.0;
-        SyncMetricsSnapshot {
-            updates_sent: c.updates.load(Ordering::Relaxed),
-            deletes_sent: c.deletes.load(Ordering::Relaxed),
-            records_deleted: c.records_deleted.load(Ordering::Relaxed),
-            superseded_dropped: c.superseded_dropped.load(Ordering::Relaxed),
-            passes: c.passes.load(Ordering::Relaxed),
-        }
-    }
-}
-
 impl Actor for SyncController {
     type Context = Context<Self>;
 
@@ -154,7 +119,7 @@ impl Actor for SyncController {
             self.counters.clone(),
             connected,
         );
-        self.life.spawn(reconciler.run(self.life.stop_signal()));
+        self.life.spawn(reconciler.run(self.life.token().clone()));
         info!(
             interval_s = self.config.reconcile_interval_seconds,
             "synccontroller started"

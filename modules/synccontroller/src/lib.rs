@@ -12,9 +12,11 @@
 mod config;
 mod controller;
 mod kinds;
+mod metrics;
 mod reconciler;
 mod record;
 mod takeover;
 
 pub use config::SyncControllerConfig;
-pub use controller::{SyncController, SyncControllerMetrics, SyncMetricsSnapshot};
+pub use controller::SyncController;
+pub use metrics::{SyncControllerMetrics, SyncMetricsSnapshot};

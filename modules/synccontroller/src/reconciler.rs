@@ -17,7 +17,6 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use beehive::constants::operation;
@@ -30,7 +29,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::runtime::watcher::{self, Event};
 use kubeedge_api::NodeResource;
-use kubeedge_api::lifecycle::{Lifecycle, StopSignal};
+use kubeedge_api::lifecycle::{CancellationToken, Lifecycle};
 use kubeedge_api::names::{CLOUDHUB, GROUP_RESOURCE};
 use kubeedge_api::reliablesyncs::{
     ClusterObjectSync, ObjectSync, object_sync_name, parse_object_sync_name,
@@ -42,6 +41,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::kinds;
+use crate::metrics::Counters;
 use crate::record::{Decision, NOT_ACKNOWLEDGED, Record, RecordKey, decide};
 use crate::takeover::{self, Found, Takeovers};
 
@@ -68,16 +68,6 @@ const UNRECORDED_STATUS_GRACE: Duration = Duration::from_secs(20);
 const DROP_RETRY: Duration = Duration::from_secs(30);
 /// How long connections are collected before their nodes are caught up together.
 const CATCH_UP_DELAY: Duration = Duration::from_millis(200);
-
-/// Counters of the synccontroller.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) updates: AtomicU64,
-    pub(crate) deletes: AtomicU64,
-    pub(crate) records_deleted: AtomicU64,
-    pub(crate) superseded_dropped: AtomicU64,
-    pub(crate) passes: AtomicU64,
-}
 
 /// A kind some record names, with its watch cache.
 struct Slot {
@@ -183,7 +173,7 @@ impl Reconciler {
         c
     }
 
-    pub(crate) async fn run(mut self, mut stop: StopSignal) {
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
         let mut syncs = watch::events(
             Api::<ObjectSync>::all(self.client.clone()),
             self.watch_config(),
@@ -207,7 +197,7 @@ impl Reconciler {
             // takeover or the periodic pass must not wait behind them.
             tokio::select! {
                 biased;
-                _ = stop.wait() => break,
+                _ = stop.cancelled() => break,
                 Some(node) = self.connected.recv() => self.on_connected(node),
                 _ = sleep_until_some(self.catch_up_at), if self.running => self.catch_up().await,
                 Some(found) = self.takeovers.next() => self.on_takeover(found).await,
@@ -357,7 +347,7 @@ impl Reconciler {
     /// an old copy and the new copy go out in the same pass, the edge must see the delete
     /// first.
     async fn full_pass(&mut self) {
-        self.counters.passes.fetch_add(1, Ordering::Relaxed);
+        self.counters.passes.inc();
         let mut updates = Vec::new();
         for r in self.all_records() {
             if !self.mine(&r) {
@@ -444,7 +434,7 @@ impl Reconciler {
                 continue;
             };
             if self.send(msg).await {
-                self.counters.updates.fetch_add(1, Ordering::Relaxed);
+                self.counters.updates.inc();
                 sent += 1;
             }
         }
@@ -623,9 +613,7 @@ impl Reconciler {
             why,
             "stale record dropped; nothing sent to the edge"
         );
-        self.counters
-            .superseded_dropped
-            .fetch_add(1, Ordering::Relaxed);
+        self.counters.superseded_dropped.inc();
         self.delete_records(vec![record.key.clone()]);
     }
 
@@ -758,7 +746,7 @@ impl Reconciler {
             .with_resource_version(rv);
         debug!(record = record.key.name(), "sending newer version");
         if self.send(msg).await {
-            self.counters.updates.fetch_add(1, Ordering::Relaxed);
+            self.counters.updates.inc();
         }
     }
 
@@ -807,7 +795,7 @@ impl Reconciler {
             "object gone or recreated: deleting the old copy at the edge"
         );
         if self.send(msg).await {
-            self.counters.deletes.fetch_add(1, Ordering::Relaxed);
+            self.counters.deletes.inc();
         }
     }
 
@@ -902,7 +890,7 @@ async fn delete_record_keys(client: &kube::Client, counters: &Counters, keys: Ve
             };
             match result {
                 Ok(()) => {
-                    counters.records_deleted.fetch_add(1, Ordering::Relaxed);
+                    counters.records_deleted.inc();
                     break;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => break,

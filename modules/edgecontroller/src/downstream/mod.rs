@@ -35,7 +35,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event};
-use kubeedge_api::lifecycle::StopSignal;
+use kubeedge_api::lifecycle::CancellationToken;
 use kubeedge_api::names::EDGE_NODE_LABEL;
 use kubeedge_api::rules::{Rule, RuleEndpoint};
 use kubeedge_api::watch::{self, Cache, CacheWriter};
@@ -142,7 +142,7 @@ impl Downstream {
     }
 
     /// Runs until `stop`.
-    pub(crate) async fn run(mut self, options: DownstreamOptions, mut stop: StopSignal) {
+    pub(crate) async fn run(mut self, options: DownstreamOptions, stop: CancellationToken) {
         self.options = options;
         let edge = format!("{EDGE_NODE_LABEL}=");
         let mut nodes: Option<Events<Node>> = Some(
@@ -161,7 +161,7 @@ impl Downstream {
         loop {
             tokio::select! {
                 biased;
-                _ = stop.wait() => break,
+                _ = stop.cancelled() => break,
                 Some(e) = next(&mut nodes) => self.on_node_event(e).await,
                 Some(e) = next(&mut pods) => self.on_pod_event(e).await,
                 Some(e) = next(&mut configmaps) => self.on_configmap_event(e).await,

@@ -3,7 +3,6 @@
 //! answered in the shape the edge decodes.
 
 mod csr;
-mod dispatch;
 mod events;
 mod leases;
 mod nodes;
@@ -28,156 +27,29 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use crate::authz::{Fetched, NodeAuthorizer, Refusal, not_used};
-use crate::config::{EdgeControllerConfig, at_least_one};
 use crate::downstream::{ObjectRef, RefKind, bound_node, granted};
 use crate::metrics::EdgeControllerMetrics;
 use crate::outbox::Outbox;
 use crate::reply;
+pub(crate) use crate::request_kind::Kind;
 
-pub(crate) use dispatch::{Route, route};
 pub(crate) use queues::Queues;
 
-/// Concurrent `cloudcore` annotation writes for connecting nodes, at least.
-const CONNECTION_WORKERS: i32 = 16;
 /// Most objects one decision may read from the API server because the caches lack them.
 const MAX_LOOKUPS: usize = 16;
 
-/// The request kinds, one queue each (KubeEdge's queues), plus the connection events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
-    UpdateNodeStatus,
-    UpdatePodStatus,
-    ProcessEvent,
-    QueryConfigMap,
-    QuerySecret,
-    ServiceAccountToken,
-    QueryPersistentVolume,
-    QueryPersistentVolumeClaim,
-    QueryVolumeAttachment,
-    CreateNode,
-    QueryNode,
-    UpdateNode,
-    PatchNode,
-    PatchPod,
-    DeletePod,
-    CreatePod,
-    CreateLease,
-    QueryLease,
-    UpdateRuleStatus,
-    CertificateSigningRequest,
-    /// cloudhub's `connected` events (KubeEdge ignores them): not a KubeEdge queue; sized like
-    /// `queryNode`, served by `updateNodeWorkers`.
-    Connection,
-}
-
-impl Kind {
-    pub(crate) const ALL: [Kind; 21] = [
-        Kind::UpdateNodeStatus,
-        Kind::UpdatePodStatus,
-        Kind::ProcessEvent,
-        Kind::QueryConfigMap,
-        Kind::QuerySecret,
-        Kind::ServiceAccountToken,
-        Kind::QueryPersistentVolume,
-        Kind::QueryPersistentVolumeClaim,
-        Kind::QueryVolumeAttachment,
-        Kind::CreateNode,
-        Kind::QueryNode,
-        Kind::UpdateNode,
-        Kind::PatchNode,
-        Kind::PatchPod,
-        Kind::DeletePod,
-        Kind::CreatePod,
-        Kind::CreateLease,
-        Kind::QueryLease,
-        Kind::UpdateRuleStatus,
-        Kind::CertificateSigningRequest,
-        Kind::Connection,
-    ];
-
-    /// The name of the `buffer.*` key sizing the queue (metrics label).
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::UpdateNodeStatus => "updateNodeStatus",
-            Kind::UpdatePodStatus => "updatePodStatus",
-            Kind::ProcessEvent => "processEvent",
-            Kind::QueryConfigMap => "queryConfigMap",
-            Kind::QuerySecret => "querySecret",
-            Kind::ServiceAccountToken => "serviceAccountToken",
-            Kind::QueryPersistentVolume => "queryPersistentVolume",
-            Kind::QueryPersistentVolumeClaim => "queryPersistentVolumeClaim",
-            Kind::QueryVolumeAttachment => "queryVolumeAttachment",
-            Kind::CreateNode => "createNode",
-            Kind::QueryNode => "queryNode",
-            Kind::UpdateNode => "updateNode",
-            Kind::PatchNode => "patchNode",
-            Kind::PatchPod => "patchPod",
-            Kind::DeletePod => "deletePod",
-            Kind::CreatePod => "createPod",
-            Kind::CreateLease => "createLease",
-            Kind::QueryLease => "queryLease",
-            Kind::UpdateRuleStatus => "updateRuleStatus",
-            Kind::CertificateSigningRequest => "certificateSigningRequest",
-            Kind::Connection => "connection",
-        }
-    }
-
-    /// (queue capacity, max concurrent handlers) from the config, as Go sizes them.
-    pub(crate) fn sizes(self, c: &EdgeControllerConfig) -> (usize, usize) {
-        let (b, l) = (&c.buffer, &c.load);
-        let (buffer, workers) = match self {
-            Kind::UpdateNodeStatus => (b.update_node_status, l.update_node_status_workers),
-            Kind::UpdatePodStatus => (b.update_pod_status, l.update_pod_status_workers),
-            Kind::ProcessEvent => (b.process_event, l.process_event_workers),
-            Kind::QueryConfigMap => (b.query_config_map, l.query_config_map_workers),
-            Kind::QuerySecret => (b.query_secret, l.query_secret_workers),
-            Kind::ServiceAccountToken => (b.service_account_token, l.service_account_token_workers),
-            Kind::QueryPersistentVolume => {
-                (b.query_persistent_volume, l.query_persistent_volume_workers)
-            }
-            Kind::QueryPersistentVolumeClaim => (
-                b.query_persistent_volume_claim,
-                l.query_persistent_volume_claim_workers,
-            ),
-            Kind::QueryVolumeAttachment => {
-                (b.query_volume_attachment, l.query_volume_attachment_workers)
-            }
-            Kind::CreateNode => (b.create_node, l.create_node_workers),
-            Kind::QueryNode => (b.query_node, l.query_node_workers),
-            Kind::UpdateNode => (b.update_node, l.update_node_workers),
-            Kind::PatchNode => (b.patch_node, l.patch_node_workers),
-            Kind::PatchPod => (b.patch_pod, l.patch_pod_workers),
-            Kind::DeletePod => (b.delete_pod, l.delete_pod_workers),
-            Kind::CreatePod => (b.create_pod, l.create_pod_works),
-            Kind::CreateLease => (b.create_lease, l.create_lease_workers),
-            Kind::QueryLease => (b.query_lease, l.query_lease_workers),
-            // Go sizes the rule status queue with the node status buffer.
-            Kind::UpdateRuleStatus => (b.update_node_status, l.update_rule_status_workers),
-            Kind::CertificateSigningRequest => (
-                b.certificate_signing_request,
-                l.certificate_signing_request_workers,
-            ),
-            // The `cloudcore` annotation names a node's replica; thousands of nodes connect at
-            // once when a replica starts or fails over, and until annotated a node looks held
-            // by nobody to the other replicas.
-            Kind::Connection => (b.query_node, l.update_node_workers.max(CONNECTION_WORKERS)),
-        };
-        (at_least_one(buffer), at_least_one(workers))
-    }
-
-    /// How a request of this kind is answered (docs/controllers.md, "The four answer shapes").
-    fn shape(self, op: &str) -> Shape {
-        match self {
-            Kind::ProcessEvent | Kind::UpdateRuleStatus | Kind::Connection => Shape::None,
-            Kind::CreateNode
-            | Kind::PatchNode
-            | Kind::PatchPod
-            | Kind::CreatePod
-            | Kind::CreateLease
-            | Kind::QueryLease => Shape::ObjectResp,
-            Kind::CertificateSigningRequest if op == operation::INSERT => Shape::ObjectResp,
-            _ => Shape::Raw,
-        }
+/// How a request of this kind is answered (docs/controllers.md, "The four answer shapes").
+fn shape(kind: Kind, op: &str) -> Shape {
+    match kind {
+        Kind::ProcessEvent | Kind::UpdateRuleStatus | Kind::Connection => Shape::None,
+        Kind::CreateNode
+        | Kind::PatchNode
+        | Kind::PatchPod
+        | Kind::CreatePod
+        | Kind::CreateLease
+        | Kind::QueryLease => Shape::ObjectResp,
+        Kind::CertificateSigningRequest if op == operation::INSERT => Shape::ObjectResp,
+        _ => Shape::Raw,
     }
 }
 
@@ -467,7 +339,7 @@ impl Upstream {
 
     /// The error answer to a request of `kind` in its shape, `None` for kinds never answered.
     pub(crate) fn error_reply(kind: Kind, req: &Message, err: &StatusError) -> Option<Message> {
-        match kind.shape(&req.route.operation) {
+        match shape(kind, &req.route.operation) {
             Shape::ObjectResp => Some(reply::object_resp::<()>(req, Err(err.clone()), None)),
             Shape::Raw => Some(reply::raw_error(req, req.route.resource.clone(), err)),
             Shape::None => None,
@@ -499,17 +371,6 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kind_is_sized_from_its_config_keys() {
-        let c = EdgeControllerConfig::default();
-        assert_eq!(Kind::PatchNode.sizes(&c), (1274, 110));
-        assert_eq!(Kind::UpdatePodStatus.sizes(&c), (1024, 1));
-        assert_eq!(Kind::CreatePod.sizes(&c), (1024, 4));
-        assert_eq!(Kind::UpdateRuleStatus.sizes(&c), (1024, 4));
-        let names: std::collections::HashSet<_> = Kind::ALL.iter().map(|k| k.name()).collect();
-        assert_eq!(names.len(), Kind::ALL.len(), "names are unique");
-    }
 
     #[test]
     fn error_replies_take_the_shape_of_the_kind() {

@@ -1192,7 +1192,7 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
     // may read EndpointSlices only once the cluster lets them (the Node authorizer does not).
     let readers = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/manifests/optional/metaserver-readers.yaml"
+        "/../manifests/optional/metaserver-readers.yaml"
     );
     kubectl_ok(&["apply", "-f", readers], None).await?;
     // The test API server runs no endpointslice controller: write the slice a cluster has.

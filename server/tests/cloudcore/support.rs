@@ -1,8 +1,8 @@
-//! What the root crate's in-process tests share (each includes it with `mod support;`).
+//! What the topics share.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use cloudcore::config::CloudCoreConfig;
+use cloudcore_server::config::CloudCoreConfig;
 
 /// cloudcore's configuration against the test API server: every listener on 127.0.0.1 with
 /// a port the OS picks, certificates under `dir`, the test environment's stream certificates,
@@ -49,4 +49,9 @@ pub(crate) fn require(tool: &str, package: &str) {
         found,
         "`{tool}` is not installed; these tests run the real one (apt-get install {package})"
     );
+}
+
+/// The cloudcore binary of this package, which cargo builds before it runs these tests.
+pub(crate) fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cloudcore"))
 }

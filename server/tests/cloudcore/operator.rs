@@ -11,15 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use beehive::Message;
-use cloudcore::config::CloudCoreConfig;
+use cloudcore_server::config::CloudCoreConfig;
 use edge::hub::{HubClient, HubClientConfig, HubEvent};
 
-const WAIT: Duration = Duration::from_secs(30);
+use crate::support::binary;
 
-/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
-fn binary() -> PathBuf {
-    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
-}
+const WAIT: Duration = Duration::from_secs(30);
 
 struct TempDir(PathBuf);
 

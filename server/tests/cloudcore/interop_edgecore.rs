@@ -4,8 +4,7 @@
 //! tunnel, with cloudcore holding only the manifests' ServiceAccount permissions. One scenario
 //! at a time (edgecore's ports are fixed); see `edgecore-interop`.
 //!
-//! Run: `cargo test --test interop_edgecore` after `cargo build --example cloudcore` (plain
-//! `cargo test` builds the example itself).
+//! Run: `cargo test -p cloudcore-server --test cloudcore interop_edgecore`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

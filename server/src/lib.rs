@@ -2,8 +2,8 @@
 //! CloudCore YAML file, with the operations server, leader election and the `cloudcore` binary.
 //!
 //! ```text
-//! config ─► app ─┬─► bus: cloudhub, edgecontroller, devicecontroller, synccontroller,
-//!                │        dynamiccontroller, cloudstream (started in that order, stopped reversed)
+//! config ─► app ─┬─► bus: cloudhub, edgecontroller, devicecontroller, dynamiccontroller,
+//!                │        synccontroller, cloudstream (started in that order, stopped reversed)
 //!                ├─► permissions (checked first) · apiclient (one HTTP/2 connection)
 //!                ├─► leader (Lease; standby replicas wait)
 //!                └─► ops: /healthz /readyz /metrics ◄─ metrics (each module's counters)

@@ -1,7 +1,10 @@
-//! cloudcore end to end, one test binary with a module per topic. Most topics run the
-//! `cloudcore` binary of this package (cargo builds it first) against a real kube-apiserver
-//! (`k8s-testenv`, one per test binary, shared by every topic); `interop_edgecore`,
-//! `least_privilege` and one `replicas` test run an unmodified KubeEdge edgecore.
+//! cloudcore end to end, a module per topic. Most topics run the `cloudcore` binary of this
+//! package (cargo builds it first) against a real kube-apiserver (`k8s-testenv`, one per test
+//! binary, shared by every topic), several cloudcores at once: each names its own nodes and
+//! namespaces. One `replicas` test runs an unmodified KubeEdge edgecore.
+//!
+//! The scenarios that need a cluster where their cloudcore is the only one are the `edgecore`
+//! test binary beside this one.
 //!
 //! ```text
 //! cargo test -p cloudcore-server                                # everything
@@ -14,10 +17,8 @@ mod binary;
 mod diagnose;
 mod hostile_edge;
 mod hostile_edge_impersonated;
-mod interop_edgecore;
 mod iptables_external;
 mod leader;
-mod least_privilege;
 mod manifests;
 mod operator;
 mod replicas;

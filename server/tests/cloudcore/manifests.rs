@@ -913,10 +913,6 @@ const IPTABLES_SA: &str = "system:serviceaccount:kubeedge:iptables-manager";
 
 #[tokio::test]
 async fn the_api_server_accepts_the_manifests_and_grants_exactly_what_is_needed() {
-    // The API server is this binary's, shared by every topic: `least_privilege` takes rules
-    // out of these roles and the edgecore scenarios run cloudcore under them, each holding the
-    // edgecore lock, so applying them whole waits for it too.
-    let _serial = edgecore_interop::Serial::acquire().expect("the machine-wide edgecore lock");
     // A server-side dry run creates nothing, so objects in the namespace need it to exist.
     let namespace_file = manifests().join("namespace.yaml");
     kubectl(&["apply", "-f", namespace_file.to_str().unwrap()]);

@@ -9,7 +9,7 @@
 //! succeeds, then the API server refuses cloudcore's identity and shows nothing changed.
 //! (`interop_edgecore` runs every real-edgecore scenario with the same ServiceAccount.)
 //!
-//! Run: `cargo test -p cloudcore-server --test cloudcore least_privilege`.
+//! Run: `cargo test -p cloudcore-server --test edgecore least_privilege`.
 
 use std::collections::HashMap;
 use std::path::Path;

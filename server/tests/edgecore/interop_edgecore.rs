@@ -4,7 +4,7 @@
 //! tunnel, with cloudcore holding only the manifests' ServiceAccount permissions. One scenario
 //! at a time (edgecore's ports are fixed); see `edgecore-interop`.
 //!
-//! Run: `cargo test -p cloudcore-server --test cloudcore interop_edgecore`.
+//! Run: `cargo test -p cloudcore-server --test edgecore interop_edgecore`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

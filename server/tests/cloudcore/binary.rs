@@ -68,6 +68,7 @@ fn config(
     let mut c = cloudcore_server::config::CloudCoreConfig::default();
     c.kube_api_config.kube_config = env.kubeconfig().display().to_string();
     c.common_config.monitor_server.bind_address = format!("127.0.0.1:{}", ports.monitor);
+    c.replicas.address = crate::support::replica_address();
     let hub = &mut c.modules.cloud_hub;
     hub.advertise_address = vec!["127.0.0.1".into()];
     hub.websocket.address = "127.0.0.1".into();

@@ -47,6 +47,7 @@ fn config(dir: &Path, p: &[u16], adjust: impl FnOnce(&mut CloudCoreConfig)) -> P
     let mut c = CloudCoreConfig::default();
     c.kube_api_config.kube_config = env.kubeconfig().display().to_string();
     c.common_config.monitor_server.bind_address = format!("127.0.0.1:{}", p[4]);
+    c.replicas.address = crate::support::replica_address();
     let hub = &mut c.modules.cloud_hub;
     hub.advertise_address = vec!["127.0.0.1".into()];
     hub.websocket.address = "127.0.0.1".into();

@@ -55,3 +55,17 @@ pub(crate) fn require(tool: &str, package: &str) {
 pub(crate) fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cloudcore"))
 }
+
+/// A `replicas.address` no other cloudcore of this run uses: `127.<p>.<n>.<n>`, `p` from this
+/// process's id and `n` counting up (`replicas` uses `127.0.x.y`).
+///
+/// The topics share one API server, and a cloudcore acts for every Node whose `cloudcore`
+/// annotation names its own address: with one address for all, each would also write records
+/// for (and send to) the nodes of the others. A name of its own keeps each to its own nodes.
+pub(crate) fn replica_address() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let p = 1 + std::process::id() % 250;
+    format!("127.{p}.{}.{}", n / 250 % 250, 1 + n % 250)
+}

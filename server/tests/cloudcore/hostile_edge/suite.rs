@@ -76,6 +76,7 @@ fn start_cloud() -> Cloudcore {
         ));
         let mut spec = CloudSpec::for_testenv(&dir).expect("cloud spec");
         spec.impersonate = super::IMPERSONATE;
+        spec.replica_address = Some(crate::support::replica_address());
         let mut core = Cloudcore::start(&spec)
             .await
             .unwrap_or_else(|e| panic!("cloudcore did not start: {e}"));

@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The cloudcore image: the binary (examples/cloudcore) on a small Debian runtime.
+# The cloudcore image: the binary (crate cloudcore-server, modules/server/) on a small Debian runtime.
 #   docker build -t cloudcore:latest .
 # The same image runs the iptables-manager DaemonSet (`cloudcore iptables-manager`), which is
 # why iptables is installed; cloudcore itself only calls it in modules.iptablesManager.mode
@@ -13,8 +13,8 @@ COPY . .
 # because the target folder stays in the cache.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --example cloudcore \
- && cp target/release/examples/cloudcore /cloudcore
+    cargo build --release --locked -p cloudcore-server --bin cloudcore \
+ && cp target/release/cloudcore /cloudcore
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use cloudcore::app::CloudCore;
-use cloudcore::config::CloudCoreConfig;
-use cloudcore::ops::Metrics;
+use cloudcore_server::app::CloudCore;
+use cloudcore_server::config::CloudCoreConfig;
+use cloudcore_server::ops::Metrics;
 use edge::hub::{HubClient, HubClientConfig, HubEvent, bootstrap};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};

@@ -189,9 +189,12 @@ fn run_cloudcore(config: &Path, log_level: &str) -> anyhow::Result<()> {
             }
         }
     });
-    let config = cloudcore::config::CloudCoreConfig::load(config)
+    let config = cloudcore_server::config::CloudCoreConfig::load(config)
         .map_err(|e| anyhow::anyhow!("invalid configuration {}: {e}", config.display()))?;
-    actix_rt::System::new().block_on(cloudcore::app::run(config, cloudcore::app::signal()))?;
+    actix_rt::System::new().block_on(cloudcore_server::app::run(
+        config,
+        cloudcore_server::app::signal(),
+    ))?;
     Ok(())
 }
 

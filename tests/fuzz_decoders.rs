@@ -29,7 +29,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use beehive::{Content, Message};
-use cloudcore::config::CloudCoreConfig;
+use cloudcore_server::config::CloudCoreConfig;
 use cloudhub::wire::{self, Incoming, Reassembler};
 use cloudstream::http1::{self, BodyReader, Bytes, BytesMut, HttpError};
 use cloudstream::ws::{self, Decoder, Role, WsMessage};

@@ -10,8 +10,9 @@ use edgecore_interop::{CloudSpec, Process, http_get};
 
 use crate::procstat::rss_kib;
 
-/// Starts the cloudcore binary (`target/<profile>/examples/cloudcore`, or `CLOUDCORE_BIN`)
-/// with `spec`'s configuration after `edit` changed it; killed (its process group) on drop.
+/// Starts the cloudcore binary (`CLOUDCORE_BIN`, else the newer of `target/<profile>/cloudcore`
+/// and `target/<profile>/examples/cloudcore`) with `spec`'s configuration after `edit` changed
+/// it; killed (its process group) on drop.
 /// Returns the process and the binary's path.
 pub(crate) fn start_cloudcore(
     spec: &CloudSpec,

@@ -209,8 +209,11 @@ pub fn edgecore() -> Result<PathBuf> {
     .map_err(Error::Unpack)
 }
 
-/// Our cloudcore binary: the root package's example, built by `cargo test` next to the test
-/// executable (`target/<profile>/examples/cloudcore`); `CLOUDCORE_BIN` overrides it.
+/// Our cloudcore binary: `CLOUDCORE_BIN` when set, else the newer of the two builds of the same
+/// program beside the running executable: `target/<profile>/cloudcore` (crate
+/// `cloudcore-server`'s binary, which `cargo build -p cloudcore-server` and that crate's tests
+/// build) and `target/<profile>/examples/cloudcore` (`cargo build --example cloudcore`). Each
+/// is built from the sources of its time, so the newer one is the current code.
 ///
 /// # Errors
 /// [`Error::CloudcoreMissing`] with the command that builds it.
@@ -222,17 +225,31 @@ pub fn cloudcore() -> Result<PathBuf> {
             false => Err(Error::CloudcoreMissing(bin.display().to_string())),
         };
     }
-    // target/<profile>/deps/<test> → target/<profile>/examples/cloudcore
+    // target/<profile>/deps/<test> or target/<profile>/examples/<tool> → target/<profile>
     let exe = std::env::current_exe().map_err(|e| Error::CloudcoreMissing(e.to_string()))?;
-    let bin = exe
+    let profile = exe
         .parent()
         .and_then(Path::parent)
-        .map(|p| p.join("examples/cloudcore"))
         .ok_or_else(|| Error::CloudcoreMissing(exe.display().to_string()))?;
-    match bin.is_file() {
-        true => Ok(bin),
-        false => Err(Error::CloudcoreMissing(bin.display().to_string())),
-    }
+    let candidates = [
+        profile.join("cloudcore"),
+        profile.join("examples/cloudcore"),
+    ];
+    candidates
+        .iter()
+        .filter_map(|bin| {
+            let modified = std::fs::metadata(bin).ok()?.modified().ok()?;
+            bin.is_file().then_some((modified, bin))
+        })
+        .max()
+        .map(|(_, bin)| bin.clone())
+        .ok_or_else(|| {
+            Error::CloudcoreMissing(format!(
+                "{} or {}",
+                candidates[0].display(),
+                candidates[1].display()
+            ))
+        })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! Our cloudcore as a process: the root package's `cloudcore` example with a CloudCore YAML
-//! written here (free loopback ports, its own certificate folder, the test API server).
+//! Our cloudcore as a process: the `cloudcore` binary ([`binary::cloudcore`]) with a CloudCore
+//! YAML written here (free loopback ports, its own certificate folder, the test API server).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

@@ -27,10 +27,11 @@ pub enum Error {
     /// Unpacking failed earlier in this process (the first failure, as text).
     #[error("{0}")]
     Unpack(String),
-    /// Our cloudcore binary (the root package's example) is not built.
+    /// Our cloudcore binary (crate `cloudcore-server`'s, or the root crate's example) is not
+    /// built.
     #[error(
-        "cloudcore binary missing at {0}: build it with `cargo build --example cloudcore` \
-         (plain `cargo test` builds it; `cargo test --test …` does not), or set CLOUDCORE_BIN"
+        "cloudcore binary missing at {0}: build it with `cargo build -p cloudcore-server` \
+         (or `cargo build --example cloudcore`), or set CLOUDCORE_BIN"
     )]
     CloudcoreMissing(String),
     /// A file or process operation failed.

@@ -1,13 +1,17 @@
-//! The cloudcore binary: cloudhub, the edge, device and sync controllers and cloudstream,
-//! configured by a KubeEdge CloudCore YAML file.
+//! The `cloudcore` command line: cloudhub, the edge, device and sync controllers and
+//! cloudstream, configured by a KubeEdge CloudCore YAML file. [`main`] is the whole binary; the
+//! `cloudcore` binary of this crate and the root crate's `cloudcore` example both call it.
 //!
 //! ```text
-//! cargo run --example cloudcore -- --demo                      # whole system, no cluster needed
-//! cargo run --example cloudcore -- --defaultconfig > cloudcore.yaml
-//! cargo run --example cloudcore -- --config cloudcore.yaml     # against a real cluster
-//! cargo run --example cloudcore -- iptables-manager --forward-port 10003   # external iptables mode
-//! cargo run --example cloudcore -- diagnose edge-1   # why kubectl logs/exec fails for edge-1
+//! cloudcore --demo                      # whole system, no cluster needed
+//! cloudcore --defaultconfig > cloudcore.yaml
+//! cloudcore --config cloudcore.yaml     # against a real cluster
+//! cloudcore iptables-manager --forward-port 10003   # external iptables mode
+//! cloudcore diagnose edge-1   # why kubectl logs/exec fails for edge-1
 //! ```
+//!
+//! (`cargo run --example cloudcore -- <flags>` from the repository, or `cargo install --path
+//! server` for the binary.)
 
 mod demo;
 mod iptables_manager;
@@ -15,8 +19,8 @@ mod iptables_manager;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::config::CloudCoreConfig;
 use clap::{Parser, Subcommand};
-use cloudcore::config::CloudCoreConfig;
 use tracing_subscriber::EnvFilter;
 
 /// KubeEdge cloudcore in Rust.
@@ -77,8 +81,8 @@ struct DiagnoseArgs {
 }
 
 fn diagnose(args: DiagnoseArgs) -> ExitCode {
-    let fetched = actix_rt::System::new()
-        .block_on(cloudcore::diagnose::fetch_report(&args.monitor, &args.node));
+    let fetched =
+        actix_rt::System::new().block_on(crate::diagnose::fetch_report(&args.monitor, &args.node));
     match fetched {
         Ok(report) => {
             if args.json {
@@ -89,7 +93,7 @@ fn diagnose(args: DiagnoseArgs) -> ExitCode {
             } else {
                 print!("{}", report.render());
             }
-            if report.status == cloudcore::diagnose::Status::Ok {
+            if report.status == crate::diagnose::Status::Ok {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -102,7 +106,10 @@ fn diagnose(args: DiagnoseArgs) -> ExitCode {
     }
 }
 
-fn main() -> ExitCode {
+/// Parses the process's arguments and runs what they ask for; the exit code says how it went
+/// (0 success; 1 a failure, or a diagnosis that found a problem; 2 a usage error or a monitor
+/// server that could not be asked).
+pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.defaultconfig {
         print!("{}", CloudCoreConfig::default_yaml());
@@ -151,7 +158,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match actix_rt::System::new().block_on(cloudcore::app::run(config, cloudcore::app::signal())) {
+    match actix_rt::System::new().block_on(crate::app::run(config, crate::app::signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cloudcore failed: {e}");
@@ -163,7 +170,7 @@ fn main() -> ExitCode {
 /// The tracing filter for klog verbosity `v`.
 fn klog_level(v: u8) -> String {
     const OURS: [&str; 9] = [
-        "cloudcore",
+        "cloudcore_server",
         "beehive",
         "cloudhub",
         "cloudstream",

@@ -2,17 +2,15 @@
 //! cloudcore composed in-process against the real API server, real Rust edges connecting its
 //! hub and tunnel, and each failure the report names produced for real.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cloudcore::app::CloudCore;
-use cloudcore::config::CloudCoreConfig;
-use cloudcore::diagnose::{Diagnostics, IptablesCheck, Report, Status, fetch_report};
-use cloudcore::ops::{Metrics, Readiness};
+use cloudcore_server::app::CloudCore;
+use cloudcore_server::config::CloudCoreConfig;
+use cloudcore_server::diagnose::{Diagnostics, IptablesCheck, Report, Status, fetch_report};
+use cloudcore_server::ops::{Metrics, Readiness};
 use cloudstream::TlsMaterial;
 use cloudstream::iptables::SystemRunner;
 use edge::hub::{HubClient, HubClientConfig, HubEvent, bootstrap};
@@ -20,6 +18,8 @@ use edge::stream::{AgentOptions, EdgeStreamConfig, StreamAgent};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivateSec1KeyDer};
+
+use crate::support::{self, binary};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -30,11 +30,6 @@ fn init_tracing() {
         )
         .with_test_writer()
         .try_init();
-}
-
-/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
-fn binary() -> PathBuf {
-    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
 }
 
 fn config(dir: &Path) -> CloudCoreConfig {
@@ -59,7 +54,7 @@ impl Cloud {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let diagnostics = Diagnostics::default();
-        let (addr, server) = cloudcore::ops::serve_with(
+        let (addr, server) = cloudcore_server::ops::serve_with(
             "127.0.0.1:0",
             Readiness::default(),
             Metrics::default(),
@@ -70,7 +65,7 @@ impl Cloud {
         let monitor = addr.to_string();
         // Before the modules run there is nothing to diagnose.
         match fetch_report(&monitor, "anything").await {
-            Err(cloudcore::diagnose::FetchError::Status { status: 503, .. }) => {}
+            Err(cloudcore_server::diagnose::FetchError::Status { status: 503, .. }) => {}
             other => panic!("before start: {other:?}"),
         }
         let core = CloudCore::start(&config(&dir), Some(client.clone()), &Metrics::default())

@@ -6,8 +6,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use crate::config::KubeApiConfig;
 use clap::Args;
-use cloudcore::config::KubeApiConfig;
 use cloudstream::iptables::{DEFAULT_FORWARD_PORT, SystemRunner, run_standalone};
 
 /// Flags of `cloudcore iptables-manager` (KubeEdge's names are accepted too).
@@ -33,7 +33,7 @@ pub(crate) fn run(args: IptablesManagerArgs) -> ExitCode {
         ..KubeApiConfig::default()
     };
     let result = actix_rt::System::new().block_on(async move {
-        let client = cloudcore::app::kube_client(&kube)
+        let client = crate::app::kube_client(&kube)
             .await
             .map_err(|e| e.to_string())?;
         run_standalone(
@@ -41,7 +41,7 @@ pub(crate) fn run(args: IptablesManagerArgs) -> ExitCode {
             Arc::new(SystemRunner::new()),
             args.forward_port,
             cloudstream::negotiate::cloudcore_namespace(),
-            cloudcore::app::signal(),
+            crate::app::signal(),
         )
         .await
         .map_err(|e| e.to_string())

@@ -5,9 +5,9 @@
 //! `cloudcore_node_authorization_denied_total`; what a kubelet may do on its own node stays
 //! allowed and reaches the API server.
 //!
-//! One cloudcore serves every test of this file: here in the default configuration (no
+//! One cloudcore serves every test of this suite: here in the default configuration (no
 //! impersonation, so cloudcore's own check is all that stands between the edge and the
-//! cluster); `hostile_edge_impersonated.rs` runs the same tests with impersonation on, so the
+//! cluster); `hostile_edge_impersonated` runs the same tests with impersonation on, so the
 //! API server's Node authorizer and NodeRestriction decide what cloudcore lets through. Each test connects
 //! its own edge (own node name, certificate and session) and works in its own namespace, so the
 //! tests are independent and may run in parallel.
@@ -37,11 +37,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
-
-/// Whether the shared cloudcore impersonates nodes. Read as `crate::IMPERSONATE`, so a test
-/// binary that includes this file as a module decides.
-#[allow(dead_code)] // unused when this file is included by hostile_edge_impersonated.rs
-const IMPERSONATE: bool = false;
 
 /// The refusal counter every denied request increments.
 const DENIED: &str = "cloudcore_node_authorization_denied_total";
@@ -80,7 +75,8 @@ fn start_cloud() -> Cloudcore {
             short_id()
         ));
         let mut spec = CloudSpec::for_testenv(&dir).expect("cloud spec");
-        spec.impersonate = crate::IMPERSONATE;
+        spec.impersonate = super::IMPERSONATE;
+        spec.replica_address = Some(crate::support::replica_address());
         let mut core = Cloudcore::start(&spec)
             .await
             .unwrap_or_else(|e| panic!("cloudcore did not start: {e}"));
@@ -182,7 +178,7 @@ impl Count {
     /// without impersonation; with it the API server refuses the fetch first (in its own
     /// words, checked by the caller) and cloudcore counts nothing.
     async fn one_more_unless_impersonating(self) {
-        if crate::IMPERSONATE {
+        if super::IMPERSONATE {
             assert_eq!(denied(self.kind).await, self.before, "{}", self.kind);
         } else {
             self.one_more().await;
@@ -2634,7 +2630,7 @@ async fn device(s: &Scenario, name: &str, node: &str) -> DeviceStatus {
 /// With impersonation, twin reports are written as the node: the cluster must let nodes
 /// write DeviceStatuses (the Node authorizer does not know them).
 async fn let_nodes_write_device_statuses(s: &Scenario) {
-    if !crate::IMPERSONATE {
+    if !super::IMPERSONATE {
         return;
     }
     let role: ClusterRole = from(json!({"metadata": {"name": "hostile-edge-devicestatuses"},
@@ -2711,5 +2707,7 @@ async fn an_edge_reports_twins_only_for_its_own_devices() {
 // The edge metaServer (dynamiccontroller)
 // ---------------------------------------------------------------------------------------------
 
-#[path = "hostile_edge/metaserver.rs"]
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
+#[allow(clippy::duplicate_mod)]
+#[path = "metaserver.rs"]
 mod metaserver;

@@ -1,8 +1,8 @@
-//! What the root crate's in-process tests share (each includes it with `mod support;`).
+//! What the topics share.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use cloudcore::config::CloudCoreConfig;
+use cloudcore_server::config::CloudCoreConfig;
 
 /// cloudcore's configuration against the test API server: every listener on 127.0.0.1 with
 /// a port the OS picks, certificates under `dir`, the test environment's stream certificates,
@@ -49,4 +49,23 @@ pub(crate) fn require(tool: &str, package: &str) {
         found,
         "`{tool}` is not installed; these tests run the real one (apt-get install {package})"
     );
+}
+
+/// The cloudcore binary of this package, which cargo builds before it runs these tests.
+pub(crate) fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cloudcore"))
+}
+
+/// A `replicas.address` no other cloudcore of this run uses: `127.<p>.<n>.<n>`, `p` from this
+/// process's id and `n` counting up (`replicas` uses `127.0.x.y`).
+///
+/// The topics share one API server, and a cloudcore acts for every Node whose `cloudcore`
+/// annotation names its own address: with one address for all, each would also write records
+/// for (and send to) the nodes of the others. A name of its own keeps each to its own nodes.
+pub(crate) fn replica_address() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let p = 1 + std::process::id() % 250;
+    format!("127.{p}.{}.{}", n / 250 % 250, 1 + n % 250)
 }

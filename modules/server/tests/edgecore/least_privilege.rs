@@ -9,7 +9,7 @@
 //! succeeds, then the API server refuses cloudcore's identity and shows nothing changed.
 //! (`interop_edgecore` runs every real-edgecore scenario with the same ServiceAccount.)
 //!
-//! Run: `cargo test --test least_privilege` after `cargo build --example cloudcore`.
+//! Run: `cargo test -p cloudcore-server --test edgecore least_privilege`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use base64::Engine;
 use beehive::{Content, Message};
-use cloudcore::config::CloudCoreConfig;
+use cloudcore_server::config::CloudCoreConfig;
 use edgecore_interop::rbac::{
     client_of, manifests_dir, may, may_named, service_account_kubeconfig,
 };
@@ -546,7 +546,7 @@ async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_
     let rules = rbac_rules()?;
     ensure!(rules.len() > 20, "only {} rules in rbac.yaml", rules.len());
     let config = CloudCoreConfig::from_yaml(&CloudSpec::for_testenv(&dir.join("c"))?.render()?)?;
-    let checked = cloudcore::permissions::required(&config);
+    let checked = cloudcore_server::permissions::required(&config);
 
     let mut table = Vec::new();
     let mut failures = Vec::new();

@@ -11,15 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use beehive::Message;
-use cloudcore::config::CloudCoreConfig;
+use cloudcore_server::config::CloudCoreConfig;
 use edge::hub::{HubClient, HubClientConfig, HubEvent};
 
-const WAIT: Duration = Duration::from_secs(30);
+use crate::support::binary;
 
-/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
-fn binary() -> PathBuf {
-    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
-}
+const WAIT: Duration = Duration::from_secs(30);
 
 struct TempDir(PathBuf);
 
@@ -50,6 +47,7 @@ fn config(dir: &Path, p: &[u16], adjust: impl FnOnce(&mut CloudCoreConfig)) -> P
     let mut c = CloudCoreConfig::default();
     c.kube_api_config.kube_config = env.kubeconfig().display().to_string();
     c.common_config.monitor_server.bind_address = format!("127.0.0.1:{}", p[4]);
+    c.replicas.address = crate::support::replica_address();
     let hub = &mut c.modules.cloud_hub;
     hub.advertise_address = vec!["127.0.0.1".into()];
     hub.websocket.address = "127.0.0.1".into();

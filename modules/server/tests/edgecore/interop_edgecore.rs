@@ -4,8 +4,7 @@
 //! tunnel, with cloudcore holding only the manifests' ServiceAccount permissions. One scenario
 //! at a time (edgecore's ports are fixed); see `edgecore-interop`.
 //!
-//! Run: `cargo test --test interop_edgecore` after `cargo build --example cloudcore` (plain
-//! `cargo test` builds the example itself).
+//! Run: `cargo test -p cloudcore-server --test edgecore interop_edgecore`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -1192,7 +1191,7 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
     // may read EndpointSlices only once the cluster lets them (the Node authorizer does not).
     let readers = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/manifests/optional/metaserver-readers.yaml"
+        "/../../manifests/optional/metaserver-readers.yaml"
     );
     kubectl_ok(&["apply", "-f", readers], None).await?;
     // The test API server runs no endpointslice controller: write the slice a cluster has.

@@ -6,15 +6,13 @@
 //!
 //! Needs root (network namespaces, veth, iptables), as the internal-mode tests do.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cloudcore::app::CloudCore;
-use cloudcore::config::CloudCoreConfig;
-use cloudcore::ops::Metrics;
+use cloudcore_server::app::CloudCore;
+use cloudcore_server::config::CloudCoreConfig;
+use cloudcore_server::ops::Metrics;
 use cloudstream::{IptablesMode, TlsMaterial, TunnelPortRecord};
 use edge::hub::bootstrap;
 use edge::stream::{AgentOptions, EdgeStreamConfig, StreamAgent};
@@ -23,10 +21,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivateSec1KeyDer};
 use tokio::net::{TcpListener, TcpStream};
 
-/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
-fn binary() -> PathBuf {
-    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
-}
+use crate::support::{self, binary};
 
 fn run(args: &[&str]) {
     let out = Command::new(args[0])

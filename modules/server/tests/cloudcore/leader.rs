@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use cloudcore::config::LeaderElectionConfig;
-use cloudcore::leader::{Attempt, LeaderElector};
+use cloudcore_server::config::LeaderElectionConfig;
+use cloudcore_server::leader::{Attempt, LeaderElector};
 
 fn config(ns: &str) -> LeaderElectionConfig {
     LeaderElectionConfig {

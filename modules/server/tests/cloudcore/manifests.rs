@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use cloudcore::config::CloudCoreConfig;
+use cloudcore_server::config::CloudCoreConfig;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -18,8 +18,9 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kube::api::{Api, PostParams};
 use serde::de::DeserializeOwned;
 
+/// The repository: this crate is `modules/server`.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
 fn manifests() -> PathBuf {
@@ -488,7 +489,7 @@ const NEEDS: &[Need] = &[
             "edgecontroller/src/upstream/leases.rs: leases.create(",
             "edgecontroller/src/upstream/leases.rs: leases.replace(",
             "edgecontroller/src/upstream/leases.rs: api::<Lease>(Some(&r.namespace)).get(",
-            "src/leader.rs: self.api.get_opt(",
+            "server/src/leader.rs: self.api.get_opt(",
         ],
     },
     Need {
@@ -550,8 +551,8 @@ const NEEDS: &[Need] = &[
         ],
         verbs: &["get"],
         used_at: &[
-            "src/app.rs: let api: Api<CustomResourceDefinition> = Api::all(",
-            "src/app.rs: \"devicestatuses.devices.kubeedge.io\"",
+            "server/src/app.rs: let api: Api<CustomResourceDefinition> = Api::all(",
+            "server/src/app.rs: \"devicestatuses.devices.kubeedge.io\"",
         ],
     },
     Need {
@@ -807,12 +808,8 @@ fn assert_roles_are(name: &str, needs: &[Need]) {
     for n in needs {
         for place in n.used_at {
             let (file, text) = place.split_once(": ").expect("\"file: text\"");
-            // Module sources are named from `modules/`; the root crate's from `src/`.
-            let path = if file.starts_with("src/") {
-                root().join(file)
-            } else {
-                root().join("modules").join(file)
-            };
+            // Sources are named from `modules/` (the composition is `server/`).
+            let path = root().join("modules").join(file);
             let source = read(&path);
             assert!(
                 source.contains(text),

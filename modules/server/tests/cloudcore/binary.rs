@@ -5,7 +5,7 @@
 
 use std::io::Read;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,10 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use kubeedge_api::reliablesyncs::ObjectSync;
 
-/// The cloudcore binary the tests run (`CLOUDCORE_BIN`, else the example beside this test).
-fn binary() -> PathBuf {
-    edgecore_interop::binary::cloudcore().expect("the cloudcore example is built")
-}
+use crate::support::binary;
 
 /// A running cloudcore process and where it listens; killed on drop.
 struct Cloudcore {
@@ -64,13 +61,14 @@ mod tempdir {
 fn config(
     dir: &Path,
     ports: Ports,
-    adjust: impl FnOnce(&mut cloudcore::config::CloudCoreConfig),
+    adjust: impl FnOnce(&mut cloudcore_server::config::CloudCoreConfig),
 ) -> String {
     let env = k8s_testenv::env();
     let pki = env.pki();
-    let mut c = cloudcore::config::CloudCoreConfig::default();
+    let mut c = cloudcore_server::config::CloudCoreConfig::default();
     c.kube_api_config.kube_config = env.kubeconfig().display().to_string();
     c.common_config.monitor_server.bind_address = format!("127.0.0.1:{}", ports.monitor);
+    c.replicas.address = crate::support::replica_address();
     let hub = &mut c.modules.cloud_hub;
     hub.advertise_address = vec!["127.0.0.1".into()];
     hub.websocket.address = "127.0.0.1".into();
@@ -104,7 +102,7 @@ impl Cloudcore {
     /// Starts the binary with the test configuration changed by `adjust`. Free ports are
     /// picked by binding port 0 and releasing it, so another process can take one before
     /// cloudcore binds it: a start that fails on a taken port is retried with new ports.
-    async fn start_with(adjust: impl Fn(&mut cloudcore::config::CloudCoreConfig)) -> Self {
+    async fn start_with(adjust: impl Fn(&mut cloudcore_server::config::CloudCoreConfig)) -> Self {
         k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
         for _attempt in 0..3 {
             let dir = tempdir::TempDir::new("cloudcore-bin");
@@ -364,7 +362,7 @@ fn defaultconfig_and_minconfig_print_loadable_files() {
             text.starts_with("apiVersion: cloudcore.config.kubeedge.io/v1alpha2"),
             "{text}"
         );
-        cloudcore::config::CloudCoreConfig::from_yaml(&text)
+        cloudcore_server::config::CloudCoreConfig::from_yaml(&text)
             .unwrap_or_else(|e| panic!("{flag}: {e}"));
     }
 }
@@ -588,7 +586,7 @@ async fn requests_in_flight_together_share_one_connection_to_the_api_server() {
     .await
     .unwrap();
     config.cluster_url = format!("https://{}", relay.addr()).parse().unwrap();
-    let namespaces: Api<Namespace> = Api::all(cloudcore::apiclient::client(config).unwrap());
+    let namespaces: Api<Namespace> = Api::all(cloudcore_server::apiclient::client(config).unwrap());
     // A watch holds its stream open while 64 lists run at once.
     let mut watch = namespaces
         .watch(&WatchParams::default().timeout(10), "0")

@@ -7,5 +7,8 @@
 /// The shared cloudcore of the included suite impersonates nodes.
 const IMPERSONATE: bool = true;
 
-#[path = "hostile_edge.rs"]
+// clippy::duplicate_mod: the suite is compiled twice on purpose, once per configuration
+// (`hostile_edge` and `hostile_edge_impersonated`), each with a cloudcore of its own.
+#[allow(clippy::duplicate_mod)]
+#[path = "hostile_edge/suite.rs"]
 mod suite;

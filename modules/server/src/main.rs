@@ -1,0 +1,6 @@
+//! The `cloudcore` binary (`cargo install --path server`); everything it does is
+//! [`cloudcore_server::cli::main`].
+
+fn main() -> std::process::ExitCode {
+    cloudcore_server::cli::main()
+}

@@ -59,15 +59,15 @@ pub use edgecontroller;
 #[cfg(feature = "api")]
 #[doc(inline)]
 pub use kubeedge_api as api;
+#[cfg(feature = "wire")]
+#[doc(inline)]
+pub use kubeedge_wire as wire;
 #[cfg(feature = "pki")]
 #[doc(inline)]
 pub use pki;
 #[cfg(feature = "synccontroller")]
 #[doc(inline)]
 pub use synccontroller;
-#[cfg(feature = "wire")]
-#[doc(inline)]
-pub use kubeedge_wire as wire;
 
 /// cloudcore itself: the modules composed from a CloudCore YAML file (crate `cloudcore-server`).
 #[cfg(feature = "server")]

@@ -1,9 +1,8 @@
 //! What each composed module adds to the process's one Prometheus registry
 //! ([`crate::ops::Metrics`], served by [`crate::ops`]).
 //!
-//! The controllers own prometheus-client metrics and register them themselves. beehive,
-//! cloudhub and cloudstream keep read APIs (`bus.stats()`, `hub.stats()`, `counters()`):
-//! collectors here render those at scrape time.
+//! Every module crate owns its prometheus-client metrics and registers them itself. beehive is
+//! a runtime whose `bus.stats()` code reads: a collector here renders it at scrape time.
 
 use std::fmt;
 
@@ -135,151 +134,10 @@ pub fn bus(metrics: &Metrics, endpoint: Endpoint) {
     });
 }
 
-/// Connected nodes (KubeEdge's gauge name) and per-node delivery counters.
+/// Connected nodes (KubeEdge's gauge name), per-node delivery counters, drops and refusals:
+/// cloudhub's own metrics.
 pub fn cloudhub(metrics: &Metrics, hub: HubHandle) {
-    collect(metrics, move |out| {
-        encode_one(
-            out,
-            "KubeEdge_CloudHub_connected_nodes",
-            "Edge nodes with a session on this cloudhub.",
-            gauge(hub.connected_nodes() as u64),
-        )?;
-        encode_one(
-            out,
-            "cloudhub_connection_tasks",
-            "Connection tasks running: one per upgraded WebSocket, until its socket closes.",
-            gauge(hub.stats().connection_tasks),
-        )?;
-        // Every node seen since start: drop counters must not vanish when a node disconnects.
-        let nodes = hub.known_node_stats();
-        let node = |n: &String| [("node", n.clone())];
-        let counters: [PerItem<cloudhub::NodeStats>; 4] = [
-            (
-                "cloudhub_node_messages_sent",
-                "Messages written to the node.",
-                |s| s.sent,
-            ),
-            (
-                "cloudhub_node_messages_acked",
-                "Messages the node acknowledged.",
-                |s| s.acked,
-            ),
-            (
-                "cloudhub_node_messages_retried",
-                "Re-sends of unacknowledged messages.",
-                |s| s.retried,
-            ),
-            (
-                "cloudhub_node_messages_received",
-                "Messages received from the node.",
-                |s| s.received,
-            ),
-        ];
-        for (name, help, value) in counters {
-            let samples = nodes.iter().map(|(n, s)| (node(n), counter(value(s))));
-            encode_family(out, name, help, samples)?;
-        }
-        let gauges: [PerItem<cloudhub::NodeStats>; 2] = [
-            (
-                "cloudhub_node_backlog_bytes",
-                "Bytes queued toward the node and not yet written (replies included).",
-                |s| s.backlog,
-            ),
-            (
-                "cloudhub_node_backlog_peak_bytes",
-                "Highest backlog of any one connection of the node.",
-                |s| s.backlog_peak,
-            ),
-        ];
-        for (name, help, value) in gauges {
-            let samples = nodes.iter().map(|(n, s)| (node(n), gauge(value(s))));
-            encode_family(out, name, help, samples)?;
-        }
-        // Only reasons that happened: ten zero series per node would dwarf the rest.
-        let drops = nodes.iter().flat_map(|(n, s)| {
-            s.drops
-                .iter()
-                .filter(|(_, k)| *k > 0)
-                .map(|(reason, k)| {
-                    let labels = [("node", n.clone()), ("reason", reason.as_str().to_owned())];
-                    (labels, counter(k))
-                })
-                .collect::<Vec<_>>()
-        });
-        encode_family(
-            out,
-            "cloudhub_node_messages_dropped",
-            "Messages dropped for the node, by reason (stale and stale_node_delete lose nothing; queue_full and offline keep an ObjectSync record for the sync loop).",
-            drops,
-        )?;
-        let s = hub.stats();
-        let drops = s
-            .drops
-            .iter()
-            .map(|(reason, n)| ([("reason", reason.as_str())], counter(n)));
-        encode_family(
-            out,
-            "cloudhub_messages_dropped",
-            "Messages dropped by the hub, by reason (all nodes, and messages that name no node).",
-            drops,
-        )?;
-        let c = hub.cert_server_stats();
-        for (name, help, v) in [
-            (
-                "cloudhub_records_written",
-                "ObjectSync records written on acknowledgement.",
-                s.records_written,
-            ),
-            (
-                "cloudhub_records_failed",
-                "ObjectSync writes that failed.",
-                s.records_failed,
-            ),
-            (
-                "cloudhub_messages_held_elsewhere",
-                "Messages for nodes another replica holds, left to that replica.",
-                s.held_elsewhere,
-            ),
-            (
-                "cloudhub_token_refused_connected",
-                "Bootstrap-token certificate requests refused because the node was connected.",
-                s.token_refused_connected,
-            ),
-            (
-                "cloudhub_revoked_certificates_refused",
-                "Handshakes and renewals refused because the certificate is revoked.",
-                s.revoked_refused,
-            ),
-            (
-                "cloudhub_certserver_unauthorized",
-                "Certificate-server requests refused from their head alone (401/403), body unread.",
-                c.unauthorized,
-            ),
-            (
-                "cloudhub_certserver_request_timeouts",
-                "Certificate-server requests whose body did not arrive within https.requestTimeoutSeconds (408).",
-                c.request_timeouts,
-            ),
-            (
-                "cloudhub_certserver_too_large",
-                "Certificate-server requests refused for their body size (413).",
-                c.too_large,
-            ),
-            (
-                "cloudhub_certserver_rate_limited",
-                "/node/{name} checks refused by their source address's rate limit (429).",
-                c.rate_limited,
-            ),
-        ] {
-            encode_one(out, name, help, counter(v))?;
-        }
-        encode_one(
-            out,
-            "cloudhub_revoked_nodes",
-            "Deleted nodes whose earlier certificates are revoked.",
-            gauge(s.revoked_nodes as u64),
-        )
-    });
+    metrics.register(|r| hub.metrics().register(r));
 }
 
 /// The edgecontroller's queues, downstream sends and refused status lists.
@@ -330,95 +188,9 @@ pub fn dynamiccontroller(metrics: &Metrics, dc: dynamiccontroller::DynamicContro
     metrics.register(|r| dc.register(r));
 }
 
-/// Tunnels and streams of cloudstream.
+/// Tunnels and streams of cloudstream: its own metrics.
 pub fn cloudstream(metrics: &Metrics, stream: CloudStreamHandle) {
-    collect(metrics, move |out| {
-        let c = stream.counters();
-        encode_one(
-            out,
-            "cloudstream_tunnels",
-            "Tunnels open now.",
-            gauge(c.sessions),
-        )?;
-        encode_one(
-            out,
-            "cloudstream_streams",
-            "Streams open now.",
-            gauge(c.streams_active),
-        )?;
-        for (name, help, v) in [
-            // Not `cloudstream_streams_total`: as a counter family that would share its name,
-            // `cloudstream_streams`, with the gauge of open streams.
-            (
-                "cloudstream_streams_opened",
-                "Streams opened.",
-                c.streams_total,
-            ),
-            (
-                "cloudstream_bytes_to_edge",
-                "Stream bytes sent into tunnels.",
-                c.bytes_to_edge,
-            ),
-            (
-                "cloudstream_bytes_from_edge",
-                "Stream bytes received from tunnels.",
-                c.bytes_from_edge,
-            ),
-            (
-                "cloudstream_tunnels_refused",
-                "Tunnel connections refused (TLS, identity or handshake).",
-                c.tunnels_refused,
-            ),
-            (
-                "cloudstream_tunnel_identity_refused",
-                "Tunnels refused for identity: another node's certificate, or a SessionInternalIP that is not the node's or is held by another node's tunnel.",
-                c.tunnel_identity_refused,
-            ),
-            (
-                "cloudstream_requests_refused",
-                "Stream server requests answered with an error status.",
-                c.requests_refused,
-            ),
-            (
-                "cloudstream_stream_authorization_reviews",
-                "SubjectAccessReviews the stream server sent (cached answers not counted).",
-                c.authz_reviews,
-            ),
-            (
-                "cloudstream_stream_authorization_denied",
-                "Stream server requests refused by authorization (403).",
-                c.authz_denied,
-            ),
-            (
-                "cloudstream_streams_overflowed",
-                "Streams ended because their client fell a whole stream budget behind an edge that cannot pace one stream (edgecore), or the edge overran its window.",
-                c.streams_overflowed,
-            ),
-            (
-                "cloudstream_streams_refused_per_node",
-                "Stream requests refused (503) because the node had its maximum of open streams.",
-                c.streams_refused_per_node,
-            ),
-            (
-                "cloudstream_edge_response_timeouts",
-                "Streams answered 504 because the edge never answered.",
-                c.edge_response_timeouts,
-            ),
-            (
-                "cloudstream_api_write_timeouts",
-                "Streams dropped because the API server side stopped reading (write timeout).",
-                c.api_write_timeouts,
-            ),
-            (
-                "cloudstream_removes_for_unknown",
-                "REMOVE answers sent for DATA on stream ids the cloud no longer had.",
-                c.removes_for_unknown,
-            ),
-        ] {
-            encode_one(out, name, help, counter(v))?;
-        }
-        Ok(())
-    });
+    metrics.register(|r| stream.metrics().register(r));
 }
 
 /// Admission on the edge-facing listeners (`websocket`, `https`, `stream`, `tunnel`): open and

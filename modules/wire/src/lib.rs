@@ -16,8 +16,8 @@
 //! uses `http1` and `tunnel`'s frames; `hub` names none of them.
 
 pub mod gourl;
+pub mod http1;
 #[cfg(feature = "hub")]
 pub mod hub;
-pub mod http1;
 pub mod tunnel;
 pub mod ws;

@@ -83,9 +83,16 @@ fn protocol(e: ProtocolError, limit: usize) -> WsError {
 }
 
 /// The payload length the frame header at the front of `buf` announces, once that much of
-/// the header is here.
-fn announced_len(buf: &[u8]) -> Option<u64> {
-    match *buf.get(1)? & 0x7f {
+/// the header is here, for a header the codec would accept: reserved bits clear, masked if
+/// and only if `masked`, a known opcode. (Others are left to the codec, so an error does
+/// not depend on how the bytes were split into reads.)
+fn announced_len(buf: &[u8], masked: bool) -> Option<u64> {
+    let (b0, b1) = (*buf.first()?, *buf.get(1)?);
+    let known = matches!(b0 & 0x0f, 0x0..=0x2 | 0x8..=0xa);
+    if b0 & 0x70 != 0 || (b1 & 0x80 != 0) != masked || !known {
+        return None;
+    }
+    match b1 & 0x7f {
         126 => Some(u16::from_be_bytes([*buf.get(2)?, *buf.get(3)?]).into()),
         127 => Some(u64::from_be_bytes(buf.get(2..10)?.try_into().ok()?)),
         n => Some(n.into()),
@@ -97,6 +104,8 @@ fn announced_len(buf: &[u8]) -> Option<u64> {
 #[derive(Debug)]
 pub struct Decoder {
     codec: Codec,
+    /// Whether the peer's frames are masked (we are the server).
+    masked: bool,
     limit: usize,
     /// A fragmented message being joined: whether it is Text, and its bytes so far.
     partial: Option<(bool, BytesMut)>,
@@ -107,6 +116,7 @@ impl Decoder {
     pub fn new(role: Role, limit: usize) -> Self {
         Decoder {
             codec: role.codec(limit),
+            masked: role == Role::Server,
             limit,
             partial: None,
         }
@@ -118,7 +128,7 @@ impl Decoder {
         loop {
             // The codec checks a frame's length once all of it is here; refusing it from
             // its header keeps a peer from making us buffer up to the limit first.
-            if announced_len(src).is_some_and(|n| n > self.limit as u64) {
+            if announced_len(src, self.masked).is_some_and(|n| n > self.limit as u64) {
                 return Err(WsError::TooLarge(self.limit));
             }
             let Some(frame) = self
@@ -433,6 +443,28 @@ mod tests {
         let mut reader = WsReader::with_limit(server, Role::Server, BytesMut::new(), 1_000);
         let r = tokio::time::timeout(Duration::from_secs(5), reader.next()).await;
         assert!(matches!(r, Ok(Err(WsError::TooLarge(1_000)))), "{r:?}");
+    }
+
+    /// A header the codec refuses (reserved bits set) that also announces more than the
+    /// limit: the same error whether the bytes come at once or one by one.
+    #[test]
+    fn errors_should_not_depend_on_how_reads_split_the_bytes() {
+        let header = [0xc1u8, 0xff, 0, 0, 0, 0, 0, 0x40, 0, 0, 1, 2, 3, 4];
+        let whole = Decoder::new(Role::Server, 1024)
+            .decode(&mut BytesMut::from(&header[..]))
+            .unwrap_err()
+            .to_string();
+        let mut d = Decoder::new(Role::Server, 1024);
+        let mut buf = BytesMut::new();
+        let split = header
+            .iter()
+            .find_map(|b| {
+                buf.extend_from_slice(&[*b]);
+                d.decode(&mut buf).err()
+            })
+            .map(|e| e.to_string());
+        assert_eq!(split.as_deref(), Some(whole.as_str()));
+        assert!(whole.contains("reserved bits"), "{whole}");
     }
 
     #[tokio::test]

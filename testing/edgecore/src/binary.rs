@@ -209,11 +209,12 @@ pub fn edgecore() -> Result<PathBuf> {
     .map_err(Error::Unpack)
 }
 
-/// Our cloudcore binary: `CLOUDCORE_BIN` when set, else the newer of the two builds of the same
-/// program beside the running executable: `target/<profile>/cloudcore` (crate
-/// `cloudcore-server`'s binary, which `cargo build -p cloudcore-server` and that crate's tests
-/// build) and `target/<profile>/examples/cloudcore` (`cargo build --example cloudcore`). Each
-/// is built from the sources of its time, so the newer one is the current code.
+/// Our cloudcore binary: `CLOUDCORE_BIN` when set; else `CARGO_BIN_EXE_cloudcore`, which
+/// `cargo test` sets for the tests of crate `cloudcore-server` (the binary it has just built);
+/// else the newer of the two builds of the same program beside the running executable:
+/// `target/<profile>/cloudcore` (`cargo build -p cloudcore-server`) and
+/// `target/<profile>/examples/cloudcore` (`cargo build --example cloudcore`). Each is built
+/// from the sources of its time, so the newer one is the current code.
 ///
 /// # Errors
 /// [`Error::CloudcoreMissing`] with the command that builds it.
@@ -224,6 +225,9 @@ pub fn cloudcore() -> Result<PathBuf> {
             true => Ok(bin),
             false => Err(Error::CloudcoreMissing(bin.display().to_string())),
         };
+    }
+    if let Some(bin) = std::env::var_os("CARGO_BIN_EXE_cloudcore") {
+        return Ok(PathBuf::from(bin));
     }
     // target/<profile>/deps/<test> or target/<profile>/examples/<tool> → target/<profile>
     let exe = std::env::current_exe().map_err(|e| Error::CloudcoreMissing(e.to_string()))?;

@@ -11,7 +11,8 @@
 //!     └──── send_resp (parent id) ◄───────────┘  (matched through the waiter table)
 //! ```
 //!
-//! Start with [`Bus`] and [`Module`]; messages are [`Message`] (Go's `model.Message`).
+//! Start with [`Bus`] and [`Module`]; messages are [`Message`] (Go's `model.Message`). Without
+//! the default `bus` feature the crate is only the message model and its JSON, with no actix.
 //!
 //! ```
 //! use std::time::Duration;
@@ -30,30 +31,48 @@
 //! # });
 //! ```
 
-mod bus;
-mod config;
+/// Items of the bus itself, compiled with the `bus` feature (on by default).
+macro_rules! cfg_bus {
+    ($($item:item)*) => {
+        $(
+            #[cfg(feature = "bus")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "bus")))]
+            $item
+        )*
+    };
+}
+
+// The message model: what travels, and its Go-compatible JSON.
 pub mod constants;
-mod endpoint;
-mod error;
 pub mod json;
-mod mailbox;
 mod message;
-mod module;
-mod registry;
-mod stats;
-mod waiters;
 
-pub use bus::Bus;
-pub use config::BusConfig;
-
-/// The concurrent maps of the bus (modules, groups, counters, waiting requests): keys are
-/// hashed with foldhash, seeded at random per map, several times faster than SipHash on the
-/// 36-character request ids every sync round trip looks up twice.
-pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;
-pub use endpoint::{Endpoint, GroupDelivery};
-pub use error::{Error, Result};
-pub use mailbox::{DEFAULT_MAILBOX_CAPACITY, Inbox};
 pub use message::{Content, Header, Message, Route, new_id, now_millis};
-pub use module::{Module, RestartPolicy};
-pub use stats::{BusStats, ModuleStatsSnapshot, SYNC_BUCKETS};
-pub use waiters::RespOutcome;
+
+// The bus: leaves first (config, error, stats, mailbox, waiters), then the registry every
+// endpoint shares, then endpoints, modules and the bus that starts and stops them.
+cfg_bus! {
+    mod bus;
+    mod config;
+    mod endpoint;
+    mod error;
+    mod mailbox;
+    mod module;
+    mod registry;
+    mod stats;
+    mod waiters;
+
+    pub use bus::Bus;
+    pub use config::BusConfig;
+    pub use endpoint::{Endpoint, GroupDelivery};
+    pub use error::{Error, Result};
+    pub use mailbox::{DEFAULT_MAILBOX_CAPACITY, Inbox};
+    pub use module::{Module, RestartPolicy};
+    pub use stats::{BusStats, ModuleStatsSnapshot, SYNC_BUCKETS};
+    pub use waiters::RespOutcome;
+
+    /// The concurrent maps of the bus (modules, groups, counters, waiting requests): keys are
+    /// hashed with foldhash, seeded at random per map, several times faster than SipHash on the
+    /// 36-character request ids every sync round trip looks up twice.
+    type FastMap<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;
+}

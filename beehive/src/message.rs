@@ -356,6 +356,7 @@ impl fmt::Display for Message {
     }
 }
 
+#[cfg(feature = "bus")]
 impl actix::Message for Message {
     type Result = ();
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! hub      one JSON message per WebSocket message between edgecore and cloudhub: framing,
-//!          reassembly caps, keepalive, acknowledgement (feature `hub`)
+//!          reassembly caps, keepalive, acknowledgement (beehive's message model, no bus)
 //! tunnel   tunnel frames (uvarint id ‖ type ‖ data), CONNECT JSON, stream queues, tunnel TLS
 //! gourl    Go's URL rules, as the CONNECT JSON carries them
 //! http1    HTTP/1.1 heads and bodies as the tunnel relays them
@@ -17,7 +17,6 @@
 
 pub mod gourl;
 pub mod http1;
-#[cfg(feature = "hub")]
 pub mod hub;
 pub mod tunnel;
 pub mod ws;

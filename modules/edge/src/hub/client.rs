@@ -2,8 +2,8 @@
 //! with jittered exponential back-off. Runtime-agnostic (plain tokio tasks, `Send`).
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use beehive::Message;
@@ -13,7 +13,8 @@ use kubeedge_wire::ws::{self, Outgoing, Role, WsError, WsMessage, WsReader, WsWr
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::{TcpSocket, TcpStream};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::error::HubError;
@@ -121,14 +122,19 @@ pub enum HubEvent {
 #[derive(Debug, Default)]
 struct Shared {
     connected: AtomicBool,
-    stopped: AtomicBool,
-    stop: Notify,
-    drop_connection: Notify,
-    /// Bumped by every drop request, so a request made while no session is waiting on the
-    /// notify (e.g. right after connecting) is not lost.
-    drops: AtomicU64,
+    /// Cancelled by [`HubClient::stop`]: ends the session and the reconnect loop.
+    stop: CancellationToken,
+    /// The session being set up or served, a child of `stop`; [`HubClient::drop_connection`]
+    /// cancels it (also while connecting, so that request is not lost).
+    session: Mutex<CancellationToken>,
     connects: AtomicU64,
     connect_failures: AtomicU64,
+}
+
+impl Shared {
+    fn session(&self) -> std::sync::MutexGuard<'_, CancellationToken> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// A running hub connection. Dropping it does not stop it; call [`HubClient::stop`].
@@ -200,16 +206,12 @@ impl HubClient {
 
     /// Drops the current connection (abruptly, like a crashed edge); the client reconnects.
     pub fn drop_connection(&self) {
-        self.shared.drops.fetch_add(1, Ordering::AcqRel);
-        self.shared.drop_connection.notify_waiters();
+        self.shared.session().cancel();
     }
 
     /// Stops for good: closes the connection, no reconnect.
     pub fn stop(&self) {
-        self.shared.stopped.store(true, Ordering::Release);
-        self.shared.drops.fetch_add(1, Ordering::AcqRel);
-        self.shared.stop.notify_waiters();
-        self.shared.drop_connection.notify_waiters();
+        self.shared.stop.cancel();
     }
 }
 
@@ -291,8 +293,9 @@ async fn run(
     events: mpsc::Sender<HubEvent>,
 ) {
     let mut attempt = 0u32;
-    while !shared.stopped.load(Ordering::Acquire) {
-        let drops = shared.drops.load(Ordering::Acquire);
+    while !shared.stop.is_cancelled() {
+        let session = shared.stop.child_token();
+        *shared.session() = session.clone();
         match connect(&cfg, &tls).await {
             Ok(ws) => {
                 attempt = 0;
@@ -302,7 +305,7 @@ async fn run(
                 if events.send(HubEvent::Connected).await.is_err() {
                     return;
                 }
-                let reason = serve(&cfg, ws, &shared, drops, &mut out, &events).await;
+                let reason = serve(&cfg, ws, &session, &mut out, &events).await;
                 shared.connected.store(false, Ordering::Release);
                 info!(node = %cfg.node_name, reason = %reason, "disconnected from cloudhub");
                 if events
@@ -318,14 +321,10 @@ async fn run(
                 warn!(node = %cfg.node_name, error = %e, "connecting to cloudhub failed");
             }
         }
-        if shared.stopped.load(Ordering::Acquire) {
-            return;
-        }
         attempt += 1;
-        let stop = shared.stop.notified();
         tokio::select! {
             _ = tokio::time::sleep(cfg.backoff.delay(attempt)) => {}
-            _ = stop => return,
+            _ = shared.stop.cancelled() => return,
         }
     }
 }
@@ -334,8 +333,7 @@ async fn run(
 async fn serve(
     cfg: &HubClientConfig,
     ws: Ws,
-    shared: &Shared,
-    drops: u64,
+    session: &CancellationToken,
     out: &mut mpsc::Receiver<Message>,
     events: &mpsc::Sender<HubEvent>,
 ) -> String {
@@ -355,12 +353,12 @@ async fn serve(
         };
     }
     loop {
-        let dropped = shared.drop_connection.notified();
-        if shared.drops.load(Ordering::Acquire) != drops {
+        // Checked first: a drop requested while connecting must win over a ready heartbeat.
+        if session.is_cancelled() {
             return "connection dropped on request".into();
         }
         tokio::select! {
-            _ = dropped => return "connection dropped on request".into(),
+            _ = session.cancelled() => return "connection dropped on request".into(),
             _ = heartbeat.tick() => write!(&keepalive()),
             next = out.recv() => match next {
                 Some(msg) => write!(&msg),

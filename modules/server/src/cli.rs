@@ -11,7 +11,7 @@
 //! ```
 //!
 //! (`cargo run --example cloudcore -- <flags>` from the repository, or `cargo install --path
-//! server` for the binary.)
+//! modules/server` for the binary.)
 
 mod demo;
 mod iptables_manager;

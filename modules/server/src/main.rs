@@ -1,4 +1,4 @@
-//! The `cloudcore` binary (`cargo install --path server`); everything it does is
+//! The `cloudcore` binary (`cargo install --path modules/server`); everything it does is
 //! [`cloudcore_server::cli::main`].
 
 fn main() -> std::process::ExitCode {

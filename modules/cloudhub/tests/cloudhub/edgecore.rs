@@ -3,7 +3,7 @@
 //! the `edgecore-interop` harness against this in-process hub: it bootstraps its certificate
 //! from our certificate server with our token, connects to our WebSocket, keeps alive, receives
 //! a downstream update and acknowledges it. The end-to-end suite with the whole cloudcore is
-//! `tests/interop_edgecore.rs` at the repository root.
+//! `modules/server/tests/edgecore/interop_edgecore.rs`.
 
 use std::time::Duration;
 

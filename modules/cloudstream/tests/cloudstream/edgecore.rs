@@ -4,8 +4,8 @@
 //! The `edgecore-interop` harness finds the binary (`EDGECORE_BIN`, `EDGECORE_XZ`, or
 //! `shared/peers/edgecore/*.xz` beside the repository; see the README), unpacks it into a cache
 //! folder when compressed, writes its config and runs it; the test fails loudly when something
-//! is missing. The end-to-end suite through kube-apiserver is `tests/interop_edgecore.rs` at the
-//! repository root.
+//! is missing. The end-to-end suite through kube-apiserver is
+//! `modules/server/tests/edgecore/interop_edgecore.rs`.
 
 use std::time::Duration;
 

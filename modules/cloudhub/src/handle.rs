@@ -180,10 +180,14 @@ impl HubHandle {
 
     /// Graceful shutdown: stop accepting connections, let every session write what it has
     /// queued and close (up to 5 s), stop the servers, write pending ObjectSync records
-    /// (up to 5 s), end the background tasks (up to 5 s). Calling it again does nothing.
+    /// (up to 5 s), end the background tasks (up to 5 s). Calling it again (or while it runs,
+    /// as the module's own `shutdown` hook starts it) waits for that one shutdown to finish.
     pub async fn shutdown(&self) {
         let hub = &self.0;
         if !hub.registry.close() {
+            // The bus stops the module first, whose hook runs this in the background: a
+            // composer that returns from here must find the records written.
+            hub.stopped.cancelled().await;
             return;
         }
         info!(nodes = hub.registry.len(), "cloudhub shutting down");
@@ -228,6 +232,7 @@ impl HubHandle {
                 "background tasks did not end within 5 s"
             );
         }
+        hub.stopped.cancel();
         info!("cloudhub stopped");
     }
 

@@ -147,6 +147,7 @@ impl CloudHub {
             started: AtomicBool::new(false),
             stop: CancellationToken::new(),
             done: CancellationToken::new(),
+            stopped: CancellationToken::new(),
             sessions: TaskTracker::new(),
             tasks: TaskTracker::new(),
             config,
@@ -203,7 +204,7 @@ impl Module for CloudHub {
 
     fn shutdown(&mut self, _ctx: &mut Context<Self>) {
         // The bus drained our mailbox already; close sessions and servers in the background
-        // (call HubHandle::shutdown first to wait for it).
+        // (HubHandle::shutdown, called before or after this, waits for it to finish).
         let handle = HubHandle(self.hub.clone());
         actix_rt::spawn(async move { handle.shutdown().await });
     }

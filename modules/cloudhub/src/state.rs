@@ -52,6 +52,8 @@ pub(crate) struct Hub {
     /// Cancelled once shutdown has closed every session and flushed the records: the
     /// record writer and the event publisher end.
     pub(crate) done: CancellationToken,
+    /// Cancelled when shutdown has finished, so a second caller returns only then.
+    pub(crate) stopped: CancellationToken,
     /// Session actors and their connection tasks: shutdown waits for them.
     pub(crate) sessions: TaskTracker,
     /// The hub's background tasks (events, record writer, token refresh, Node watch).

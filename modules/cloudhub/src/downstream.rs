@@ -2,7 +2,10 @@
 //! blocking sender): a paced no-ACK
 //! FIFO, and an ACK store keyed by object UID (coalescing) feeding a bounded window of
 //! in-flight messages that are re-sent every 5 s, 5 writes in all, then re-queued with
-//! back-off. Pure state: the session actor feeds it and writes what it returns.
+//! back-off. At most one version of an object is in flight: edgecore handles messages
+//! concurrently, so two versions written back to back can be applied in either order (an
+//! update applied after its delete brings the object back). Pure state: the session actor
+//! feeds it and writes what it returns.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -21,6 +24,10 @@ pub(crate) const WRITES_PER_ROUND: u32 = 5;
 /// KubeEdge's back-off of a key after an unacknowledged round: 5 ms doubling, at most 1000 s.
 const BACKOFF_BASE: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(1000);
+/// Objects whose delete the edge acknowledged, remembered per node so that a version still on
+/// its way (a watch event or a sync pass that read it before the delete) cannot bring them
+/// back. UIDs are never reused; late versions arrive within seconds, so a short list does.
+const GONE_REMEMBERED: usize = 64;
 
 /// Limits of one node's delivery.
 #[derive(Debug, Clone)]
@@ -98,7 +105,7 @@ struct Entry {
     info: Option<ObjectInfo>,
     delete: bool,
     queued: bool,
-    /// Id of the in-flight write of `msg`, if any.
+    /// Id of the in-flight write: of `msg`, or of an older version `msg` waits behind.
     flight: Option<String>,
     /// `msg` was written before (a back-off round re-sends it).
     written: bool,
@@ -111,6 +118,8 @@ struct Flight {
     key: String,
     writes: u32,
     next: Instant,
+    /// The written version's resource version (the acknowledged one once its ACK arrives).
+    rv: String,
 }
 
 /// One node's downstream state. Empty collections do not allocate, so an idle node costs
@@ -129,6 +138,8 @@ pub(crate) struct Downstream {
     lookups: HashMap<String, Message>,
     delayed: Vec<(Instant, String)>,
     backoff: HashMap<String, u32>,
+    /// Keys whose delete was acknowledged, oldest first (at most [`GONE_REMEMBERED`]).
+    gone: VecDeque<String>,
 }
 
 fn rv(msg: &Message) -> &str {
@@ -149,6 +160,7 @@ impl Downstream {
             lookups: HashMap::new(),
             delayed: Vec::new(),
             backoff: HashMap::new(),
+            gone: VecDeque::new(),
         }
     }
 
@@ -177,11 +189,8 @@ impl Downstream {
         entry.written = false;
         entry.info = info;
         entry.delete = delete;
-        // A newer version supersedes one in flight: its late ACK will match nothing.
-        if let Some(id) = entry.flight.take() {
-            self.inflight.remove(&id);
-        }
-        if !entry.queued {
+        // With a version in flight, this one waits for its ACK (or the end of its round).
+        if !entry.queued && entry.flight.is_none() {
             entry.queued = true;
             self.queue.push_back(key);
         }
@@ -207,10 +216,24 @@ impl Downstream {
             Some(i) => i.uid.clone(),
             None => format!("msg:{}", msg.header.id),
         };
+        let real_delete = msg.route.operation == op::DELETE;
+        if !real_delete && msg.route.operation != op::RESPONSE && self.gone.contains(&key) {
+            return dropped(
+                DropReason::Stale,
+                "the object's delete was acknowledged",
+                msg,
+            );
+        }
         if let Some(e) = self.entries.get(&key) {
-            if !(delete || msg.route.operation == op::RESPONSE)
-                && (e.delete || !is_newer(rv(&msg), rv(&e.msg)))
-            {
+            // A delete replaces anything. A version marked for deletion (a delete by
+            // KubeEdge's rules, but applied by the edge as an update) must still be newer,
+            // and nothing but another delete replaces a delete operation.
+            let stale = !real_delete
+                && msg.route.operation != op::RESPONSE
+                && (e.msg.route.operation == op::DELETE
+                    || (e.delete && !delete)
+                    || !is_newer(rv(&msg), rv(&e.msg)));
+            if stale {
                 return dropped(DropReason::Stale, "not newer than the pending version", msg);
             }
             self.put(key, msg, info, false);
@@ -309,18 +332,43 @@ impl Downstream {
         if self.delayed.is_empty() && self.delayed.capacity() > 0 {
             self.delayed = Vec::new();
         }
+        if self.gone.is_empty() && self.gone.capacity() > 0 {
+            self.gone = VecDeque::new();
+        }
     }
 
-    /// An upstream `response` arrived: if it acknowledges an in-flight message, that message
-    /// is done and returned (for recording); otherwise `None`.
+    /// An upstream `response` arrived: if it acknowledges the in-flight message of an object
+    /// with no newer version waiting, that message is done and returned (for recording);
+    /// otherwise `None` (a newer version waiting is queued: pump again).
     pub(crate) fn on_ack(&mut self, parent_id: &str) -> Option<Acked> {
         let flight = self.inflight.remove(parent_id)?;
         self.backoff.remove(&flight.key);
+        if let Some(e) = self.entries.get_mut(&flight.key)
+            && e.msg.header.id != parent_id
+        {
+            // A newer version waited behind this one: its turn. The record is written when
+            // the newer one is acknowledged; until then the acknowledged version stands.
+            e.flight = None;
+            if !e.queued {
+                e.queued = true;
+                self.queue.push_back(flight.key.clone());
+            }
+            if !flight.key.starts_with("msg:") {
+                self.acked.insert(flight.key, flight.rv);
+            }
+            return None;
+        }
         let entry = self.entries.remove(&flight.key);
         self.compact();
         let entry = entry?;
         if entry.delete {
             self.acked.remove(&flight.key);
+            if entry.msg.route.operation == op::DELETE && !flight.key.starts_with("msg:") {
+                if self.gone.len() >= GONE_REMEMBERED {
+                    self.gone.pop_front();
+                }
+                self.gone.push_back(flight.key.clone());
+            }
         } else if !flight.key.starts_with("msg:") {
             self.acked
                 .insert(flight.key, entry.msg.header.resource_version.clone());
@@ -386,7 +434,22 @@ impl Downstream {
             let Some(f) = self.inflight.get_mut(&id) else {
                 continue;
             };
-            if f.writes < WRITES_PER_ROUND {
+            let newer_waits = self
+                .entries
+                .get(&f.key)
+                .is_some_and(|e| e.msg.header.id != id);
+            if newer_waits {
+                // Not acknowledged in time and superseded: the newer version goes instead.
+                let key = f.key.clone();
+                self.inflight.remove(&id);
+                if let Some(e) = self.entries.get_mut(&key) {
+                    e.flight = None;
+                    if !e.queued {
+                        e.queued = true;
+                        self.queue.push_front(key);
+                    }
+                }
+            } else if f.writes < WRITES_PER_ROUND {
                 f.writes += 1;
                 f.next = now + self.cfg.retry_interval;
                 if let Some(e) = self.entries.get(&f.key) {
@@ -419,12 +482,14 @@ impl Downstream {
             }
             e.written = true;
             out.writes.push(e.msg.clone());
+            let rv = e.msg.header.resource_version.clone();
             self.inflight.insert(
                 id,
                 Flight {
                     key,
                     writes: 1,
                     next: now + self.cfg.retry_interval,
+                    rv,
                 },
             );
         }
@@ -488,6 +553,7 @@ impl Downstream {
         self.inflight.clear();
         self.delayed.clear();
         self.backoff.clear();
+        self.gone.clear();
         self.compact();
         out
     }
@@ -525,6 +591,16 @@ mod tests {
             )
     }
 
+    /// An update of a pod marked for deletion (a delete by KubeEdge's rules).
+    fn terminating(uid: &str, rv: &str) -> Message {
+        Message::new()
+            .with_route("edgecontroller", "resource", "node/e/default/pod/p", "update")
+            .with_resource_version(rv)
+            .with_content(
+                Content::json(&serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": uid, "resourceVersion": rv, "deletionTimestamp": "2026-12-06T10:49:59Z"}})).unwrap(),
+            )
+    }
+
     fn ids(p: &Pump) -> Vec<String> {
         p.writes
             .iter()
@@ -549,6 +625,98 @@ mod tests {
             d.pump(now, true).writes.is_empty(),
             "nothing after the delete"
         );
+    }
+
+    /// Sends `msg` for a new object (record found at "0") and returns its write.
+    fn sent(d: &mut Downstream, msg: Message, now: Instant) -> Message {
+        let Intake::Lookup { key, .. } = d.intake_ack(msg) else {
+            panic!("lookup expected");
+        };
+        assert_eq!(d.lookup_done(&key, Some("0".into())), Intake::Queued);
+        let mut p = d.pump(now, true);
+        assert_eq!(p.writes.len(), 1);
+        p.writes.remove(0)
+    }
+
+    #[test]
+    fn a_newer_version_waits_for_the_ack_of_the_one_in_flight() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        let update = sent(&mut d, pod("u1", "505", "update"), now);
+        let marked = terminating("u1", "506");
+        assert_eq!(d.intake_ack(marked.clone()), Intake::Queued);
+        assert!(
+            d.pump(now, true).writes.is_empty(),
+            "two versions of one object are never in flight together"
+        );
+        assert!(d.on_ack(&update.header.id).is_none(), "a newer one waits");
+        assert_eq!(d.pump(now, true).writes, vec![marked.clone()]);
+        let delete = pod("u1", "507", "delete");
+        assert_eq!(d.intake_ack(delete.clone()), Intake::Queued);
+        assert!(d.pump(now, true).writes.is_empty());
+        assert!(d.on_ack(&marked.header.id).is_none());
+        assert_eq!(d.pump(now, true).writes, vec![delete.clone()]);
+        let acked = d.on_ack(&delete.header.id).expect("the delete is recorded");
+        assert!(acked.delete);
+    }
+
+    #[test]
+    fn a_superseded_version_not_acknowledged_in_time_gives_way_to_the_newer_one() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        sent(&mut d, pod("u1", "5", "update"), now);
+        assert_eq!(d.intake_ack(pod("u1", "6", "update")), Intake::Queued);
+        assert!(d.pump(now, true).writes.is_empty());
+        let p = d.pump(now + RETRY_INTERVAL, true);
+        assert_eq!(
+            ids(&p),
+            ["6"],
+            "the newer version, not a re-send of the older"
+        );
+    }
+
+    #[test]
+    fn nothing_brings_back_an_object_whose_delete_is_pending_or_acknowledged() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        sent(&mut d, pod("u1", "505", "update"), now);
+        let delete = pod("u1", "507", "delete");
+        assert_eq!(d.intake_ack(delete.clone()), Intake::Queued);
+        // A sync pass that read the object before its delete, and a late watch event.
+        assert_eq!(
+            reason(d.intake_ack(terminating("u1", "506"))),
+            DropReason::Stale
+        );
+        assert_eq!(
+            reason(d.intake_ack(pod("u1", "508", "update"))),
+            DropReason::Stale
+        );
+        let first = d.inflight.keys().next().unwrap().clone();
+        assert!(d.on_ack(&first).is_none());
+        assert_eq!(d.pump(now, true).writes, vec![delete.clone()]);
+        assert!(d.on_ack(&delete.header.id).is_some());
+        for late in [terminating("u1", "506"), pod("u1", "509", "update")] {
+            assert_eq!(reason(d.intake_ack(late)), DropReason::Stale);
+        }
+        // A repeated delete is harmless and still goes out.
+        assert_eq!(d.intake_ack(pod("u1", "", "delete")), Intake::Queued);
+    }
+
+    #[test]
+    fn a_version_marked_for_deletion_must_be_newer_than_the_pending_one() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        sent(&mut d, pod("u1", "5", "update"), now);
+        assert_eq!(d.intake_ack(terminating("u1", "6")), Intake::Queued);
+        assert_eq!(
+            reason(d.intake_ack(terminating("u1", "6"))),
+            DropReason::Stale
+        );
+        assert_eq!(
+            reason(d.intake_ack(pod("u1", "7", "update"))),
+            DropReason::Stale
+        );
+        assert_eq!(d.intake_ack(terminating("u1", "7")), Intake::Queued);
     }
 
     #[test]

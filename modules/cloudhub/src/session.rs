@@ -355,8 +355,9 @@ impl Handler<Acked> for Session {
         if let Some(acked) = self.down.on_ack(&resp.header.parent_id) {
             NodeCounters::add(&self.counters.acked, 1);
             self.record_ack(acked);
-            self.pump(ctx);
         }
+        // Also when a newer version of the object waited for this ACK.
+        self.pump(ctx);
     }
 }
 

@@ -143,6 +143,11 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
         "--max-connections",
         config.websocket.limits.max_connections,
     );
+    config.websocket.limits.max_handshakes = arg(
+        args,
+        "--max-handshakes",
+        config.websocket.limits.max_handshakes,
+    );
     config.workers = arg(args, "--workers", 0);
     config.unixsocket.enable = false;
     actix_rt::System::new().block_on(async move {
@@ -638,6 +643,14 @@ fn cpu_seconds(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The machine's 1-minute load average (`/proc/loadavg`), as text; `?` when unreadable.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
 /// The machine's count of connections dropped because a listen queue was full
 /// (`TcpExt: ListenOverflows` in `/proc/net/netstat`; every process's listeners); 0 when
 /// unreadable.
@@ -669,6 +682,13 @@ fn load(args: &[String]) -> anyhow::Result<()> {
         threads: arg(args, "--client-threads", 1usize).max(1),
     };
     let (limit, max_conn) = (n.to_string(), (n + 500).to_string());
+    // `maxHandshakes`: the hub's default unless given.
+    let max_handshakes = arg(
+        args,
+        "--max-handshakes",
+        kubeedge_api::listener::ListenerLimits::default().max_handshakes,
+    )
+    .to_string();
     let dir = std::env::temp_dir().join(format!("cloudhub-load-{}", std::process::id()));
     let mut server = Server::spawn(
         args,
@@ -684,6 +704,8 @@ fn load(args: &[String]) -> anyhow::Result<()> {
             &limit,
             "--max-connections",
             &max_conn,
+            "--max-handshakes",
+            &max_handshakes,
         ],
     )?;
     let pid = server.pid;
@@ -734,17 +756,20 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     );
 
     // 3. One message to every edge, delivered and acknowledged into the hub's store.
-    let cpu0 = cpu_seconds(pid);
+    let sims_cpu = |sims: &[Sim]| sims.iter().map(|s| cpu_seconds(s.child.id())).sum::<f64>();
+    let (cpu0, sims0) = (cpu_seconds(pid), sims_cpu(&sims));
     let b1 = broadcast_all(std::slice::from_mut(&mut server), &mut sims, "b1", n)?;
     println!(
-        "broadcast b1 to {} edges (handed to cloudhub in {:.2} s): delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged (hub CPU {:.1} s)",
+        "broadcast b1 to {} edges (handed to cloudhub in {:.2} s): delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged (hub CPU {:.2} s, simulators' {:.2} s; load average {})",
         b1.targets,
         b1.handed.as_secs_f64(),
         b1.reached,
         secs(b1.delivered),
         secs(b1.acked),
         b1.unacked,
-        cpu_seconds(pid) - cpu0
+        cpu_seconds(pid) - cpu0,
+        sims_cpu(&sims) - sims0,
+        load_average()
     );
     std::thread::sleep(Duration::from_secs(2));
     let rss_acked = rss_kib(pid);
@@ -759,7 +784,6 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     // connection is fixed, so edges that lost it together come back together).
     let lost_before = fleet_status(&mut sims, u64::MAX)?;
     let refused_before = Server::field(&server.command("stats", "STATS")?, "ws_refused");
-    let sims_cpu = |sims: &[Sim]| sims.iter().map(|s| cpu_seconds(s.child.id())).sum::<f64>();
     let (overflows, cpu0, sims0) = (listen_overflows(), cpu_seconds(pid), sims_cpu(&sims));
     send_all(&mut sims, &format!("drop 0 {reconnect}"))?;
     for s in &mut sims {
@@ -800,7 +824,7 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     .map(|_| t.elapsed());
     let ended = status.lost - lost_before;
     println!(
-        "{reconnect} edges dropped at once, away {:.1} s: all back {} after they dialed again together ({failed} attempts failed, {refused} refused by the hub's admission, {} listen queue overflows on the machine, hub CPU {:.1} s, simulators' {:.1} s); the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {} (from the drop), {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped)",
+        "{reconnect} edges dropped at once, away {:.1} s: all back {} after they dialed again together ({failed} attempts failed, {refused} refused by the hub's admission, {} listen queue overflows on the machine, hub CPU {:.1} s, simulators' {:.1} s); the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {} (from the drop), {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped); load average {}",
         away.as_secs_f64(),
         secs(back),
         listen_overflows() - overflows,
@@ -808,7 +832,8 @@ fn load(args: &[String]) -> anyhow::Result<()> {
         sims_cpu(&sims) - sims0,
         status.reached,
         secs(reached),
-        secs(acked)
+        secs(acked),
+        load_average()
     );
     std::thread::sleep(Duration::from_secs(3));
     let end = server.command("stats", "STATS")?;

@@ -9,8 +9,10 @@
 //!   hub process only: the time until every edge is connected, RSS per idle edge, descriptors,
 //!   CPU per idle edge over `--idle-secs` (keepalives only), a message to every edge delivered
 //!   and acknowledged into the store, and `--reconnect` (default 5,000) edges dropping their
-//!   sessions at once while an update for them is sent, nothing lost. PASS/FAIL per target;
-//!   non-zero exit on FAIL.
+//!   sessions at once while an update for them is sent, then dialing again all at the same
+//!   moment (edgecore waits a fixed 2 × heartbeat after a lost connection, without jitter),
+//!   back within 5 s of that moment, nothing lost. PASS/FAIL per target; non-zero exit on
+//!   FAIL.
 //! - `soak` (its edges run in this process): churn. For `--minutes`, every `--interval-secs` another `--churn` percent of the
 //!   nodes drop their connection and reconnect, while the pods of those nodes and of another
 //!   `--churn` percent change. The server's RSS, descriptors, threads and sessions are taken
@@ -141,6 +143,11 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
         "--max-connections",
         config.websocket.limits.max_connections,
     );
+    config.websocket.limits.max_handshakes = arg(
+        args,
+        "--max-handshakes",
+        config.websocket.limits.max_handshakes,
+    );
     config.workers = arg(args, "--workers", 0);
     config.unixsocket.enable = false;
     actix_rt::System::new().block_on(async move {
@@ -261,8 +268,18 @@ fn serve(args: &[String]) -> anyhow::Result<()> {
                     let (sent, acked, retried) = all.iter().fold((0, 0, 0), |a, (_, s)| (a.0 + s.sent, a.1 + s.acked, a.2 + s.retried));
                     let s = handle.stats();
                     let pid = std::process::id();
+                    // The WebSocket listener's admission: connections it refused (every
+                    // reason) and those that did not authenticate in time.
+                    let (refused, timed_out) = handle
+                        .listener_stats()
+                        .iter()
+                        .filter(|l| l.listener.contains("websocket"))
+                        .fold((0, 0), |a, l| {
+                            let refused = l.refused_connections + l.refused_handshakes + l.refused_per_ip + l.refused_files;
+                            (a.0 + refused, a.1 + l.timed_out)
+                        });
                     println!(
-                        "STATS nodes={} tasks={} rss_kib={} fds={} threads={} sent={sent} acked={acked} retried={retried} dropped_offline={} dropped_full={}",
+                        "STATS nodes={} tasks={} rss_kib={} fds={} threads={} sent={sent} acked={acked} retried={retried} dropped_offline={} dropped_full={} ws_refused={refused} ws_timed_out={timed_out}",
                         s.connected_nodes,
                         s.connection_tasks,
                         rss_kib(pid),
@@ -626,6 +643,14 @@ fn cpu_seconds(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The machine's 1-minute load average (`/proc/loadavg`), as text; `?` when unreadable.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
 /// The machine's count of connections dropped because a listen queue was full
 /// (`TcpExt: ListenOverflows` in `/proc/net/netstat`; every process's listeners); 0 when
 /// unreadable.
@@ -657,6 +682,13 @@ fn load(args: &[String]) -> anyhow::Result<()> {
         threads: arg(args, "--client-threads", 1usize).max(1),
     };
     let (limit, max_conn) = (n.to_string(), (n + 500).to_string());
+    // `maxHandshakes`: the hub's default unless given.
+    let max_handshakes = arg(
+        args,
+        "--max-handshakes",
+        kubeedge_api::listener::ListenerLimits::default().max_handshakes,
+    )
+    .to_string();
     let dir = std::env::temp_dir().join(format!("cloudhub-load-{}", std::process::id()));
     let mut server = Server::spawn(
         args,
@@ -672,6 +704,8 @@ fn load(args: &[String]) -> anyhow::Result<()> {
             &limit,
             "--max-connections",
             &max_conn,
+            "--max-handshakes",
+            &max_handshakes,
         ],
     )?;
     let pid = server.pid;
@@ -722,17 +756,20 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     );
 
     // 3. One message to every edge, delivered and acknowledged into the hub's store.
-    let cpu0 = cpu_seconds(pid);
+    let sims_cpu = |sims: &[Sim]| sims.iter().map(|s| cpu_seconds(s.child.id())).sum::<f64>();
+    let (cpu0, sims0) = (cpu_seconds(pid), sims_cpu(&sims));
     let b1 = broadcast_all(std::slice::from_mut(&mut server), &mut sims, "b1", n)?;
     println!(
-        "broadcast b1 to {} edges (handed to cloudhub in {:.2} s): delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged (hub CPU {:.1} s)",
+        "broadcast b1 to {} edges (handed to cloudhub in {:.2} s): delivered to {} of {n} in {}, acknowledged in {}, {} unacknowledged (hub CPU {:.2} s, simulators' {:.2} s; load average {})",
         b1.targets,
         b1.handed.as_secs_f64(),
         b1.reached,
         secs(b1.delivered),
         secs(b1.acked),
         b1.unacked,
-        cpu_seconds(pid) - cpu0
+        cpu_seconds(pid) - cpu0,
+        sims_cpu(&sims) - sims0,
+        load_average()
     );
     std::thread::sleep(Duration::from_secs(2));
     let rss_acked = rss_kib(pid);
@@ -742,26 +779,38 @@ fn load(args: &[String]) -> anyhow::Result<()> {
         mib(rss_acked)
     );
 
-    // 4. `reconnect` edges drop their sessions at once; an update for them is sent meanwhile.
-    let lost_before = fleet_status(&mut sims, u64::MAX)?.lost;
-    let sims_cpu = |sims: &[Sim]| sims.iter().map(|s| cpu_seconds(s.child.id())).sum::<f64>();
+    // 4. `reconnect` edges drop their sessions at once; an update for them is sent while they
+    // are away; then they all dial again at the same moment (edgecore's pause after a lost
+    // connection is fixed, so edges that lost it together come back together).
+    let lost_before = fleet_status(&mut sims, u64::MAX)?;
+    let refused_before = Server::field(&server.command("stats", "STATS")?, "ws_refused");
     let (overflows, cpu0, sims0) = (listen_overflows(), cpu_seconds(pid), sims_cpu(&sims));
     send_all(&mut sims, &format!("drop 0 {reconnect}"))?;
     for s in &mut sims {
         reply(&mut s.stdout, "DROPPED").context("a simulator exited")?;
     }
     let t = Instant::now();
-    // The update goes out once they are all off (each waits at least 0.5 s to reconnect).
-    poll_until(Duration::from_secs(2), || {
+    poll_until(Duration::from_secs(10), || {
         Ok(fleet_status(&mut sims, u64::MAX)?.up() <= n - reconnect)
     })?;
     let rv = server.broadcast("r1", 0, reconnect)?;
+    let away = t.elapsed();
+    let redial = Instant::now();
+    send_all(&mut sims, "redial")?;
+    for s in &mut sims {
+        reply(&mut s.stdout, "REDIAL").context("a simulator exited")?;
+    }
     let mut status = FleetStatus::default();
     let back = poll_until(Duration::from_secs(120), || {
         status = fleet_status(&mut sims, rv)?;
         Ok(status.dropped == 0 && status.up() >= n)
     })?
-    .map(|_| t.elapsed());
+    .map(|_| redial.elapsed());
+    let (failed, refused) = (
+        status.failed - lost_before.failed,
+        Server::field(&server.command("stats", "STATS")?, "ws_refused") - refused_before,
+    );
+    let lost_before = lost_before.lost;
     let reached = poll_until(Duration::from_secs(120), || {
         status = fleet_status(&mut sims, rv)?;
         Ok(status.reached >= reconnect)
@@ -775,14 +824,16 @@ fn load(args: &[String]) -> anyhow::Result<()> {
     .map(|_| t.elapsed());
     let ended = status.lost - lost_before;
     println!(
-        "{reconnect} edges dropped at once: all back in {} ({} listen queue overflows on the machine, hub CPU {:.1} s, simulators' {:.1} s); the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {}, {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped)",
+        "{reconnect} edges dropped at once, away {:.1} s: all back {} after they dialed again together ({failed} attempts failed, {refused} refused by the hub's admission, {} listen queue overflows on the machine, hub CPU {:.1} s, simulators' {:.1} s); the update sent meanwhile reached {} of {reconnect} in {}, acknowledged in {} (from the drop), {unacked} unacknowledged; {ended} sessions ended ({reconnect} dropped); load average {}",
+        away.as_secs_f64(),
         secs(back),
         listen_overflows() - overflows,
         cpu_seconds(pid) - cpu0,
         sims_cpu(&sims) - sims0,
         status.reached,
         secs(reached),
-        secs(acked)
+        secs(acked),
+        load_average()
     );
     std::thread::sleep(Duration::from_secs(3));
     let end = server.command("stats", "STATS")?;
@@ -823,7 +874,7 @@ fn load(args: &[String]) -> anyhow::Result<()> {
         verdict(b1_ok)
     );
     println!(
-        "  {reconnect} reconnecting at once: back in {} (< 5 s): {}",
+        "  {reconnect} dialing again at once: back in {} (< 5 s): {}",
         secs(back),
         verdict(back_ok)
     );
@@ -1130,8 +1181,11 @@ struct SimEdge {
     /// Highest resource version received, and when (wall-clock ms).
     rv: AtomicU64,
     at_ms: AtomicU64,
-    /// Told to drop its session (`drop` command); it then reconnects like after a lost one.
+    /// Told to drop its session (`drop` command); it then waits for `redial` (see
+    /// [`supervise`]).
     kick: tokio::sync::Notify,
+    /// Told to dial again after a drop (`redial` command).
+    redial: tokio::sync::Notify,
     /// Dropped by a `drop` command and not connected again since.
     dropped: AtomicBool,
 }
@@ -1164,7 +1218,10 @@ struct SimCounts {
 /// The list is the home replica, then the others rotated by `i`: the edges of a lost replica
 /// spread over the others instead of all trying the same one first. A lost session is
 /// followed by a jittered pause (0.5–1 s), failures by a jittered, growing one (at most 6 s),
-/// so edges that find every replica full retry at a modest rate.
+/// so edges that find every replica full retry at a modest rate. A session dropped on command
+/// is followed by edgecore's pause after a lost connection, fixed (2 × heartbeat, 30 s, no
+/// jitter), cut short by `redial`: the edges dropped together dial again together, at a moment
+/// the load tool knows.
 async fn supervise(
     i: usize,
     home: usize,
@@ -1186,6 +1243,7 @@ async fn supervise(
     };
     let (mut step, mut r) = (0, home);
     let mut failed = 0u32;
+    let mut kicked = false;
     // The first connection waits for a permit: the fleet starts at a bounded dialing rate.
     let mut permit = sem.acquire_owned().await.ok();
     loop {
@@ -1219,7 +1277,6 @@ async fn supervise(
             edge.on.store(r, Ordering::Release);
             edge.dropped.store(false, Ordering::Release);
             counts.per[r].fetch_add(1, Ordering::AcqRel);
-            let mut kicked = false;
             loop {
                 tokio::select! {
                     ev = events.recv() => match ev {
@@ -1245,6 +1302,15 @@ async fn supervise(
         client.stop();
         step += 1;
         r = replica(step);
+        if std::mem::take(&mut kicked) {
+            // Back to the same replica, as edgecore (one server address) does.
+            (step, r) = (0, home);
+            tokio::select! {
+                () = edge.redial.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(30)) => {}
+            }
+            continue;
+        }
         let wait = if failed > 0 {
             pause.delay(failed)
         } else {
@@ -1263,7 +1329,8 @@ async fn supervise(
 /// supervised edge per node (home replica `i / --per-replica`, then the others of `--ports` in
 /// turn). Answers `status <rv>` with its sessions per replica, how many of its edges reached
 /// version `rv` and how many dropped edges are not back yet; `drop <from> <to>` drops the
-/// sessions of its edges among nodes `from..to` at once (they reconnect); exits on `quit` or
+/// sessions of its edges among nodes `from..to` at once, and `redial` has the dropped edges
+/// that are not back dial again at once (they do after 30 s without it); exits on `quit` or
 /// when stdin closes.
 fn sim(args: &[String]) -> anyhow::Result<()> {
     let dir = std::path::PathBuf::from(arg(args, "--dir", String::new()));
@@ -1299,6 +1366,7 @@ fn sim(args: &[String]) -> anyhow::Result<()> {
                 rv: AtomicU64::new(0),
                 at_ms: AtomicU64::new(0),
                 kick: tokio::sync::Notify::new(),
+                redial: tokio::sync::Notify::new(),
                 dropped: AtomicBool::new(false),
             })
         })
@@ -1378,6 +1446,14 @@ fn sim(args: &[String]) -> anyhow::Result<()> {
                     count += 1;
                 }
                 println!("DROPPED {count}");
+            }
+            ["redial"] => {
+                let mut count = 0;
+                for e in edges.iter().filter(|e| e.dropped.load(Ordering::Acquire)) {
+                    e.redial.notify_one();
+                    count += 1;
+                }
+                println!("REDIAL {count}");
             }
             ["quit"] => break,
             _ => println!("ERR unknown command {line:?}"),

@@ -123,6 +123,18 @@ impl Outbox {
         }
     }
 
+    /// [`Outbox::push_message`] for a message the caller no longer needs: its resource is
+    /// trimmed in place instead of the whole message being copied (the session's writes are
+    /// copies already, one per write, taken from its delivery state).
+    pub(crate) fn push_owned(&self, mut msg: Message) {
+        let trimmed = kubeedge_api::trim_node(&msg.route.resource);
+        if trimmed.len() != msg.route.resource.len() {
+            let start = msg.route.resource.len() - trimmed.len();
+            msg.route.resource.drain(..start);
+        }
+        self.push(wire::server_frame(&msg));
+    }
+
     /// Bytes queued or being written (every reply counted).
     pub(crate) fn backlog(&self) -> usize {
         self.queued.get()

@@ -50,6 +50,8 @@ pub(crate) struct Persister {
 }
 
 const BATCH: usize = 32;
+/// How long the writer waits after the first submit of a burst before taking batches.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Persister {
     /// A writer to `store`, counting its writes in `written` and `failed`.
@@ -148,6 +150,9 @@ impl Persister {
                     () = self.notify.notified() => {}
                     () = done.cancelled() => return,
                 }
+                // Let a burst of acknowledgements gather: while this waits, a submit only
+                // stores a permit, instead of waking this task across threads each time.
+                tokio::time::sleep(COALESCE).await;
                 continue;
             }
             let n = batch.len() as u64;

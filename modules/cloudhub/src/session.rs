@@ -159,10 +159,10 @@ impl Session {
         }
         let now = Instant::now();
         let p = self.down.pump(now, self.outbox.backlog() < BACKLOG_HIGH);
-        for m in &p.writes {
-            self.outbox.push_message(m);
-        }
         let fresh = p.writes.len() as u64 - p.resends;
+        for m in p.writes {
+            self.outbox.push_owned(m);
+        }
         NodeCounters::add(&self.counters.sent, fresh);
         NodeCounters::add(&self.counters.retried, p.resends);
         if let Some(next) = p.next

@@ -162,28 +162,21 @@ pub async fn read_request_head<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut BytesMut,
 ) -> Result<RequestHead, HttpError> {
-    loop {
-        if !buf.is_empty() {
-            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let head = RequestHead {
-                        method: req.method.unwrap_or("").to_owned(),
-                        target: req.path.unwrap_or("").to_owned(),
-                        version: req.version.unwrap_or(1),
-                        headers: owned(req.headers),
-                    };
-                    check_framing(&head.headers)?;
-                    buf.advance(n);
-                    return Ok(head);
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(e) => return Err(HttpError::Malformed(e.to_string())),
-            }
-        }
-        fill(io, buf).await?;
-    }
+    read_head(io, buf, |bytes, headers| {
+        let mut req = httparse::Request::new(headers);
+        let httparse::Status::Complete(n) = req.parse(bytes).map_err(malformed)? else {
+            return Ok(None);
+        };
+        let head = RequestHead {
+            method: req.method.unwrap_or("").to_owned(),
+            target: req.path.unwrap_or("").to_owned(),
+            version: req.version.unwrap_or(1),
+            headers: owned(req.headers),
+        };
+        check_framing(&head.headers)?;
+        Ok(Some((head, n)))
+    })
+    .await
 }
 
 /// Reads a response head; bytes after it stay in `buf`.
@@ -191,25 +184,42 @@ pub async fn read_response_head<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut BytesMut,
 ) -> Result<ResponseHead, HttpError> {
+    read_head(io, buf, |bytes, headers| {
+        let mut resp = httparse::Response::new(headers);
+        let httparse::Status::Complete(n) = resp.parse(bytes).map_err(malformed)? else {
+            return Ok(None);
+        };
+        let head = ResponseHead {
+            status: resp.code.unwrap_or(0),
+            headers: owned(resp.headers),
+        };
+        Ok(Some((head, n)))
+    })
+    .await
+}
+
+/// The loop under both head readers: `parse` (over the bytes so far and room for
+/// [`MAX_HEADERS`] headers) gives the head and its length once it is complete, and its bytes
+/// then leave `buf`; until then more is read from `io`, up to [`MAX_HEAD_LEN`].
+async fn read_head<R, H, P>(io: &mut R, buf: &mut BytesMut, parse: P) -> Result<H, HttpError>
+where
+    R: AsyncRead + Unpin,
+    P: for<'b> Fn(&'b [u8], &mut [httparse::Header<'b>]) -> Result<Option<(H, usize)>, HttpError>,
+{
     loop {
         if !buf.is_empty() {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut resp = httparse::Response::new(&mut headers);
-            match resp.parse(buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let head = ResponseHead {
-                        status: resp.code.unwrap_or(0),
-                        headers: owned(resp.headers),
-                    };
-                    buf.advance(n);
-                    return Ok(head);
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(e) => return Err(HttpError::Malformed(e.to_string())),
+            if let Some((head, n)) = parse(buf, &mut headers)? {
+                buf.advance(n);
+                return Ok(head);
             }
         }
         fill(io, buf).await?;
     }
+}
+
+fn malformed(e: httparse::Error) -> HttpError {
+    HttpError::Malformed(e.to_string())
 }
 
 /// [`read_request_head`] with a deadline.

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_http::HttpService;
-use actix_service::{ServiceFactoryExt, map_config};
+use actix_service::map_config;
 use actix_tls::accept::rustls_0_23::TlsStream;
 use actix_web::dev::{AppConfig, Extensions};
 use actix_web::http::StatusCode;
@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::HubMetrics;
 use crate::state::Hub;
-use crate::tls_accept::{Gated, gated_tls};
+use crate::tls_accept::{Gated, gated_https};
 
 /// The `listener` label of the certificate server's admission counters.
 pub(crate) const LISTENER: &str = "cloudhub_https";
@@ -678,15 +678,7 @@ pub(crate) fn start(
                 .client_disconnect_timeout(Duration::from_secs(1))
                 .on_connect_ext(on_connect)
                 .h1(map_config(app, |_| AppConfig::default()));
-            gated_tls(factory_gate.clone(), tls.clone())
-                .map(|io: TlsStream<Gated>| {
-                    let peer = Some(io.get_ref().0.peer_addr());
-                    (io, peer)
-                })
-                .and_then(
-                    http.map_err(|e| debug!(error = %e, "http dispatch ended"))
-                        .map_init_err(|_| ()),
-                )
+            gated_https(factory_gate.clone(), tls.clone(), http)
         })
         .map_err(bind_err)?
         .run();

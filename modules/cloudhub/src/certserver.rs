@@ -523,7 +523,23 @@ fn same_node(cert: &str, node: &str) -> Result<(), (StatusCode, String)> {
     }
 }
 
-async fn to_taskmanager(hub: &Hub, msg: Message) -> HttpResponse {
+/// Hands a node's task report to the task manager as cloudhub sends it upstream (resource
+/// `task/<id>/node/<node>`, operation the task type) and answers the edge.
+async fn to_taskmanager(
+    hub: &Hub,
+    task_id: &str,
+    node: &str,
+    operation: &str,
+    content: &serde_json::Value,
+) -> HttpResponse {
+    let msg = Message::new()
+        .with_route(
+            names::CLOUDHUB,
+            names::CLOUDHUB,
+            format!("task/{task_id}/node/{node}"),
+            operation,
+        )
+        .with_content(Content::json(content).unwrap_or_default());
     match hub.endpoint.send(names::TASKMANAGER, msg).await {
         Ok(()) => text(actix_web::http::StatusCode::OK, "ok"),
         Err(e) => {
@@ -556,12 +572,7 @@ async fn node_upgrade(
     };
     let report: UpgradeReport = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return text(
-                actix_web::http::StatusCode::BAD_REQUEST,
-                format!("bad upgrade report: {e}"),
-            );
-        }
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad upgrade report: {e}")),
     };
     if let Err((status, why)) = same_node(&cert, &report.NodeName) {
         return text(status, why);
@@ -579,15 +590,14 @@ async fn node_upgrade(
         "UpgradeID": report.UpgradeID, "HistoryID": report.HistoryID,
         "FromVersion": report.FromVersion, "ToVersion": report.ToVersion,
     });
-    let msg = Message::new()
-        .with_route(
-            names::CLOUDHUB,
-            names::CLOUDHUB,
-            format!("task/{}/node/{}", report.UpgradeID, report.NodeName),
-            "upgrade",
-        )
-        .with_content(Content::json(&content).unwrap_or_default());
-    to_taskmanager(&hub, msg).await
+    to_taskmanager(
+        &hub,
+        &report.UpgradeID,
+        &report.NodeName,
+        "upgrade",
+        &content,
+    )
+    .await
 }
 
 async fn task_status(
@@ -610,22 +620,9 @@ async fn task_status(
     };
     let content: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => {
-            return text(
-                actix_web::http::StatusCode::BAD_REQUEST,
-                format!("bad task status: {e}"),
-            );
-        }
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad task status: {e}")),
     };
-    let msg = Message::new()
-        .with_route(
-            names::CLOUDHUB,
-            names::CLOUDHUB,
-            format!("task/{task_id}/node/{node}"),
-            task_type,
-        )
-        .with_content(Content::json(&content).unwrap_or_default());
-    to_taskmanager(&hub, msg).await
+    to_taskmanager(&hub, &task_id, &node, &task_type, &content).await
 }
 
 /// Binds and starts the certificate server on the current actix system. The returned gate

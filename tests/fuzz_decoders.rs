@@ -855,6 +855,34 @@ proptest! {
         prop_assert_eq!(whole.error.map(|e| e.close_code()), trickled.error.map(|e| e.close_code()));
     }
 
+    /// The hub reads frames with the tunnel's decoder under its own error mapping: on any
+    /// bytes both deliver the same messages and stop at the same frame, refusing it as too
+    /// large, or as a protocol error, alike.
+    #[test]
+    fn hub_and_tunnel_frames_decode_alike(
+        input in prop_oneof![mutated(&HUB_STREAMS), mutated(&TUNNEL_STREAMS)],
+        sizes in splits(),
+        limit in prop_oneof![Just(64usize), Just(4 * KIB), Just(64 * KIB)],
+    ) {
+        let hub = run_hub(&input, &sizes, limit);
+        let tunnel = run_ws(Role::Server, limit, &input, &sizes);
+        let as_hub: Vec<Incoming> = tunnel
+            .messages
+            .into_iter()
+            .map(|m| match m {
+                WsMessage::Text(b) | WsMessage::Binary(b) => Incoming::Data(b),
+                WsMessage::Ping(b) => Incoming::Ping(b),
+                WsMessage::Pong(_) => Incoming::Pong,
+                WsMessage::Close(..) => Incoming::Close,
+            })
+            .collect();
+        prop_assert_eq!(hub.items, as_hub);
+        prop_assert_eq!(
+            hub.error.map(|e| matches!(e, wire::WireError::TooLarge { .. })),
+            tunnel.error.map(|e| e.contains("larger than"))
+        );
+    }
+
     #[test]
     fn hub_fragments_reassemble_to_the_message(m in message(), pieces in 1usize..6, sizes in splits()) {
         let payload = wire::encode_json(&m);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_http::HttpService;
-use actix_service::{ServiceFactoryExt, map_config};
+use actix_service::map_config;
 use actix_tls::accept::rustls_0_23::TlsStream;
 use actix_web::dev::{AppConfig, Extensions};
 use actix_web::http::StatusCode;
@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::HubMetrics;
 use crate::state::Hub;
-use crate::tls_accept::{Gated, gated_tls};
+use crate::tls_accept::{Gated, gated_https};
 
 /// The `listener` label of the certificate server's admission counters.
 pub(crate) const LISTENER: &str = "cloudhub_https";
@@ -523,7 +523,23 @@ fn same_node(cert: &str, node: &str) -> Result<(), (StatusCode, String)> {
     }
 }
 
-async fn to_taskmanager(hub: &Hub, msg: Message) -> HttpResponse {
+/// Hands a node's task report to the task manager as cloudhub sends it upstream (resource
+/// `task/<id>/node/<node>`, operation the task type) and answers the edge.
+async fn to_taskmanager(
+    hub: &Hub,
+    task_id: &str,
+    node: &str,
+    operation: &str,
+    content: &serde_json::Value,
+) -> HttpResponse {
+    let msg = Message::new()
+        .with_route(
+            names::CLOUDHUB,
+            names::CLOUDHUB,
+            format!("task/{task_id}/node/{node}"),
+            operation,
+        )
+        .with_content(Content::json(content).unwrap_or_default());
     match hub.endpoint.send(names::TASKMANAGER, msg).await {
         Ok(()) => text(actix_web::http::StatusCode::OK, "ok"),
         Err(e) => {
@@ -556,12 +572,7 @@ async fn node_upgrade(
     };
     let report: UpgradeReport = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return text(
-                actix_web::http::StatusCode::BAD_REQUEST,
-                format!("bad upgrade report: {e}"),
-            );
-        }
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad upgrade report: {e}")),
     };
     if let Err((status, why)) = same_node(&cert, &report.NodeName) {
         return text(status, why);
@@ -579,15 +590,14 @@ async fn node_upgrade(
         "UpgradeID": report.UpgradeID, "HistoryID": report.HistoryID,
         "FromVersion": report.FromVersion, "ToVersion": report.ToVersion,
     });
-    let msg = Message::new()
-        .with_route(
-            names::CLOUDHUB,
-            names::CLOUDHUB,
-            format!("task/{}/node/{}", report.UpgradeID, report.NodeName),
-            "upgrade",
-        )
-        .with_content(Content::json(&content).unwrap_or_default());
-    to_taskmanager(&hub, msg).await
+    to_taskmanager(
+        &hub,
+        &report.UpgradeID,
+        &report.NodeName,
+        "upgrade",
+        &content,
+    )
+    .await
 }
 
 async fn task_status(
@@ -610,22 +620,9 @@ async fn task_status(
     };
     let content: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => {
-            return text(
-                actix_web::http::StatusCode::BAD_REQUEST,
-                format!("bad task status: {e}"),
-            );
-        }
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("bad task status: {e}")),
     };
-    let msg = Message::new()
-        .with_route(
-            names::CLOUDHUB,
-            names::CLOUDHUB,
-            format!("task/{task_id}/node/{node}"),
-            task_type,
-        )
-        .with_content(Content::json(&content).unwrap_or_default());
-    to_taskmanager(&hub, msg).await
+    to_taskmanager(&hub, &task_id, &node, &task_type, &content).await
 }
 
 /// Binds and starts the certificate server on the current actix system. The returned gate
@@ -678,15 +675,7 @@ pub(crate) fn start(
                 .client_disconnect_timeout(Duration::from_secs(1))
                 .on_connect_ext(on_connect)
                 .h1(map_config(app, |_| AppConfig::default()));
-            gated_tls(factory_gate.clone(), tls.clone())
-                .map(|io: TlsStream<Gated>| {
-                    let peer = Some(io.get_ref().0.peer_addr());
-                    (io, peer)
-                })
-                .and_then(
-                    http.map_err(|e| debug!(error = %e, "http dispatch ended"))
-                        .map_init_err(|_| ()),
-                )
+            gated_https(factory_gate.clone(), tls.clone(), http)
         })
         .map_err(bind_err)?
         .run();

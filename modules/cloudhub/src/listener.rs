@@ -15,7 +15,7 @@ use actix::Actor;
 use actix_codec::{Framed, FramedParts};
 use actix_http::header::{self, HeaderMap};
 use actix_http::{HttpMessage, HttpService, Request, Response, StatusCode, h1};
-use actix_service::{ServiceFactoryExt, fn_factory, fn_service};
+use actix_service::{fn_factory, fn_service};
 use actix_tls::accept::rustls_0_23::TlsStream;
 use bytes::BytesMut;
 use kubeedge_api::listener::Gate;
@@ -30,7 +30,7 @@ use crate::session::Session;
 use crate::socket::{self, Link};
 use crate::state::Hub;
 use crate::throttle::Throttle;
-use crate::tls_accept::{Gated, gated_tls};
+use crate::tls_accept::{Gated, gated_https};
 
 /// Header names (matched case-insensitively; the real edge writes `Node_id`, `Project_id`,
 /// `Connectionuse`).
@@ -310,15 +310,7 @@ pub(crate) fn start(
                 .h1(fn_service(|_req: Request| async {
                     Ok::<_, Infallible>(not_an_upgrade())
                 }));
-            gated_tls(factory_gate.clone(), tls.clone())
-                .map(|io: TlsStream<Gated>| {
-                    let peer = Some(io.get_ref().0.peer_addr());
-                    (io, peer)
-                })
-                .and_then(
-                    http.map_err(|e| debug!(error = %e, "http dispatch ended"))
-                        .map_init_err(|_| ()),
-                )
+            gated_https(factory_gate.clone(), tls.clone(), http)
         })
         .map_err(bind_err)?
         .run();

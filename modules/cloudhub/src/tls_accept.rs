@@ -1,5 +1,6 @@
 //! The front of every edge-facing listener: each accepted socket is admitted through the
-//! listener's [`Gate`] (its pre-authentication deadline included) before the TLS handshake.
+//! listener's [`Gate`] (its pre-authentication deadline included) before the TLS handshake,
+//! then handed with its peer address to the listener's HTTP service.
 
 use std::future::Future;
 use std::io;
@@ -11,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix_rt::net::{ActixStream, Ready, TcpStream};
-use actix_service::{Service, ServiceFactory, fn_factory, fn_service};
+use actix_service::{Service, ServiceFactory, ServiceFactoryExt, fn_factory, fn_service};
 use actix_tls::accept::rustls_0_23::{Acceptor, TlsStream};
 use kubeedge_api::listener::{Admission, Gate};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -167,4 +168,27 @@ pub(crate) fn gated_tls(
             }))
         }
     })
+}
+
+/// An edge-facing HTTPS listener's whole pipeline: [`gated_tls`], then `http` (an actix-http
+/// `HttpService`) on each admitted connection with its peer address. A dispatch error ends
+/// that connection only, logged at debug level.
+pub(crate) fn gated_https<H>(
+    gate: Arc<Gate>,
+    tls: Arc<rustls::ServerConfig>,
+    http: H,
+) -> impl ServiceFactory<TcpStream, Config = (), Response = (), Error = (), InitError = ()>
+where
+    H: ServiceFactory<(TlsStream<Gated>, Option<SocketAddr>), Config = (), Response = ()>,
+    H::Error: std::fmt::Display,
+{
+    gated_tls(gate, tls)
+        .map(|io: TlsStream<Gated>| {
+            let peer = Some(io.get_ref().0.peer_addr());
+            (io, peer)
+        })
+        .and_then(
+            http.map_err(|e| debug!(error = %e, "http dispatch ended"))
+                .map_init_err(|_| ()),
+        )
 }

@@ -162,28 +162,7 @@ pub async fn read_request_head<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut BytesMut,
 ) -> Result<RequestHead, HttpError> {
-    loop {
-        if !buf.is_empty() {
-            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let head = RequestHead {
-                        method: req.method.unwrap_or("").to_owned(),
-                        target: req.path.unwrap_or("").to_owned(),
-                        version: req.version.unwrap_or(1),
-                        headers: owned(req.headers),
-                    };
-                    check_framing(&head.headers)?;
-                    buf.advance(n);
-                    return Ok(head);
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(e) => return Err(HttpError::Malformed(e.to_string())),
-            }
-        }
-        fill(io, buf).await?;
-    }
+    read_head(io, buf).await
 }
 
 /// Reads a response head; bytes after it stay in `buf`.
@@ -191,25 +170,78 @@ pub async fn read_response_head<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut BytesMut,
 ) -> Result<ResponseHead, HttpError> {
+    read_head(io, buf).await
+}
+
+/// A head httparse reads: a request's or a response's.
+trait Head: Sized {
+    /// The head at the front of `bytes` (with room for `headers`) and its length, once all
+    /// of it is there.
+    fn parse<'b>(
+        bytes: &'b [u8],
+        headers: &mut [httparse::Header<'b>],
+    ) -> Result<Option<(Self, usize)>, HttpError>;
+}
+
+impl Head for RequestHead {
+    fn parse<'b>(
+        bytes: &'b [u8],
+        headers: &mut [httparse::Header<'b>],
+    ) -> Result<Option<(Self, usize)>, HttpError> {
+        let mut req = httparse::Request::new(headers);
+        let httparse::Status::Complete(n) = req.parse(bytes).map_err(malformed)? else {
+            return Ok(None);
+        };
+        let head = RequestHead {
+            method: req.method.unwrap_or("").to_owned(),
+            target: req.path.unwrap_or("").to_owned(),
+            version: req.version.unwrap_or(1),
+            headers: owned(req.headers),
+        };
+        check_framing(&head.headers)?;
+        Ok(Some((head, n)))
+    }
+}
+
+impl Head for ResponseHead {
+    fn parse<'b>(
+        bytes: &'b [u8],
+        headers: &mut [httparse::Header<'b>],
+    ) -> Result<Option<(Self, usize)>, HttpError> {
+        let mut resp = httparse::Response::new(headers);
+        Ok(match resp.parse(bytes).map_err(malformed)? {
+            httparse::Status::Complete(n) => Some((
+                ResponseHead {
+                    status: resp.code.unwrap_or(0),
+                    headers: owned(resp.headers),
+                },
+                n,
+            )),
+            httparse::Status::Partial => None,
+        })
+    }
+}
+
+/// The loop under both head readers: parses what `buf` holds, reading more from `io` (up to
+/// [`MAX_HEAD_LEN`]) while the head is partial; a complete head's bytes leave `buf`.
+async fn read_head<H: Head, R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+) -> Result<H, HttpError> {
     loop {
         if !buf.is_empty() {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut resp = httparse::Response::new(&mut headers);
-            match resp.parse(buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let head = ResponseHead {
-                        status: resp.code.unwrap_or(0),
-                        headers: owned(resp.headers),
-                    };
-                    buf.advance(n);
-                    return Ok(head);
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(e) => return Err(HttpError::Malformed(e.to_string())),
+            if let Some((head, n)) = H::parse(buf, &mut headers)? {
+                buf.advance(n);
+                return Ok(head);
             }
         }
         fill(io, buf).await?;
     }
+}
+
+fn malformed(e: httparse::Error) -> HttpError {
+    HttpError::Malformed(e.to_string())
 }
 
 /// [`read_request_head`] with a deadline.
@@ -272,26 +304,21 @@ async fn fill<R: AsyncRead + Unpin>(io: &mut R, buf: &mut BytesMut) -> Result<()
 /// A complete short response with a `text/plain` body, for errors. `close` adds
 /// `Connection: close`.
 pub fn text_response(status: u16, body: &str, close: bool) -> Bytes {
-    let mut out = BytesMut::with_capacity(160 + body.len());
-    out.put_slice(format!("HTTP/1.1 {status} {}\r\n", reason(status)).as_bytes());
-    out.put_slice(
-        b"Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\n",
-    );
-    out.put_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
-    if close {
-        out.put_slice(b"Connection: close\r\n");
-    }
-    out.put_slice(b"\r\n");
-    out.put_slice(body.as_bytes());
-    out.freeze()
+    short_response(status, "text/plain; charset=utf-8", body, close)
 }
 
 /// A complete short response with an `application/json` body (a Kubernetes `Status`).
 /// `close` adds `Connection: close`.
 pub fn json_response(status: u16, body: &str, close: bool) -> Bytes {
+    short_response(status, "application/json", body, close)
+}
+
+fn short_response(status: u16, content_type: &str, body: &str, close: bool) -> Bytes {
     let mut out = BytesMut::with_capacity(160 + body.len());
     out.put_slice(format!("HTTP/1.1 {status} {}\r\n", reason(status)).as_bytes());
-    out.put_slice(b"Content-Type: application/json\r\nX-Content-Type-Options: nosniff\r\n");
+    out.put_slice(
+        format!("Content-Type: {content_type}\r\nX-Content-Type-Options: nosniff\r\n").as_bytes(),
+    );
     out.put_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
     if close {
         out.put_slice(b"Connection: close\r\n");
@@ -611,5 +638,40 @@ mod tests {
         assert!(head.headers.has_token("connection", "upgrade"));
         assert_eq!(head.headers.get_str("UPGRADE"), Some("SPDY/3.1"));
         assert_eq!(&buf[..], b"\x80\x03");
+    }
+
+    /// Both head readers share one loop: a head arriving a few bytes per read is read whole,
+    /// and what follows it stays in the buffer.
+    #[tokio::test]
+    async fn heads_should_be_read_across_small_reads() {
+        use tokio::io::AsyncWriteExt as _;
+        let (mut tx, mut rx) = tokio::io::duplex(7);
+        tokio::spawn(async move {
+            tx.write_all(b"GET /pods HTTP/1.1\r\nHost: a\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno")
+                .await
+        });
+        let mut buf = BytesMut::new();
+        let req = read_request_head(&mut rx, &mut buf).await.unwrap();
+        assert_eq!((req.method.as_str(), req.target.as_str()), ("GET", "/pods"));
+        let resp = read_response_head(&mut rx, &mut buf).await.unwrap();
+        assert_eq!(resp.status, 404);
+        assert_eq!(resp.headers.get_str("content-length"), Some("2"));
+        assert!(b"no".starts_with(&buf), "{buf:?}");
+        assert!(matches!(
+            read_response_head(&mut &b"HTTP/1.1 200 OK\r\n"[..], &mut BytesMut::new()).await,
+            Err(HttpError::Eof { partial: true })
+        ));
+    }
+
+    #[test]
+    fn short_responses_should_be_byte_exact() {
+        assert_eq!(
+            &text_response(404, "no such pod\n", true)[..],
+            b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: 12\r\nConnection: close\r\n\r\nno such pod\n"
+        );
+        assert_eq!(
+            &json_response(403, "{}", false)[..],
+            b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: 2\r\n\r\n{}"
+        );
     }
 }

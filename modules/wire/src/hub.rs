@@ -4,15 +4,18 @@
 //!
 //! The one definition both ends use: cloudhub's socket driver and the `edge` crate's hub client.
 
-use actix_codec::Decoder;
-use actix_http::ws::{CloseReason, Codec, Frame, Item, Parser, ProtocolError};
 use beehive::constants::{SUCCESS_CONTENT, operation as op};
 use beehive::{Content, Message};
 use bytes::{Bytes, BytesMut};
 
+use crate::ws::{self, Decoder, Refused, Role, WsMessage};
+
 /// The opcode and close code types of this module's signatures, so callers need not depend on
 /// actix-http themselves.
 pub use actix_http::ws::{CloseCode, OpCode};
+
+/// The close reason's limit and the character-boundary cut, defined with the frame writer.
+pub use crate::ws::{MAX_CLOSE_REASON, cut};
 
 /// Why a WebSocket message was refused.
 #[derive(Debug, thiserror::Error)]
@@ -42,13 +45,13 @@ impl WireError {
             WireError::Protocol(_) => CloseCode::Protocol,
         }
     }
-}
 
-impl From<ProtocolError> for WireError {
-    fn from(e: ProtocolError) -> Self {
+    /// What the decoder's refusal is to the hub: the size it saw, or the codec's complaint
+    /// (reserved bits included) as a protocol error.
+    fn refused(e: Refused) -> Self {
         match e {
-            ProtocolError::Overflow => WireError::TooLarge { size: 0, limit: 0 },
-            other => WireError::Protocol(other.to_string()),
+            Refused::TooLarge { size, limit } => WireError::TooLarge { size, limit },
+            Refused::Codec(e) => WireError::Protocol(e.to_string()),
         }
     }
 }
@@ -94,42 +97,19 @@ pub fn client_frame(msg: &Message) -> Bytes {
     frame(&encode_json(msg), OpCode::Text, true)
 }
 
-/// One complete frame with `payload` (FIN set).
+/// One complete frame with `payload` (FIN set), written by [`ws::put_frame`].
 pub fn frame(payload: &[u8], op: OpCode, mask: bool) -> Bytes {
     let mut dst = BytesMut::with_capacity(payload.len() + 14);
-    Parser::write_message(&mut dst, payload, op, true, mask);
+    ws::put_frame(&mut dst, payload, op, mask);
     dst.freeze()
 }
 
-/// Longest close reason in bytes: a control frame's payload is at most 125 bytes, two of them
-/// the close code.
-pub const MAX_CLOSE_REASON: usize = 123;
-
-/// A close frame with `code` and `reason`, the reason cut to [`MAX_CLOSE_REASON`] bytes on a
-/// character boundary (so the payload stays valid UTF-8 and the frame a valid control frame).
+/// A close frame with `code` and `reason`, written by [`ws::put_close`]: the reason cut to
+/// [`MAX_CLOSE_REASON`] bytes on a character boundary.
 pub fn close_frame(code: CloseCode, reason: &str, mask: bool) -> Bytes {
     let mut dst = BytesMut::new();
-    Parser::write_close(
-        &mut dst,
-        Some(CloseReason {
-            code,
-            description: Some(cut(reason, MAX_CLOSE_REASON).to_owned()),
-        }),
-        mask,
-    );
+    ws::put_close(&mut dst, code, reason, mask);
     dst.freeze()
-}
-
-/// `text` cut to at most `max` bytes, on a character boundary.
-pub fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// The keepalive edgecore sends: source `websocket`, group `resource`, resource `node`,
@@ -170,126 +150,44 @@ pub enum Incoming {
 }
 
 /// Splits a byte stream into frames and reassembles fragmented messages, enforcing one size
-/// limit on whole messages. Holds no buffer while no fragment is pending.
+/// limit on frames and whole messages: [`ws::Decoder`] (so the hub and the tunnel refuse the
+/// same bytes alike), reporting as the hub does. Holds no buffer while no fragment is pending.
 #[derive(Debug)]
-pub struct Reassembler {
-    codec: Codec,
-    partial: Option<BytesMut>,
-    limit: usize,
-}
+pub struct Reassembler(Decoder);
 
 impl Reassembler {
     /// A server-side reassembler (client frames must be masked) with the message size limit.
     pub fn server(limit: usize) -> Self {
-        Reassembler {
-            codec: Codec::new().max_size(limit),
-            partial: None,
-            limit,
-        }
+        Reassembler(Decoder::new(Role::Server, limit))
     }
 
     /// A client-side reassembler (server frames must not be masked).
     pub fn client(limit: usize) -> Self {
-        Reassembler {
-            codec: Codec::new().max_size(limit).client_mode(),
-            partial: None,
-            limit,
-        }
+        Reassembler(Decoder::new(Role::Client, limit))
     }
 
     /// Decodes at most one complete item from the front of `buf`, consuming its bytes;
-    /// `Ok(None)` when more bytes are needed.
+    /// `Ok(None)` when more bytes are needed. A frame announcing more than the limit is
+    /// refused from its header ([`WireError::TooLarge`] with the announced length).
     pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Incoming>, WireError> {
-        loop {
-            let frame = match self.codec.decode(buf) {
-                Ok(Some(f)) => f,
-                // The codec compares a frame with the limit only once all of it has arrived, so
-                // an oversized frame would be buffered whole first: refuse it from its header
-                // (checked after the codec's own header checks, so that how the bytes were
-                // split never changes which error a stream gets).
-                Ok(None) => match announced_len(buf) {
-                    Some(len) if len > self.limit as u64 => {
-                        return Err(WireError::TooLarge {
-                            size: usize::try_from(len).unwrap_or(usize::MAX),
-                            limit: self.limit,
-                        });
-                    }
-                    _ => return Ok(None),
-                },
-                Err(ProtocolError::Overflow) => {
-                    return Err(WireError::TooLarge {
-                        size: buf.len(),
-                        limit: self.limit,
-                    });
-                }
-                Err(e) => return Err(e.into()),
-            };
-            match frame {
-                Frame::Text(b) | Frame::Binary(b) => {
-                    if self.partial.is_some() {
-                        return Err(WireError::Protocol(
-                            "data frame inside a fragmented message".into(),
-                        ));
-                    }
-                    return Ok(Some(Incoming::Data(b)));
-                }
-                Frame::Ping(b) => return Ok(Some(Incoming::Ping(b))),
-                Frame::Pong(_) => return Ok(Some(Incoming::Pong)),
-                Frame::Close(_) => return Ok(Some(Incoming::Close)),
-                Frame::Continuation(item) => match item {
-                    Item::FirstText(b) | Item::FirstBinary(b) => {
-                        if self.partial.is_some() {
-                            return Err(WireError::Protocol("fragment started twice".into()));
-                        }
-                        self.partial = Some(BytesMut::from(&b[..]));
-                    }
-                    item @ (Item::Continue(_) | Item::Last(_)) => {
-                        let (b, last) = match item {
-                            Item::Last(b) => (b, true),
-                            Item::Continue(b) | Item::FirstText(b) | Item::FirstBinary(b) => {
-                                (b, false)
-                            }
-                        };
-                        let Some(acc) = self.partial.as_mut() else {
-                            return Err(WireError::Protocol(
-                                "continuation without a first fragment".into(),
-                            ));
-                        };
-                        if acc.len() + b.len() > self.limit {
-                            let size = acc.len() + b.len();
-                            self.partial = None;
-                            return Err(WireError::TooLarge {
-                                size,
-                                limit: self.limit,
-                            });
-                        }
-                        acc.extend_from_slice(&b);
-                        if last {
-                            let whole = self.partial.take().unwrap_or_default();
-                            return Ok(Some(Incoming::Data(whole.freeze())));
-                        }
-                    }
-                },
-            }
-        }
-    }
-}
-
-/// The payload length announced by the frame header at the front of `buf`, once its length
-/// field has arrived.
-fn announced_len(buf: &[u8]) -> Option<u64> {
-    match *buf.get(1)? & 0x7f {
-        126 => Some(u64::from(u16::from_be_bytes(
-            buf.get(2..4)?.try_into().ok()?,
-        ))),
-        127 => Some(u64::from_be_bytes(buf.get(2..10)?.try_into().ok()?)),
-        n => Some(u64::from(n)),
+        Ok(self
+            .0
+            .next_message(buf)
+            .map_err(WireError::refused)?
+            .map(|m| match m {
+                WsMessage::Text(b) | WsMessage::Binary(b) => Incoming::Data(b),
+                WsMessage::Ping(b) => Incoming::Ping(b),
+                WsMessage::Pong(_) => Incoming::Pong,
+                WsMessage::Close(..) => Incoming::Close,
+            }))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use actix_codec::Decoder as _;
+    use actix_http::ws::{CloseReason, Codec, Frame, Parser};
 
     #[test]
     fn an_oversized_frame_is_refused_from_its_header() {
@@ -439,29 +337,6 @@ mod tests {
     }
 
     #[test]
-    fn cut_never_splits_a_character() {
-        let s = "aé€🦀";
-        let cuts: Vec<&str> = (0..=s.len() + 1).map(|n| cut(s, n)).collect();
-        assert_eq!(
-            cuts,
-            [
-                "",
-                "a",
-                "a",
-                "aé",
-                "aé",
-                "aé",
-                "aé€",
-                "aé€",
-                "aé€",
-                "aé€",
-                "aé€🦀",
-                "aé€🦀"
-            ]
-        );
-    }
-
-    #[test]
     fn unmasked_client_frames_and_oversized_single_frames_are_refused() {
         let mut r = Reassembler::server(8);
         let mut buf = BytesMut::from(&frame(b"x", OpCode::Text, false)[..]);
@@ -469,5 +344,142 @@ mod tests {
         let mut r = Reassembler::server(8);
         let mut buf = BytesMut::from(&frame(b"0123456789", OpCode::Binary, true)[..]);
         assert!(matches!(r.next(&mut buf), Err(WireError::TooLarge { .. })));
+    }
+
+    /// Feeds `stream` in two reads split at `at` to a fresh hub reassembler and a fresh tunnel
+    /// decoder (both server side, limit `limit`); how each refused it, if it did.
+    fn refusals(
+        stream: &[u8],
+        at: usize,
+        limit: usize,
+    ) -> (Option<WireError>, Option<ws::WsError>) {
+        let mut hub = Reassembler::server(limit);
+        let mut tunnel = Decoder::new(Role::Server, limit);
+        let (mut hub_buf, mut tunnel_buf) = (BytesMut::new(), BytesMut::new());
+        let (mut hub_err, mut tunnel_err) = (None, None);
+        for read in [&stream[..at], &stream[at..]] {
+            hub_buf.extend_from_slice(read);
+            tunnel_buf.extend_from_slice(read);
+            while hub_err.is_none() {
+                match hub.next(&mut hub_buf) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => hub_err = Some(e),
+                }
+            }
+            while tunnel_err.is_none() {
+                match tunnel.decode(&mut tunnel_buf) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => tunnel_err = Some(e),
+                }
+            }
+        }
+        (hub_err, tunnel_err)
+    }
+
+    /// Hostile streams split at every byte boundary: the hub and the tunnel refuse each the
+    /// same way (too large, with the announced size, or a protocol error, whichever the
+    /// header earns first), whatever the split, and an oversized frame before its payload.
+    #[test]
+    fn hostile_frames_split_anywhere_are_refused_alike_by_the_hub_and_the_tunnel() {
+        const LIMIT: usize = 1000;
+        let mask = [1, 2, 3, 4];
+        let with_mask = |header: &[u8], payload: usize| {
+            let mut v = header.to_vec();
+            v.extend_from_slice(&mask);
+            v.extend(std::iter::repeat_n(0u8, payload));
+            v
+        };
+        let piece = |op: OpCode, fin: bool, len: usize| {
+            let mut v = BytesMut::new();
+            Parser::write_message(&mut v, vec![b'x'; len], op, fin, true);
+            v.to_vec()
+        };
+        let mut fragments = piece(OpCode::Text, false, 600);
+        fragments.extend(piece(OpCode::Continue, true, 600));
+        let mut data_inside = piece(OpCode::Text, false, 10);
+        data_inside.extend(piece(OpCode::Binary, true, 10));
+        // (what, stream, refused as too large with this size, or else as a protocol error)
+        let cases: Vec<(&str, Vec<u8>, Option<usize>)> = vec![
+            (
+                "16-bit length one over",
+                with_mask(&[0x82, 0xfe, 0x03, 0xe9], 8),
+                Some(1001),
+            ),
+            (
+                "64-bit length 16 MiB",
+                with_mask(&[0x82, 0xff, 0, 0, 0, 0, 1, 0, 0, 0], 8),
+                Some(1 << 24),
+            ),
+            (
+                "64-bit length, top bit set",
+                with_mask(&[0x82, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 1], 8),
+                Some(0x8000_0000_0000_0001),
+            ),
+            (
+                "ping over the limit",
+                with_mask(&[0x89, 0xfe, 0x07, 0xd0], 8),
+                Some(2000),
+            ),
+            ("pieces over the limit together", fragments, Some(1200)),
+            (
+                "reserved bits, huge length",
+                with_mask(&[0xc2, 0xff, 0, 0, 0, 0, 1, 0, 0, 0], 8),
+                None,
+            ),
+            (
+                "unmasked, huge length",
+                vec![0x82, 0x7f, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0],
+                None,
+            ),
+            (
+                "unknown opcode, huge length",
+                with_mask(&[0x83, 0xff, 0, 0, 0, 0, 1, 0, 0, 0], 8),
+                None,
+            ),
+            (
+                "ping of 126 bytes",
+                with_mask(&[0x89, 0xfe, 0, 126], 126),
+                None,
+            ),
+            ("data frame inside a fragmented message", data_inside, None),
+        ];
+        for (what, stream, too_large) in cases {
+            let (hub, tunnel) = refusals(&stream, 0, LIMIT);
+            let (hub, tunnel) = (hub.expect(what), tunnel.expect(what));
+            match too_large {
+                Some(size) => {
+                    assert!(
+                        matches!(hub, WireError::TooLarge { size: s, limit: LIMIT } if s == size),
+                        "{what}: hub {hub:?}"
+                    );
+                    assert!(
+                        matches!(tunnel, ws::WsError::TooLarge(LIMIT)),
+                        "{what}: tunnel {tunnel:?}"
+                    );
+                }
+                None => {
+                    assert!(matches!(hub, WireError::Protocol(_)), "{what}: hub {hub:?}");
+                    assert!(
+                        matches!(tunnel, ws::WsError::Protocol(_) | ws::WsError::Io(_)),
+                        "{what}: tunnel {tunnel:?}"
+                    );
+                }
+            }
+            for at in 1..=stream.len() {
+                let (h, t) = refusals(&stream, at, LIMIT);
+                assert_eq!(
+                    h.map(|e| e.to_string()),
+                    Some(hub.to_string()),
+                    "{what}, split at {at}"
+                );
+                assert_eq!(
+                    t.map(|e| e.to_string()),
+                    Some(tunnel.to_string()),
+                    "{what}, split at {at}"
+                );
+            }
+        }
     }
 }

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Leaves first: `gourl` and `http1` name nothing else here; `tunnel` uses `gourl`; `ws`
-//! uses `http1` and `tunnel`'s frames; `hub` names none of them.
+//! uses `http1` and `tunnel`'s frames; `hub` reads and writes its frames with `ws`'s decoder
+//! and frame writer, so both WebSocket users refuse and write bytes alike.
 
 pub mod gourl;
 pub mod http1;

@@ -1,7 +1,8 @@
 //! WebSocket for the tunnel and the hub client: `actix_http::ws::Codec` (RFC 6455, no
 //! extensions) over any tokio `AsyncRead`/`AsyncWrite`, the HTTP/1.1 upgrade on both ends, and
 //! the two halves of a connection: a reader that yields whole messages and a writer that
-//! batches queued frames into few socket writes, each within a deadline.
+//! batches queued frames into few socket writes, each within a deadline. Its [`Decoder`] and
+//! [`put_frame`] are also the hub's (`hub` adds the hub's error mapping and message types).
 //!
 //! The tunnel carries binary data in Text frames (edgecore's gorilla never validates UTF-8).
 //! actix-http's `Frame::Text` is raw bytes and `Parser::write_message` writes raw bytes, so
@@ -14,8 +15,10 @@ pub use handshake::{
     Refusal, accept_key, check_upgrade_request, check_upgrade_response, client_handshake,
     client_request, new_client_key, switching_protocols,
 };
+pub(crate) use socket::Refused;
 pub use socket::{
-    Decoder, MAX_MESSAGE_LEN, Outgoing, Role, WsMessage, WsReader, WsWriter, write_loop,
+    Decoder, MAX_CLOSE_REASON, MAX_MESSAGE_LEN, Outgoing, Role, WsMessage, WsReader, WsWriter, cut,
+    put_close, put_frame, write_loop,
 };
 
 /// Errors of the WebSocket layer.

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use actix_codec::{Decoder as _, Encoder as _};
-use actix_http::ws::{Codec, Frame, Item, Message, OpCode, Parser, ProtocolError};
+use actix_codec::Decoder as _;
+use actix_http::ws::{CloseCode, CloseReason, Codec, Frame, Item, OpCode, Parser, ProtocolError};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -74,11 +74,29 @@ pub enum Outgoing {
     Close(u16, &'static str),
 }
 
-fn protocol(e: ProtocolError, limit: usize) -> WsError {
-    match e {
-        ProtocolError::Overflow => WsError::TooLarge(limit),
-        ProtocolError::Io(e) => WsError::Io(e),
-        other => WsError::Protocol(other.to_string()),
+/// Why a [`Decoder`] refused its input, before either end's error type: the tunnel reports it
+/// as a [`WsError`], the hub as a `hub::WireError`.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// A frame, or a fragmented message's pieces together, over the limit.
+    TooLarge {
+        /// The length the frame announced, or the message's length with its next piece.
+        size: usize,
+        /// The decoder's limit.
+        limit: usize,
+    },
+    /// The codec refused a frame.
+    Codec(ProtocolError),
+}
+
+impl Refused {
+    /// What the refusal is to the tunnel and the hub client.
+    fn into_ws(self) -> WsError {
+        match self {
+            Refused::TooLarge { limit, .. } => WsError::TooLarge(limit),
+            Refused::Codec(ProtocolError::Io(e)) => WsError::Io(e),
+            Refused::Codec(other) => WsError::Protocol(other.to_string()),
+        }
     }
 }
 
@@ -100,7 +118,9 @@ fn announced_len(buf: &[u8], masked: bool) -> Option<u64> {
 }
 
 /// Whole messages from bytes, without IO: `actix_http::ws::Codec` for the frames, fragments
-/// joined, and every frame and message held to a size limit.
+/// joined, and every frame and message held to a size limit. The one reassembler of both the
+/// tunnel and the hub (`hub::Reassembler` reports its refusals as the hub does). Holds no
+/// buffer while no fragmented message is pending.
 #[derive(Debug)]
 pub struct Decoder {
     codec: Codec,
@@ -123,20 +143,36 @@ impl Decoder {
     }
 
     /// The next whole message from the front of `src`, consuming its frames; `None` until
-    /// one is complete.
+    /// one is complete. A frame announcing more than the limit is refused from its header,
+    /// before its payload arrives, whatever the split of the bytes into reads.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<WsMessage>, WsError> {
+        self.next_message(src).map_err(Refused::into_ws)
+    }
+
+    /// [`Decoder::decode`] with the refusal as it is, for each end to report in its terms.
+    pub(crate) fn next_message(
+        &mut self,
+        src: &mut BytesMut,
+    ) -> Result<Option<WsMessage>, Refused> {
         loop {
             // The codec checks a frame's length once all of it is here; refusing it from
             // its header keeps a peer from making us buffer up to the limit first.
-            if announced_len(src, self.masked).is_some_and(|n| n > self.limit as u64) {
-                return Err(WsError::TooLarge(self.limit));
+            let announced = announced_len(src, self.masked);
+            let too_large = |n: u64| Refused::TooLarge {
+                size: usize::try_from(n).unwrap_or(usize::MAX),
+                limit: self.limit,
+            };
+            if let Some(n) = announced.filter(|&n| n > self.limit as u64) {
+                return Err(too_large(n));
             }
-            let Some(frame) = self
-                .codec
-                .decode(src)
-                .map_err(|e| protocol(e, self.limit))?
-            else {
-                return Ok(None);
+            let frame = match self.codec.decode(src) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(None),
+                // Past the check above only a length no `usize` holds overflows.
+                Err(ProtocolError::Overflow) => {
+                    return Err(too_large(announced.unwrap_or(u64::MAX)));
+                }
+                Err(e) => return Err(Refused::Codec(e)),
             };
             if let Some(m) = self.take(frame)? {
                 return Ok(Some(m));
@@ -145,7 +181,7 @@ impl Decoder {
     }
 
     /// Joins fragments; a whole message when one is complete.
-    fn take(&mut self, frame: Frame) -> Result<Option<WsMessage>, WsError> {
+    fn take(&mut self, frame: Frame) -> Result<Option<WsMessage>, Refused> {
         let piece = match frame {
             Frame::Text(b) => return Ok(Some(WsMessage::Text(b))),
             Frame::Binary(b) => return Ok(Some(WsMessage::Binary(b))),
@@ -163,6 +199,8 @@ impl Decoder {
             }
             Frame::Continuation(item) => item,
         };
+        // The codec itself refuses a data frame or a first fragment inside a fragmented
+        // message, and a continuation outside one.
         let (last, data) = match piece {
             Item::FirstText(b) => {
                 self.partial = Some((true, BytesMut::new()));
@@ -175,12 +213,16 @@ impl Decoder {
             Item::Continue(b) => (false, b),
             Item::Last(b) => (true, b),
         };
-        // The codec refuses a continuation without a first fragment.
         let Some((_, joined)) = self.partial.as_mut() else {
-            return Err(WsError::Protocol("continuation without a message".into()));
+            return Err(Refused::Codec(ProtocolError::ContinuationNotStarted));
         };
-        if joined.len() + data.len() > self.limit {
-            return Err(WsError::TooLarge(self.limit));
+        let size = joined.len() + data.len();
+        if size > self.limit {
+            self.partial = None;
+            return Err(Refused::TooLarge {
+                size,
+                limit: self.limit,
+            });
         }
         joined.extend_from_slice(&data);
         if !last {
@@ -247,15 +289,52 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
     }
 }
 
+/// Appends one whole frame (FIN set) carrying `payload` to `dst`, masked when `mask` (a
+/// client's frames are, a server's are not). Every frame the tunnel, the hub and the hub
+/// client send is written here or by [`put_close`].
+pub fn put_frame(dst: &mut BytesMut, payload: &[u8], op: OpCode, mask: bool) {
+    // Raw bytes for Text too: the codec's `Message::Text` would want UTF-8.
+    Parser::write_message(dst, payload, op, true, mask);
+}
+
+/// Longest close reason in bytes: a control frame's payload is at most 125 bytes, two of them
+/// the close code.
+pub const MAX_CLOSE_REASON: usize = 123;
+
+/// Appends a close frame with `code` and `reason` to `dst`, the reason cut to
+/// [`MAX_CLOSE_REASON`] bytes on a character boundary (so the payload stays valid UTF-8 and
+/// the frame a valid control frame).
+pub fn put_close(dst: &mut BytesMut, code: CloseCode, reason: &str, mask: bool) {
+    Parser::write_close(
+        dst,
+        Some(CloseReason {
+            code,
+            description: Some(cut(reason, MAX_CLOSE_REASON).to_owned()),
+        }),
+        mask,
+    );
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+pub fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Writes frames to one half of a connection: [`WsWriter::queue`] encodes into a buffer,
 /// [`WsWriter::flush_within`] writes it out within a deadline.
 #[derive(Debug)]
 pub struct WsWriter<W> {
     io: W,
-    codec: Codec,
     mask: bool,
     out: BytesMut,
-    /// A tunnel message's header and data joined, for the codec's one-slice payload.
+    /// A tunnel message's header and data joined, for the frame's one-slice payload.
     scratch: BytesMut,
 }
 
@@ -264,7 +343,6 @@ impl<W: AsyncWrite + Unpin> WsWriter<W> {
     pub fn new(io: W, role: Role) -> Self {
         WsWriter {
             io,
-            codec: role.codec(usize::MAX),
             mask: role == Role::Client,
             out: BytesMut::with_capacity(64 * 1024),
             scratch: BytesMut::new(),
@@ -273,27 +351,18 @@ impl<W: AsyncWrite + Unpin> WsWriter<W> {
 
     /// Encodes `item` after what is already queued.
     pub fn queue(&mut self, item: Outgoing) {
-        let message = match item {
+        let (out, mask) = (&mut self.out, self.mask);
+        match item {
             Outgoing::Tunnel(m) => {
                 self.scratch.clear();
                 m.encode_into(&mut self.scratch);
-                Parser::write_message(&mut self.out, &self.scratch, OpCode::Text, true, self.mask);
-                return;
+                put_frame(out, &self.scratch, OpCode::Text, mask);
             }
-            // Raw bytes: the codec's `Message::Text` would want UTF-8.
-            Outgoing::Text(b) => {
-                Parser::write_message(&mut self.out, b, OpCode::Text, true, self.mask);
-                return;
-            }
-            Outgoing::Ping(p) => Message::Ping(p),
-            Outgoing::Pong(p) => Message::Pong(p),
-            Outgoing::Close(code, reason) => Message::Close(Some(actix_http::ws::CloseReason {
-                code: code.into(),
-                description: Some(reason.to_owned()),
-            })),
-        };
-        // Encoding a data or control message into a buffer cannot fail.
-        let _ = self.codec.encode(message, &mut self.out);
+            Outgoing::Text(b) => put_frame(out, &b, OpCode::Text, mask),
+            Outgoing::Ping(p) => put_frame(out, &p, OpCode::Ping, mask),
+            Outgoing::Pong(p) => put_frame(out, &p, OpCode::Pong, mask),
+            Outgoing::Close(code, reason) => put_close(out, code.into(), reason, mask),
+        }
     }
 
     /// Bytes queued and not yet written.
@@ -465,6 +534,29 @@ mod tests {
             .map(|e| e.to_string());
         assert_eq!(split.as_deref(), Some(whole.as_str()));
         assert!(whole.contains("reserved bits"), "{whole}");
+    }
+
+    #[test]
+    fn cut_never_splits_a_character() {
+        let s = "aé€🦀";
+        let cuts: Vec<&str> = (0..=s.len() + 1).map(|n| cut(s, n)).collect();
+        assert_eq!(
+            cuts,
+            [
+                "",
+                "a",
+                "a",
+                "aé",
+                "aé",
+                "aé",
+                "aé€",
+                "aé€",
+                "aé€",
+                "aé€",
+                "aé€🦀",
+                "aé€🦀"
+            ]
+        );
     }
 
     #[tokio::test]

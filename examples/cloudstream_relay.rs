@@ -1,8 +1,10 @@
 //! Measures cloudstream's relay against going straight to the kubelet stand-in, side by side
 //! in one run: a `logs` body, `exec` output (kubelet → API client) and `exec` input (API
 //! client → kubelet), each through the tunnel (API client → stream server → tunnel → edge
-//! agent → kubelet stand-in) and directly (API client → kubelet stand-in, plain TCP); MiB/s,
-//! the ratio, and time to first byte.
+//! agent → kubelet stand-in) and directly, both over HTTPS with client certificates (as
+//! kube-apiserver talks to a kubelet on 10250: the path the tunnel replaces) and over plain
+//! TCP (no cryptography: a floor no TLS path reaches); MiB/s, the tunnel's ratio to each,
+//! time to first byte, and CPU seconds per GiB.
 //!
 //! `cargo run --release --example cloudstream_relay -- [SIZE_MIB=256] [ROUNDS=5]`
 //!
@@ -167,43 +169,62 @@ const EXEC_IN: &str = "/exec/bench/big/input?command=cat&stdin=1";
 /// A kubelet stand-in. Logs: `body` with a Content-Length. Exec: the `101`, then `body`
 /// (container `output`), or reading `body.len()` bytes and answering [`INPUT_DONE`]
 /// (container `input`); then the connection closes.
-async fn kubelet(listener: TcpListener, body: Arc<Vec<u8>>) {
-    while let Ok((mut sock, _)) = listener.accept().await {
+///
+/// With `tls`, it serves HTTPS and requires a client certificate, as a kubelet does.
+async fn kubelet(
+    listener: TcpListener,
+    body: Arc<Vec<u8>>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    while let Ok((sock, _)) = listener.accept().await {
         let _ = sock.set_nodelay(true);
         let body = body.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut buf = BytesMut::new();
-            let Ok(head) = http1::read_request_head(&mut sock, &mut buf).await else {
-                return;
-            };
-            let path = head.path().to_owned();
-            if path.starts_with("/exec/") {
-                let _ = sock.write_all(SWITCHING).await;
-                if path.ends_with("/input") {
-                    let mut n = buf.len();
-                    while n < body.len() {
-                        buf.clear();
-                        buf.reserve(1 << 20);
-                        match sock.read_buf(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(k) => n += k,
-                        }
+            match tls {
+                None => serve_kubelet(sock, body).await,
+                Some(tls) => {
+                    if let Ok(sock) = tls.accept(sock).await {
+                        serve_kubelet(sock, body).await;
                     }
-                    let _ = sock.write_all(INPUT_DONE).await;
-                } else {
-                    let _ = sock.write_all(&body).await;
                 }
-            } else {
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(&body).await;
             }
-            let _ = sock.shutdown().await;
         });
     }
+}
+
+/// One connection of the kubelet stand-in.
+async fn serve_kubelet<S: AsyncRead + AsyncWrite + Unpin>(mut sock: S, body: Arc<Vec<u8>>) {
+    let mut buf = BytesMut::new();
+    let Ok(head) = http1::read_request_head(&mut sock, &mut buf).await else {
+        return;
+    };
+    let path = head.path().to_owned();
+    if path.starts_with("/exec/") {
+        let _ = sock.write_all(SWITCHING).await;
+        if path.ends_with("/input") {
+            let mut n = buf.len();
+            while n < body.len() {
+                buf.clear();
+                buf.reserve(1 << 20);
+                match sock.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => n += k,
+                }
+            }
+            let _ = sock.write_all(INPUT_DONE).await;
+        } else {
+            let _ = sock.write_all(&body).await;
+        }
+    } else {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = sock.write_all(head.as_bytes()).await;
+        let _ = sock.write_all(&body).await;
+    }
+    let _ = sock.shutdown().await;
 }
 
 /// One transfer: time to the first byte that matters (body, exec output, or the `101` for
@@ -367,13 +388,30 @@ fn main() -> anyhow::Result<()> {
     result
 }
 
+/// The kubelet stand-in's addresses: plain TCP (what the edge agent dials) and HTTPS.
+#[derive(Debug, Clone, Copy)]
+struct KubeletAddrs {
+    tcp: SocketAddr,
+    https: SocketAddr,
+}
+
+/// A listener on 127.0.0.1 for a runtime not started yet.
+fn bind() -> std::io::Result<(std::net::TcpListener, SocketAddr)> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    l.set_nonblocking(true)?;
+    let addr = l.local_addr()?;
+    Ok((l, addr))
+}
+
 /// The edge node: the edge agent on a thread of its own until `stop` fires, the kubelet
-/// stand-in on another. Sends the kubelet's address once the agent runs.
+/// stand-in (plain and HTTPS, serving with `kubelet_tls`) on another. Sends the kubelet's
+/// addresses once the agent runs.
 fn edge_node(
     body: Arc<Vec<u8>>,
     server: String,
     tls: Arc<rustls::ClientConfig>,
-    ready: std::sync::mpsc::Sender<anyhow::Result<SocketAddr>>,
+    kubelet_tls: Arc<rustls::ServerConfig>,
+    ready: std::sync::mpsc::Sender<anyhow::Result<KubeletAddrs>>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
@@ -388,10 +426,10 @@ fn edge_node(
             }
         };
         rt.block_on(async move {
-            let bound = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .and_then(|l| l.local_addr().map(|a| (l, a)));
-            let (listener, addr) = match bound {
+            let (listener, addr, https, https_addr) = match bind().and_then(|(l, a)| {
+                let (h, ha) = bind()?;
+                Ok((l, a, h, ha))
+            }) {
                 Ok(x) => x,
                 Err(e) => {
                     let _ = ready.send(Err(e.into()));
@@ -408,9 +446,17 @@ fn edge_node(
                     return;
                 };
                 rt.block_on(async move {
-                    if let Ok(l) = TcpListener::from_std(listener) {
-                        kubelet(l, body).await;
-                    }
+                    let (Ok(l), Ok(h)) = (
+                        TcpListener::from_std(listener),
+                        TcpListener::from_std(https),
+                    ) else {
+                        return;
+                    };
+                    let acceptor = tokio_rustls::TlsAcceptor::from(kubelet_tls);
+                    tokio::join!(
+                        kubelet(l, body.clone(), None),
+                        kubelet(h, body, Some(acceptor))
+                    );
                 });
             });
             let mut options = AgentOptions::new(NODE, "127.0.0.1");
@@ -421,40 +467,91 @@ fn edge_node(
                 ..EdgeStreamConfig::default()
             };
             let agent = StreamAgent::new(config, options, tls).spawn();
-            let _ = ready.send(Ok(addr));
+            let _ = ready.send(Ok(KubeletAddrs {
+                tcp: addr,
+                https: https_addr,
+            }));
             let _ = stop.await;
             agent.shutdown().await;
         });
     })
 }
 
-/// Direct and tunnel samples of one workload.
+/// The samples of one workload: straight to the kubelet over TCP and over HTTPS, and
+/// through the tunnel.
 #[derive(Default)]
 struct Row {
-    direct: Vec<Sample>,
+    tcp: Vec<Sample>,
+    https: Vec<Sample>,
     tunnel: Vec<Sample>,
 }
 
 impl Row {
-    fn print(self, name: &str, size_mib: usize, first_what: &str) {
-        let mibs = |v: &[Sample]| {
-            size_mib as f64 / median(v.iter().map(|s| s.total).collect()).as_secs_f64()
+    fn push(&mut self, tcp: Sample, https: Sample, tunnel: Sample) {
+        self.tcp.push(tcp);
+        self.https.push(https);
+        self.tunnel.push(tunnel);
+    }
+
+    /// Medians of (MiB/s, first byte in ms, CPU s/GiB) of each path: TCP, HTTPS, tunnel.
+    fn medians(&self, size_mib: usize) -> [(f64, f64, f64); 3] {
+        let of = |v: &[Sample]| {
+            let total = median(v.iter().map(|s| s.total).collect()).as_secs_f64();
+            let first = median(v.iter().map(|s| s.first).collect()).as_secs_f64();
+            let cpu = median(v.iter().map(|s| s.cpu).collect()).as_secs_f64();
+            (
+                size_mib as f64 / total,
+                first * 1e3,
+                cpu * 1024.0 / size_mib as f64,
+            )
         };
-        let first = |v: &[Sample]| median(v.iter().map(|s| s.first).collect());
-        // CPU seconds per GiB moved.
-        let cpu = |v: &[Sample]| {
-            median(v.iter().map(|s| s.cpu).collect()).as_secs_f64() * 1024.0 / size_mib as f64
-        };
-        let (d, t) = (mibs(&self.direct), mibs(&self.tunnel));
-        let (fd, ft) = (first(&self.direct), first(&self.tunnel));
-        let (cd, ct) = (cpu(&self.direct), cpu(&self.tunnel));
+        [of(&self.tcp), of(&self.https), of(&self.tunnel)]
+    }
+}
+
+/// Prints the three tables: throughput, first byte, CPU; each tunnel figure also as a ratio
+/// to direct HTTPS (the path the tunnel replaces) and to direct TCP.
+fn report(rows: &[(&str, &str, Row)], size_mib: usize, rounds: usize) {
+    println!(
+        "body {size_mib} MiB, {rounds} rounds, medians (release build: {})",
+        !cfg!(debug_assertions)
+    );
+    let m: Vec<_> = rows.iter().map(|(_, _, r)| r.medians(size_mib)).collect();
+    println!(
+        "  {:<12} {:>9} {:>9} {:>9}  {:>8} {:>8}",
+        "MiB/s", "TCP", "HTTPS", "tunnel", "t/HTTPS", "t/TCP"
+    );
+    for ((name, _, _), [t, h, x]) in rows.iter().zip(&m) {
         println!(
-            "  {name:<12} {d:9.1} {t:9.1}  {:6.3}   {first_what:<11} {:>9.3} {:>9.3}  {:6.2}   {cd:7.2} {ct:7.2}",
-            t / d,
-            fd.as_secs_f64() * 1e3,
-            ft.as_secs_f64() * 1e3,
-            ft.as_secs_f64() / fd.as_secs_f64(),
+            "  {name:<12} {:9.1} {:9.1} {:9.1}  {:8.3} {:8.3}",
+            t.0,
+            h.0,
+            x.0,
+            x.0 / h.0,
+            x.0 / t.0
         );
+    }
+    println!(
+        "  {:<24} {:>9} {:>9} {:>9}  {:>8} {:>8}",
+        "first (ms)", "TCP", "HTTPS", "tunnel", "t/HTTPS", "t/TCP"
+    );
+    for ((name, what, _), [t, h, x]) in rows.iter().zip(&m) {
+        let label = format!("{name} ({what})");
+        println!(
+            "  {label:<24} {:9.3} {:9.3} {:9.3}  {:8.2} {:8.2}",
+            t.1,
+            h.1,
+            x.1,
+            x.1 / h.1,
+            x.1 / t.1
+        );
+    }
+    println!(
+        "  {:<12} {:>9} {:>9} {:>9}",
+        "CPU s/GiB", "TCP", "HTTPS", "tunnel"
+    );
+    for ((name, _, _), [t, h, x]) in rows.iter().zip(&m) {
+        println!("  {name:<12} {:9.2} {:9.2} {:9.2}", t.2, h.2, x.2);
     }
 }
 
@@ -492,10 +589,11 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
         body.clone(),
         format!("127.0.0.1:{}", handle.tunnel_addr().port()),
         client_tls(&material(dir, "node")?)?,
+        cloudstream::tls::server_config(&material(dir, "server")?, true)?,
         ready_tx,
         stop_rx,
     );
-    let kubelet_addr = ready_rx.recv().context("edge node thread")??;
+    let kubelet = ready_rx.recv().context("edge node thread")??;
     if !handle.wait_for_session(NODE, Duration::from_secs(10)).await {
         bail!("the edge agent did not connect");
     }
@@ -507,52 +605,45 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
         Some(&api.ca),
     )?;
     let stream_addr = SocketAddr::from(([127, 0, 0, 1], handle.stream_addr().port()));
-    let direct = || async {
-        let tcp = TcpStream::connect(kubelet_addr).await?;
+    let tcp = || async {
+        let tcp = TcpStream::connect(kubelet.tcp).await?;
         let _ = tcp.set_nodelay(true);
         anyhow::Ok(tcp)
+    };
+    let https = || async {
+        anyhow::Ok(cloudstream::tls::connect(kubelet.https, "127.0.0.1", api_tls.clone()).await?)
     };
     let tunnel = || async {
         anyhow::Ok(cloudstream::tls::connect(stream_addr, "127.0.0.1", api_tls.clone()).await?)
     };
     let (mut l, mut o, mut i) = (Row::default(), Row::default(), Row::default());
-    // A warm-up of each, not counted, then direct and tunnel alternate so both see the same
-    // machine state.
+    // A warm-up of each, not counted, then the paths alternate so all see the same machine
+    // state.
     for round in 0..=rounds {
-        let d = measured(logs(direct().await?, size)).await?;
-        let t = measured(logs(tunnel().await?, size)).await?;
-        let dout = measured(exec_out(direct().await?, size)).await?;
-        let tout = measured(exec_out(tunnel().await?, size)).await?;
-        let din = measured(exec_in(direct().await?, &body)).await?;
-        let tin = measured(exec_in(tunnel().await?, &body)).await?;
+        let lt = measured(logs(tcp().await?, size)).await?;
+        let lh = measured(logs(https().await?, size)).await?;
+        let lx = measured(logs(tunnel().await?, size)).await?;
+        let ot = measured(exec_out(tcp().await?, size)).await?;
+        let oh = measured(exec_out(https().await?, size)).await?;
+        let ox = measured(exec_out(tunnel().await?, size)).await?;
+        let it = measured(exec_in(tcp().await?, &body)).await?;
+        let ih = measured(exec_in(https().await?, &body)).await?;
+        let ix = measured(exec_in(tunnel().await?, &body)).await?;
         if round > 0 {
-            l.direct.push(d);
-            l.tunnel.push(t);
-            o.direct.push(dout);
-            o.tunnel.push(tout);
-            i.direct.push(din);
-            i.tunnel.push(tin);
+            l.push(lt, lh, lx);
+            o.push(ot, oh, ox);
+            i.push(it, ih, ix);
         }
     }
-    println!(
-        "body {size_mib} MiB, {rounds} rounds, medians (release build: {})",
-        !cfg!(debug_assertions)
+    report(
+        &[
+            ("logs", "body byte", l),
+            ("exec stdout", "output byte", o),
+            ("exec stdin", "101", i),
+        ],
+        size_mib,
+        rounds,
     );
-    println!(
-        "  {:<12} {:>9} {:>9}  {:>6}   {:<11} {:>9} {:>9}  {:>6}   {:>15}",
-        "MiB/s",
-        "direct",
-        "tunnel",
-        "ratio",
-        "first (ms)",
-        "direct",
-        "tunnel",
-        "ratio",
-        "CPU s/GiB d / t"
-    );
-    l.print("logs", size_mib, "body byte");
-    o.print("exec stdout", size_mib, "output byte");
-    i.print("exec stdin", size_mib, "101");
     let c = handle.counters();
     println!(
         "  counters: streams {} total, {} MiB from edge, {} MiB to edge",

@@ -116,7 +116,8 @@ fn sync_must_be_a_bool_and_route_fields_strings() {
 #[test]
 fn a_new_message_has_a_v4_uuid_and_a_millisecond_timestamp() {
     let msg = Message::new();
-    let id = &msg.header.id;
+    assert!(msg.header.id.uuid().is_some(), "kept as 16 bytes");
+    let id = &msg.header.id.to_string();
     assert_eq!(id.len(), 36);
     assert_eq!(id, &id.to_lowercase());
     assert_eq!(&id[14..15], "4", "version nibble");

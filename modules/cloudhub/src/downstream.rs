@@ -371,7 +371,7 @@ impl Downstream {
             }
         } else if !flight.key.starts_with("msg:") {
             self.acked
-                .insert(flight.key, entry.msg.header.resource_version.clone());
+                .insert(flight.key, entry.msg.header.resource_version.to_string());
         }
         Some(Acked {
             msg: entry.msg,
@@ -475,7 +475,7 @@ impl Downstream {
                 continue;
             };
             e.queued = false;
-            let id = e.msg.header.id.clone();
+            let id = e.msg.header.id.to_string();
             e.flight = Some(id.clone());
             if e.written {
                 out.resends += 1;
@@ -604,7 +604,7 @@ mod tests {
     fn ids(p: &Pump) -> Vec<String> {
         p.writes
             .iter()
-            .map(|m| m.header.resource_version.clone())
+            .map(|m| m.header.resource_version.to_string())
             .collect()
     }
 
@@ -730,7 +730,7 @@ mod tests {
         assert_eq!(d.lookup_done(&key, Some("0".into())), Intake::Queued);
         let p = d.pump(now, true);
         assert_eq!(p.writes, vec![m.clone()]);
-        let acked = d.on_ack(&m.header.id).unwrap();
+        let acked = d.on_ack(&m.header.id.as_str()).unwrap();
         assert_eq!(acked.msg.header.resource_version, "10");
         // Now the acknowledged version is known: an equal version is dropped without a lookup.
         assert!(matches!(

@@ -118,7 +118,7 @@ impl Outbox {
             self.push(wire::server_frame(msg));
         } else {
             let mut wire_msg = msg.clone();
-            wire_msg.route.resource = trimmed.to_owned();
+            wire_msg.route.resource = trimmed.into();
             self.push(wire::server_frame(&wire_msg));
         }
     }

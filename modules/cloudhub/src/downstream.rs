@@ -482,7 +482,7 @@ impl Downstream {
             }
             e.written = true;
             out.writes.push(e.msg.clone());
-            let rv = e.msg.header.resource_version.clone();
+            let rv = e.msg.header.resource_version.to_string();
             self.inflight.insert(
                 id,
                 Flight {
@@ -649,14 +649,19 @@ mod tests {
             d.pump(now, true).writes.is_empty(),
             "two versions of one object are never in flight together"
         );
-        assert!(d.on_ack(&update.header.id).is_none(), "a newer one waits");
+        assert!(
+            d.on_ack(&update.header.id.as_str()).is_none(),
+            "a newer one waits"
+        );
         assert_eq!(d.pump(now, true).writes, vec![marked.clone()]);
         let delete = pod("u1", "507", "delete");
         assert_eq!(d.intake_ack(delete.clone()), Intake::Queued);
         assert!(d.pump(now, true).writes.is_empty());
-        assert!(d.on_ack(&marked.header.id).is_none());
+        assert!(d.on_ack(&marked.header.id.as_str()).is_none());
         assert_eq!(d.pump(now, true).writes, vec![delete.clone()]);
-        let acked = d.on_ack(&delete.header.id).expect("the delete is recorded");
+        let acked = d
+            .on_ack(&delete.header.id.as_str())
+            .expect("the delete is recorded");
         assert!(acked.delete);
     }
 
@@ -694,7 +699,7 @@ mod tests {
         let first = d.inflight.keys().next().unwrap().clone();
         assert!(d.on_ack(&first).is_none());
         assert_eq!(d.pump(now, true).writes, vec![delete.clone()]);
-        assert!(d.on_ack(&delete.header.id).is_some());
+        assert!(d.on_ack(&delete.header.id.as_str()).is_some());
         for late in [terminating("u1", "506"), pod("u1", "509", "update")] {
             assert_eq!(reason(d.intake_ack(late)), DropReason::Stale);
         }

@@ -124,7 +124,7 @@ impl Edge {
             .with_content(Content::json(app)?);
         msg.header.sync = true;
         let (tx, rx) = oneshot::channel();
-        lock(&self.waiting).insert(msg.header.id.clone(), tx);
+        lock(&self.waiting).insert(msg.header.id.to_string(), tx);
         self.client.send(msg).await?;
         let answer = tokio::time::timeout(limit, rx)
             .await
@@ -164,7 +164,7 @@ fn start_edge(
             };
             let now = Instant::now();
             if !m.header.parent_id.is_empty() {
-                if let Some(tx) = lock(&w).remove(&m.header.parent_id) {
+                if let Some(tx) = lock(&w).remove(&*m.header.parent_id.as_str()) {
                     let _ = tx.send(m);
                 }
                 continue;
@@ -177,7 +177,7 @@ fn start_edge(
                 "update" => {
                     let mut updates = lock(&b.updates);
                     let at = updates
-                        .entry(m.header.resource_version.clone())
+                        .entry(m.header.resource_version.to_string())
                         .or_default();
                     match at.entry(i) {
                         std::collections::hash_map::Entry::Occupied(_) => {

@@ -738,6 +738,7 @@ fn seed_corpus_is_what_edgecore_sent() {
                 .expect("captured JSON decodes")
                 .route
                 .operation
+                .to_string()
         })
         .collect();
     assert_eq!(ops, ["keepalive", "response", "null", "null", ""]);
@@ -933,25 +934,33 @@ fn check_hub_json(input: &[u8]) -> Result<(), TestCaseError> {
 
 fn message() -> impl Strategy<Value = Message> {
     let text = || prop_oneof![Just(String::new()), ".{0,16}", "[a-z0-9/-]{1,24}"];
+    // Ids also as UUIDs, lowercase (held as 16 bytes) or not (held as text).
+    let id = || {
+        prop_oneof![
+            text(),
+            "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[0-9a-fA-F]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9A-F]{12}",
+        ]
+    };
     (
-        (text(), text(), any::<i64>(), text(), any::<bool>(), text()),
+        (id(), id(), any::<i64>(), text(), any::<bool>(), text()),
         (text(), text(), text(), text(), text()),
         json_value(),
     )
         .prop_map(
             |((id, parent, ts, rv, sync, ty), (src, dst, grp, op, res), content)| {
                 let mut m = Message::default();
-                m.header.id = id;
-                m.header.parent_id = parent;
+                m.header.id = id.into();
+                m.header.parent_id = parent.into();
                 m.header.timestamp = ts;
-                m.header.resource_version = rv;
+                m.header.resource_version = rv.into();
                 m.header.sync = sync;
-                m.header.message_type = ty;
-                m.route.source = src;
-                m.route.destination = dst;
-                m.route.group = grp;
-                m.route.operation = op;
-                m.route.resource = res;
+                m.header.message_type = ty.into();
+                m.route.source = src.into();
+                m.route.destination = dst.into();
+                m.route.group = grp.into();
+                m.route.operation = op.into();
+                m.route.resource = res.into();
                 m.content = Content::json(&content).expect("a JSON value serializes");
                 m
             },

@@ -2,9 +2,9 @@
 //! one thread with no bus at all.
 //!
 //! `cargo bench -p beehive --bench message_floor` builds 1,000,000 messages as
-//! `benches/mailbox.rs` does (≈100 bytes of shared content, five non-empty strings each), then
-//! times, per message:
-//! * `drop`: dropping them in order (freeing each message's strings);
+//! `benches/mailbox.rs` does (≈100 bytes of shared content, a UUID id and four short route
+//! strings each), then times, per message:
+//! * `drop`: dropping them in order (releasing what each message holds);
 //! * `queue+drop`: pushing them into a `VecDeque`, swapping it out every 1024 messages as the
 //!   mailbox's receiver does, and dropping each one taken out;
 //! * `queue, no free`: the same, but leaking each message instead of dropping it (the cost of

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
-use crate::Message;
+use crate::{Id, Message};
 use crate::error::{Error, Result};
 use crate::mailbox::{Mailbox, Offer};
 use crate::registry::{LookupError, Offered, Shared};
@@ -353,7 +353,7 @@ impl Endpoint {
             Ok(Ok(())) => inc(&self.stats.sent),
             Ok(Err(e)) => return Err(e),
             Err(_) => {
-                let id = registration.id().to_owned();
+                let id = registration.id().to_string();
                 registration.expire();
                 return Err(Error::EnqueueTimeout {
                     module: module.to_owned(),
@@ -371,7 +371,7 @@ impl Endpoint {
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(Error::Shutdown),
             Err(_) => {
-                let id = registration.id().to_owned();
+                let id = registration.id().to_string();
                 match registration.expire_one(slot) {
                     Some(answer) => answer,
                     None => {
@@ -465,22 +465,25 @@ impl Endpoint {
         // hand-off, a dropped one comes back with its id.
         trace!(from = %self.name, parent = %resp.header.parent_id, "response");
         let (outcome, dropped) = self.shared.waiters.respond(&self.name, resp);
-        let parent = dropped.as_ref().map_or("", |m| m.header.parent_id.as_str());
+        let parent = dropped
+            .as_ref()
+            .map(|m| m.header.parent_id.clone())
+            .unwrap_or_default();
         match outcome {
             RespOutcome::Delivered => trace!(from = %self.name, "response delivered"),
             RespOutcome::Late => {
-                debug!(from = %self.name, parent, "late response dropped")
+                debug!(from = %self.name, %parent, "late response dropped")
             }
             RespOutcome::Unmatched => {
                 inc_unmatched(&self.shared);
-                debug!(from = %self.name, parent, "unmatched response dropped");
+                debug!(from = %self.name, %parent, "unmatched response dropped");
             }
         }
         outcome
     }
 
     /// True when a sync request with this id is waiting for its answer.
-    pub fn is_waiting(&self, request_id: &str) -> bool {
+    pub fn is_waiting(&self, request_id: &Id) -> bool {
         self.shared.waiters.contains(request_id)
     }
 

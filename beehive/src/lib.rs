@@ -46,8 +46,10 @@ macro_rules! cfg_bus {
 pub mod constants;
 pub mod json;
 mod message;
+mod message_text;
 
 pub use message::{Content, Header, Message, Route, new_id, now_millis};
+pub use message_text::{Id, IdText, Str};
 
 // The bus: leaves first (config, error, stats, mailbox, waiters), then the registry every
 // endpoint shares, then endpoints, modules and the bus that starts and stops them.

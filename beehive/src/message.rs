@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 
 use crate::constants::operation;
 use crate::json::{self, DecodeError, MAX_JSON_DEPTH};
+use crate::message_text::{Id, Str};
 
 /// One unit of work on the bus and on the wire: KubeEdge's `model.Message`.
 ///
@@ -33,32 +34,32 @@ pub struct Message {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Header {
     /// `msg_id`: UUID v4 of this message.
-    pub id: String,
+    pub id: Id,
     /// `parent_msg_id`: for a response, the `msg_id` it answers; empty otherwise.
-    pub parent_id: String,
+    pub parent_id: Id,
     /// `timestamp`: creation time in milliseconds since the Unix epoch.
     pub timestamp: i64,
     /// `resourceversion`: Kubernetes resourceVersion of the content, if any.
-    pub resource_version: String,
+    pub resource_version: Str,
     /// `sync`: set on the delivered copy of a synchronous request.
     pub sync: bool,
     /// `type`: Go's context type; carried, never used for routing here.
-    pub message_type: String,
+    pub message_type: Str,
 }
 
 /// Message route (`model.MessageRoute`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Route {
     /// Producing module.
-    pub source: String,
+    pub source: Str,
     /// Destination module; unused by the channel bus, carried when set.
-    pub destination: String,
+    pub destination: Str,
     /// Consumer group (`resource`, `twin`, `meta`, …).
-    pub group: String,
+    pub group: Str,
     /// Verb (see [`crate::constants::operation`]).
-    pub operation: String,
+    pub operation: Str,
     /// Slash-separated resource path.
-    pub resource: String,
+    pub resource: Str,
 }
 
 static NULL: LazyLock<Arc<RawValue>> = LazyLock::new(|| {
@@ -182,17 +183,10 @@ impl<'de> Deserialize<'de> for Content {
     }
 }
 
-/// A fresh lowercase UUID v4 (36 characters), as Go's `uuid.New().String()`.
-///
-/// The random bits come from a per-thread cryptographic generator seeded by the operating
-/// system (uuid's `fast-rng`), not one `getrandom` call per id: every sync answer needs a
-/// fresh id, and the call was a tenth of a round trip.
+/// A fresh lowercase UUID v4 as text (36 characters), as Go's `uuid.New().String()`.
+/// Messages hold theirs as an [`Id`] ([`Id::new_v4`]), which costs no allocation.
 pub fn new_id() -> String {
-    let mut buf = uuid::Uuid::encode_buffer();
-    uuid::Uuid::new_v4()
-        .hyphenated()
-        .encode_lower(&mut buf)
-        .to_owned()
+    Id::new_v4().to_string()
 }
 
 /// Wall-clock milliseconds since the Unix epoch, as Go's `time.Now().UnixNano()/1e6`.
@@ -210,10 +204,10 @@ impl Message {
     }
 
     /// A new message answering `parent_id` (Go `NewMessage(parentID)`).
-    pub fn with_parent(parent_id: impl Into<String>) -> Self {
+    pub fn with_parent(parent_id: impl Into<Id>) -> Self {
         Message {
             header: Header {
-                id: new_id(),
+                id: Id::new_v4(),
                 parent_id: parent_id.into(),
                 timestamp: now_millis(),
                 ..Header::default()
@@ -225,10 +219,10 @@ impl Message {
     /// Sets source, group, resource and operation (Go `BuildRouter`); leaves destination alone.
     pub fn with_route(
         mut self,
-        source: impl Into<String>,
-        group: impl Into<String>,
-        resource: impl Into<String>,
-        operation: impl Into<String>,
+        source: impl Into<Str>,
+        group: impl Into<Str>,
+        resource: impl Into<Str>,
+        operation: impl Into<Str>,
     ) -> Self {
         self.route.source = source.into();
         self.route.group = group.into();
@@ -238,13 +232,13 @@ impl Message {
     }
 
     /// Sets the resource version header.
-    pub fn with_resource_version(mut self, rv: impl Into<String>) -> Self {
+    pub fn with_resource_version(mut self, rv: impl Into<Str>) -> Self {
         self.header.resource_version = rv.into();
         self
     }
 
     /// Sets the destination.
-    pub fn with_destination(mut self, destination: impl Into<String>) -> Self {
+    pub fn with_destination(mut self, destination: impl Into<Str>) -> Self {
         self.route.destination = destination.into();
         self
     }
@@ -257,7 +251,7 @@ impl Message {
 
     /// Replaces the id with a fresh one (Go `UpdateID`).
     pub fn with_new_id(mut self) -> Self {
-        self.header.id = new_id();
+        self.header.id = Id::new_v4();
         self
     }
 
@@ -270,7 +264,7 @@ impl Message {
         resp.route.source = self.route.source.clone();
         resp.route.group = self.route.group.clone();
         resp.route.resource = self.route.resource.clone();
-        resp.route.operation = operation::RESPONSE.to_owned();
+        resp.route.operation = Str::from_static(operation::RESPONSE);
         resp.content = content;
         resp
     }
@@ -280,7 +274,7 @@ impl Message {
     pub fn error_response(&self, text: impl AsRef<str>) -> Message {
         let mut resp = Message::with_parent(self.header.id.clone());
         resp.route.resource = self.route.resource.clone();
-        resp.route.operation = operation::RESPONSE_ERROR.to_owned();
+        resp.route.operation = Str::from_static(operation::RESPONSE_ERROR);
         resp.content = Content::string(text);
         resp
     }
@@ -290,7 +284,7 @@ impl Message {
     pub fn clone_with_new_id(&self) -> Message {
         Message {
             header: Header {
-                id: new_id(),
+                id: Id::new_v4(),
                 parent_id: self.header.parent_id.clone(),
                 timestamp: self.header.timestamp,
                 ..Header::default()
@@ -300,7 +294,7 @@ impl Message {
                 group: self.route.group.clone(),
                 operation: self.route.operation.clone(),
                 resource: self.route.resource.clone(),
-                destination: String::new(),
+                destination: Str::EMPTY,
             },
             content: self.content.clone(),
         }
@@ -542,25 +536,25 @@ impl GoString {
 }
 
 impl<'de> de::DeserializeSeed<'de> for GoString {
-    type Value = Option<String>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+    type Value = Option<Str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Str>, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for GoString {
-    type Value = Option<String>;
+    type Value = Option<Str>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "a string for {}", self.0.path)
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
+    fn visit_unit<E: de::Error>(self) -> Result<Option<Str>, E> {
         Ok(None)
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<String>, E> {
-        Ok(Some(v.to_owned()))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<Str>, E> {
+        Ok(Some(Str::from(v)))
     }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Option<String>, E> {
-        Ok(Some(v))
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Option<Str>, E> {
+        Ok(Some(Str::from(v)))
     }
     refuse_kinds!(bool number array object);
 }
@@ -930,10 +924,14 @@ impl<'de> Visitor<'de> for HeaderVisitor {
             // Go: a JSON null leaves the field untouched.
             if key_is(&key, "msg_id") {
                 let f = header_field("header.msg_id", "string");
-                h.id = map.next_value_seed(GoString(f))?.unwrap_or(h.id);
+                if let Some(id) = map.next_value_seed(GoString(f))? {
+                    h.id = Id::from(id);
+                }
             } else if key_is(&key, "parent_msg_id") {
                 let f = header_field("header.parent_msg_id", "string");
-                h.parent_id = map.next_value_seed(GoString(f))?.unwrap_or(h.parent_id);
+                if let Some(id) = map.next_value_seed(GoString(f))? {
+                    h.parent_id = Id::from(id);
+                }
             } else if key_is(&key, "timestamp") {
                 let f = header_field("header.timestamp", "int64");
                 h.timestamp = map.next_value_seed(GoI64(f))?.unwrap_or(h.timestamp);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use dashmap::mapref::entry::Entry;
 use tokio::sync::{Notify, oneshot};
 
-use crate::Message;
+use crate::{Id, Message};
 use crate::error::{Error, Result};
 use crate::stats::{ModuleStats, inc};
 
@@ -88,29 +88,29 @@ struct Slot {
 pub(crate) struct Waiters {
     /// Keyed by request id; the key is shared with the [`Registration`] (one allocation per
     /// request, not two).
-    table: crate::FastMap<Arc<str>, Slot>,
+    table: crate::FastMap<Id, Slot>,
     expired: Mutex<Expired>,
     next_token: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct Expired {
-    order: VecDeque<String>,
-    owners: HashMap<String, Arc<ModuleStats>>,
+    order: VecDeque<Id>,
+    owners: HashMap<Id, Arc<ModuleStats>>,
 }
 
 /// Removes its entry when the request finishes in any way (answer, timeout, cancellation).
 #[derive(Debug)]
 pub(crate) struct Registration<'a> {
     waiters: &'a Waiters,
-    id: Arc<str>,
+    id: Id,
     token: u64,
     owner: Arc<ModuleStats>,
 }
 
 impl Registration<'_> {
     /// The request id.
-    pub(crate) fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &Id {
         &self.id
     }
 
@@ -146,10 +146,8 @@ impl Registration<'_> {
         {
             expired.owners.remove(&old);
         }
-        expired.order.push_back(self.id.to_string());
-        expired
-            .owners
-            .insert(self.id.to_string(), self.owner.clone());
+        expired.order.push_back(self.id.clone());
+        expired.owners.insert(self.id.clone(), self.owner.clone());
         // `drop` removes the entry.
     }
 }
@@ -168,11 +166,11 @@ impl Waiters {
         self.table.len()
     }
 
-    pub(crate) fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &Id) -> bool {
         self.table.contains_key(id)
     }
 
-    fn check_id(id: &str) -> Result<()> {
+    fn check_id(id: &Id) -> Result<()> {
         if id.is_empty() {
             Err(Error::EmptyMessageId)
         } else {
@@ -183,7 +181,7 @@ impl Waiters {
     /// Registers a single-answer waiter for request `id`.
     pub(crate) fn register_one(
         &self,
-        id: &str,
+        id: &Id,
         owner: Arc<ModuleStats>,
     ) -> Result<(Registration<'_>, oneshot::Receiver<Result<Message>>)> {
         Self::check_id(id)?;
@@ -195,7 +193,7 @@ impl Waiters {
     /// Registers a waiter that needs one answer from each of `members`.
     pub(crate) fn register_group(
         &self,
-        id: &str,
+        id: &Id,
         members: impl IntoIterator<Item = String>,
         owner: Arc<ModuleStats>,
     ) -> Result<(Registration<'_>, Arc<GroupWaiter>)> {
@@ -214,14 +212,14 @@ impl Waiters {
 
     fn insert(
         &self,
-        id: &str,
+        id: &Id,
         waiter: Waiter,
         owner: Arc<ModuleStats>,
     ) -> Result<Registration<'_>> {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let key: Arc<str> = Arc::from(id);
+        let key = id.clone();
         match self.table.entry(key.clone()) {
-            Entry::Occupied(_) => Err(Error::DuplicateMessageId(id.to_owned())),
+            Entry::Occupied(_) => Err(Error::DuplicateMessageId(id.to_string())),
             Entry::Vacant(v) => {
                 v.insert(Slot {
                     waiter,
@@ -248,7 +246,7 @@ impl Waiters {
         // every member answered.
         let single = self
             .table
-            .remove_if(resp.header.parent_id.as_str(), |_, slot| {
+            .remove_if(&resp.header.parent_id, |_, slot| {
                 matches!(slot.waiter, Waiter::One { .. })
             });
         if let Some((
@@ -271,7 +269,7 @@ impl Waiters {
         }
         let group = self
             .table
-            .get(resp.header.parent_id.as_str())
+            .get(&resp.header.parent_id)
             .and_then(|e| match &e.value().waiter {
                 Waiter::Group(g) => Some(g.clone()),
                 Waiter::One { .. } => None,
@@ -301,11 +299,11 @@ impl Waiters {
 
     /// Wakes every waiter with [`Error::Shutdown`].
     pub(crate) fn shutdown(&self) {
-        let ids: Vec<Arc<str>> = self.table.iter().map(|e| e.key().clone()).collect();
+        let ids: Vec<Id> = self.table.iter().map(|e| e.key().clone()).collect();
         for id in ids {
             match self
                 .table
-                .remove_if(&*id, |_, slot| matches!(slot.waiter, Waiter::One { .. }))
+                .remove_if(&id, |_, slot| matches!(slot.waiter, Waiter::One { .. }))
             {
                 Some((
                     _,
@@ -317,7 +315,7 @@ impl Waiters {
                     let _ = slot.send(Err(Error::Shutdown));
                 }
                 _ => {
-                    if let Some(e) = self.table.get(&*id)
+                    if let Some(e) = self.table.get(&id)
                         && let Waiter::Group(g) = &e.value().waiter
                     {
                         g.state.lock().unwrap_or_else(|e| e.into_inner()).shutdown = true;

@@ -41,6 +41,37 @@ fn go_json_round_trips_byte_identically() {
 }
 
 #[test]
+fn ids_in_any_form_re_encode_as_they_came() {
+    // Lowercase UUIDs are held as 16 bytes, anything else as text: both write back unchanged.
+    for (id, parent) in [
+        (
+            "8B6E2F4A-91C3-4D7E-B5A2-3C1D0E9F8A76",
+            "8b6e2f4a-91c3-4d7e-b5a2-3c1d0e9f8a76",
+        ),
+        (
+            "8b6e2f4a91c34d7eb5a23c1d0e9f8a76",
+            "{8b6e2f4a-91c3-4d7e-b5a2-3c1d0e9f8a76}",
+        ),
+        ("edge-7", "8b6e2f4a-91c3-4d7e-b5a2-3c1d0e9F8a76"),
+    ] {
+        let go = format!(
+            r#"{{"header":{{"msg_id":"{id}","parent_msg_id":"{parent}","timestamp":1}},"route":{{}},"content":null}}"#
+        );
+        let msg = Message::from_json(go.as_bytes()).unwrap();
+        assert_eq!(msg.header.id, id);
+        assert_eq!(msg.header.parent_id.to_string(), parent);
+        assert_eq!(String::from_utf8(msg.to_json()).unwrap(), go);
+    }
+    let ack = Message::from_json(GO_ACK.as_bytes()).unwrap();
+    let update = Message::from_json(GO_CONFIGMAP_UPDATE.as_bytes()).unwrap();
+    assert!(ack.header.parent_id.uuid().is_some());
+    assert_eq!(
+        ack.header.parent_id, update.header.id,
+        "answers match their request"
+    );
+}
+
+#[test]
 fn decoded_fields_match_the_go_names() {
     let msg = Message::from_json(GO_FULL.as_bytes()).unwrap();
     assert_eq!(msg.header.id, "a<b");
@@ -116,7 +147,8 @@ fn sync_must_be_a_bool_and_route_fields_strings() {
 #[test]
 fn a_new_message_has_a_v4_uuid_and_a_millisecond_timestamp() {
     let msg = Message::new();
-    let id = &msg.header.id;
+    assert!(msg.header.id.uuid().is_some(), "kept as 16 bytes");
+    let id = &msg.header.id.to_string();
     assert_eq!(id.len(), 36);
     assert_eq!(id, &id.to_lowercase());
     assert_eq!(&id[14..15], "4", "version nibble");

@@ -217,7 +217,7 @@ async fn ten_thousand_concurrent_calls_answered_in_random_order_all_match() {
             pending.swap(i, (x % (i as u64 + 1)) as usize);
         }
         for req in pending {
-            let body = req.header.id.clone();
+            let body = req.header.id.to_string();
             responder.send_resp(req.response(Content::string(body)));
         }
     });
@@ -266,7 +266,7 @@ async fn a_duplicate_in_flight_id_is_refused_and_an_empty_id_is_never_a_key() {
     );
 
     let mut empty = Message::new();
-    empty.header.id.clear();
+    empty.header.id = beehive::Id::EMPTY;
     assert!(matches!(
         ep.send_sync("meta", empty, Duration::from_secs(1)).await,
         Err(Error::EmptyMessageId)

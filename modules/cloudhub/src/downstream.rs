@@ -371,7 +371,7 @@ impl Downstream {
             }
         } else if !flight.key.starts_with("msg:") {
             self.acked
-                .insert(flight.key, entry.msg.header.resource_version.clone());
+                .insert(flight.key, entry.msg.header.resource_version.to_string());
         }
         Some(Acked {
             msg: entry.msg,
@@ -475,14 +475,14 @@ impl Downstream {
                 continue;
             };
             e.queued = false;
-            let id = e.msg.header.id.clone();
+            let id = e.msg.header.id.to_string();
             e.flight = Some(id.clone());
             if e.written {
                 out.resends += 1;
             }
             e.written = true;
             out.writes.push(e.msg.clone());
-            let rv = e.msg.header.resource_version.clone();
+            let rv = e.msg.header.resource_version.to_string();
             self.inflight.insert(
                 id,
                 Flight {
@@ -604,7 +604,7 @@ mod tests {
     fn ids(p: &Pump) -> Vec<String> {
         p.writes
             .iter()
-            .map(|m| m.header.resource_version.clone())
+            .map(|m| m.header.resource_version.to_string())
             .collect()
     }
 
@@ -649,14 +649,19 @@ mod tests {
             d.pump(now, true).writes.is_empty(),
             "two versions of one object are never in flight together"
         );
-        assert!(d.on_ack(&update.header.id).is_none(), "a newer one waits");
+        assert!(
+            d.on_ack(&update.header.id.as_str()).is_none(),
+            "a newer one waits"
+        );
         assert_eq!(d.pump(now, true).writes, vec![marked.clone()]);
         let delete = pod("u1", "507", "delete");
         assert_eq!(d.intake_ack(delete.clone()), Intake::Queued);
         assert!(d.pump(now, true).writes.is_empty());
-        assert!(d.on_ack(&marked.header.id).is_none());
+        assert!(d.on_ack(&marked.header.id.as_str()).is_none());
         assert_eq!(d.pump(now, true).writes, vec![delete.clone()]);
-        let acked = d.on_ack(&delete.header.id).expect("the delete is recorded");
+        let acked = d
+            .on_ack(&delete.header.id.as_str())
+            .expect("the delete is recorded");
         assert!(acked.delete);
     }
 
@@ -694,7 +699,7 @@ mod tests {
         let first = d.inflight.keys().next().unwrap().clone();
         assert!(d.on_ack(&first).is_none());
         assert_eq!(d.pump(now, true).writes, vec![delete.clone()]);
-        assert!(d.on_ack(&delete.header.id).is_some());
+        assert!(d.on_ack(&delete.header.id.as_str()).is_some());
         for late in [terminating("u1", "506"), pod("u1", "509", "update")] {
             assert_eq!(reason(d.intake_ack(late)), DropReason::Stale);
         }
@@ -730,7 +735,7 @@ mod tests {
         assert_eq!(d.lookup_done(&key, Some("0".into())), Intake::Queued);
         let p = d.pump(now, true);
         assert_eq!(p.writes, vec![m.clone()]);
-        let acked = d.on_ack(&m.header.id).unwrap();
+        let acked = d.on_ack(&m.header.id.as_str()).unwrap();
         assert_eq!(acked.msg.header.resource_version, "10");
         // Now the acknowledged version is known: an equal version is dropped without a lookup.
         assert!(matches!(

@@ -118,19 +118,18 @@ impl Outbox {
             self.push(wire::server_frame(msg));
         } else {
             let mut wire_msg = msg.clone();
-            wire_msg.route.resource = trimmed.to_owned();
+            wire_msg.route.resource = trimmed.into();
             self.push(wire::server_frame(&wire_msg));
         }
     }
 
     /// [`Outbox::push_message`] for a message the caller no longer needs: its resource is
-    /// trimmed in place instead of the whole message being copied (the session's writes are
-    /// copies already, one per write, taken from its delivery state).
+    /// replaced by its trimmed form instead of the whole message being copied (the session's
+    /// writes are copies already, one per write, taken from its delivery state).
     pub(crate) fn push_owned(&self, mut msg: Message) {
         let trimmed = kubeedge_api::trim_node(&msg.route.resource);
         if trimmed.len() != msg.route.resource.len() {
-            let start = msg.route.resource.len() - trimmed.len();
-            msg.route.resource.drain(..start);
+            msg.route.resource = trimmed.into();
         }
         self.push(wire::server_frame(&msg));
     }

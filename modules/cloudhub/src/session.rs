@@ -244,7 +244,7 @@ impl Session {
                     kind: info.kind,
                     name: if name.is_empty() { info.name } else { name },
                 },
-                rv: acked.msg.header.resource_version,
+                rv: acked.msg.header.resource_version.to_string(),
             }
         };
         self.hub.persister.submit(key, op);
@@ -326,7 +326,7 @@ impl Handler<Deliver> for Session {
                 }
             }
             Delivery::Ack => {
-                let resource = msg.route.resource.clone();
+                let resource = msg.route.resource.to_string();
                 match self.down.intake_ack(msg) {
                     Intake::Queued | Intake::Waiting => {}
                     Intake::Dropped(d) => self.dropped(d),
@@ -352,7 +352,7 @@ impl Handler<Acked> for Session {
     type Result = ();
 
     fn handle(&mut self, Acked(resp): Acked, ctx: &mut Context<Self>) {
-        if let Some(acked) = self.down.on_ack(&resp.header.parent_id) {
+        if let Some(acked) = self.down.on_ack(&resp.header.parent_id.as_str()) {
             NodeCounters::add(&self.counters.acked, 1);
             self.record_ack(acked);
         }

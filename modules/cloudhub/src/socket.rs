@@ -267,8 +267,8 @@ fn log_edge_error(link: &Link, msg: &Message, errors: &mut Throttle) {
     let content = msg.content.as_json();
     warn!(
         node = %link.node,
-        msg_id = cut(&msg.header.id, 64),
-        parent_id = cut(&msg.header.parent_id, 64),
+        msg_id = cut(&msg.header.id.as_str(), 64),
+        parent_id = cut(&msg.header.parent_id.as_str(), 64),
         source = cut(&msg.route.source, 64),
         resource = cut(&msg.route.resource, EDGE_ERROR_EXCERPT),
         content = cut(content, EDGE_ERROR_EXCERPT),

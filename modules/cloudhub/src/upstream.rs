@@ -56,7 +56,7 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
     let operation = msg.route.operation.as_str();
     if hub_op::CONTROL.contains(&operation) {
         let mut answer = msg.response(Content::string(CONTROL_ACK));
-        answer.route.operation = op::RESPONSE.to_owned();
+        answer.route.operation = op::RESPONSE.into();
         return Upstream::Answer(answer);
     }
     if operation == hub_op::KEEPALIVE {
@@ -72,7 +72,7 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
         return Upstream::EdgeError(msg);
     }
     if operation == op::UPLOAD && msg.route.group == names::GROUP_USER {
-        msg.route.resource = with_node(node, &msg.route.resource);
+        msg.route.resource = with_node(node, &msg.route.resource).into();
         return Upstream::ToModule(names::ROUTER, msg);
     }
     if hub_op::TASK_OPERATIONS.contains(&operation) {
@@ -85,7 +85,7 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
         // edgecore writes an all-empty message when it stops (observed); nothing to route.
         return Upstream::Ignore("empty message");
     }
-    msg.route.resource = with_node(node, &msg.route.resource);
+    msg.route.resource = with_node(node, &msg.route.resource).into();
     let source = msg.route.source.as_str();
     if names::CLOUD_SOURCES.contains(&source) {
         return Upstream::Drop("edge message claims a cloud module as source");

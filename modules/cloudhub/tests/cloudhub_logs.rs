@@ -82,7 +82,7 @@ async fn edge_errors_are_logged_as_bounded_excerpts_at_most_once_per_period() {
     let line = &lines[0];
     assert!(line.contains("WARN"), "{line}");
     assert!(
-        line.contains("edge-log") && line.contains(&first.header.id),
+        line.contains("edge-log") && line.contains(&first.header.id.to_string()),
         "{line}"
     );
     assert!(line.contains("éééé") && line.contains("üüüü"), "{line}");

@@ -13,7 +13,7 @@
 //! cached objects.
 
 use beehive::constants::{SUCCESS_CONTENT, operation};
-use beehive::{Content, Message};
+use beehive::{Content, Message, Str};
 use kubeedge_api::names::{EDGECONTROLLER, GROUP_RESOURCE};
 use kubeedge_api::status::{ObjectResp, StatusError};
 use serde::Serialize;
@@ -29,7 +29,7 @@ pub(crate) fn json<T: Serialize + ?Sized>(value: &T) -> Content {
 
 /// A response to `req`: new id, parent = request id, source `edgecontroller`, group
 /// `resource`, operation `response`.
-pub(crate) fn response(req: &Message, resource: impl Into<String>, content: Content) -> Message {
+pub(crate) fn response(req: &Message, resource: impl Into<Str>, content: Content) -> Message {
     Message::with_parent(req.header.id.clone())
         .with_route(
             EDGECONTROLLER,
@@ -50,20 +50,20 @@ pub(crate) fn ok(req: &Message) -> Message {
 }
 
 /// `"OK"` at `resource`, header RV = the written object's `rv`.
-pub(crate) fn ok_at(req: &Message, resource: impl Into<String>, rv: Option<String>) -> Message {
+pub(crate) fn ok_at(req: &Message, resource: impl Into<Str>, rv: Option<String>) -> Message {
     response(req, resource, Content::string(SUCCESS_CONTENT))
         .with_resource_version(rv.unwrap_or_default())
 }
 
 /// A raw `{"ErrStatus": …}` at `resource`.
-pub(crate) fn raw_error(req: &Message, resource: impl Into<String>, err: &StatusError) -> Message {
+pub(crate) fn raw_error(req: &Message, resource: impl Into<Str>, err: &StatusError) -> Message {
     response(req, resource, json(err))
 }
 
 /// A raw object at `resource`, with its resource version in the header.
 pub(crate) fn object<T: Serialize>(
     req: &Message,
-    resource: impl Into<String>,
+    resource: impl Into<Str>,
     obj: &T,
     rv: &str,
 ) -> Message {
@@ -84,7 +84,7 @@ pub(crate) fn object_resp<T: Serialize>(
 }
 
 /// A downstream push (no parent id: the edge stores it instead of treating it as a reply).
-pub(crate) fn push(resource: impl Into<String>, op: &str, content: Content, rv: &str) -> Message {
+pub(crate) fn push(resource: impl Into<Str>, op: &str, content: Content, rv: &str) -> Message {
     Message::new()
         .with_route(EDGECONTROLLER, GROUP_RESOURCE, resource, op)
         .with_content(content)

@@ -28,7 +28,7 @@ async fn acknowledgements_are_recorded_as_objectsyncs_on_the_apiserver() {
 
     // First sight creates the record at "0"; the ACK sets the version.
     let mut msg = pod("edge-1", "web", "uid-web", "48213", "insert");
-    msg.route.resource = format!("node/edge-1/{ns}/pod/web");
+    msg.route.resource = format!("node/edge-1/{ns}/pod/web").into();
     h.downstream(msg.clone()).await;
     let got = e.recv().await;
     assert_eq!(got.route.resource, format!("{ns}/pod/web"));
@@ -54,7 +54,7 @@ async fn acknowledgements_are_recorded_as_objectsyncs_on_the_apiserver() {
     let mut e = h.connect("edge-1").await;
     h.wait_nodes(1).await;
     let mut old = pod("edge-1", "web", "uid-web", "48213", "update");
-    old.route.resource = format!("node/edge-1/{ns}/pod/web");
+    old.route.resource = format!("node/edge-1/{ns}/pod/web").into();
     h.downstream(old).await;
     assert!(e.recv_within(Duration::from_millis(800)).await.is_none());
 
@@ -77,7 +77,7 @@ async fn acknowledgements_are_recorded_as_objectsyncs_on_the_apiserver() {
 
     // ACK of a delete removes the record.
     let mut del = pod("edge-1", "web", "uid-web", "48300", "delete");
-    del.route.resource = format!("node/edge-1/{ns}/pod/web");
+    del.route.resource = format!("node/edge-1/{ns}/pod/web").into();
     h.downstream(del).await;
     let got = e.recv().await;
     e.ack(&got).await;

@@ -413,7 +413,7 @@ async fn an_object_refused_by_a_full_intake_queue_keeps_a_record_for_the_sync_lo
     while got.len() < 16 {
         let m = e.recv().await;
         e.ack(&m).await;
-        got.insert(m.route.resource);
+        got.insert(m.route.resource.to_string());
     }
     // The sync loop finds the refused objects' records at "0", below the objects' version,
     // and sends them again: now they are delivered, and their records catch up.
@@ -430,7 +430,7 @@ async fn an_object_refused_by_a_full_intake_queue_keeps_a_record_for_the_sync_lo
     while got.len() < 20 {
         let m = e.recv().await;
         e.ack(&m).await;
-        got.insert(m.route.resource);
+        got.insert(m.route.resource.to_string());
     }
     let want: std::collections::BTreeSet<String> =
         (0..20).map(|i| format!("default/pod/p{i}")).collect();

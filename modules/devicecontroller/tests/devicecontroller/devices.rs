@@ -425,7 +425,10 @@ async fn membership_detail_is_confirmed_and_answered_with_the_nodes_devices() {
         .await
         .expect("confirmation");
     assert_eq!(
-        (confirm.route.resource.clone(), confirm.content.as_json()),
+        (
+            confirm.route.resource.to_string(),
+            confirm.content.as_json()
+        ),
         (format!("node/{e1}/twin"), r#""OK""#)
     );
     let detail = env

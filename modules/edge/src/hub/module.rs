@@ -98,7 +98,7 @@ async fn deliver(endpoint: Endpoint, routes: GroupRoutes, mut events: mpsc::Rece
             endpoint.send_resp(msg);
             continue;
         }
-        let Some(group) = routes.0.get(&msg.route.group) else {
+        let Some(group) = routes.0.get(msg.route.group.as_str()) else {
             warn!(group = %msg.route.group, msg = %msg, "no local group for cloud message, dropped");
             continue;
         };

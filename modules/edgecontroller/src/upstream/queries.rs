@@ -133,7 +133,7 @@ impl Upstream {
         r: &NodeResource,
         body: impl Future<Output = Result<(T, String), StatusError>>,
     ) -> Outcome {
-        let resource = r.build().unwrap_or_else(|_| msg.route.resource.clone());
+        let resource = r.build().unwrap_or_else(|_| msg.route.resource.to_string());
         match body.await {
             Ok((object, rv)) => {
                 self.send(reply::object(msg, resource, &object, &rv), Outcome::Ok)

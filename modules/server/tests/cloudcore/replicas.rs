@@ -332,7 +332,7 @@ fn version(m: &Message, prefix: &str) -> Option<Version> {
         (
             kind.to_owned(),
             name.to_owned(),
-            m.header.resource_version.clone(),
+            m.header.resource_version.to_string(),
         )
     })
 }

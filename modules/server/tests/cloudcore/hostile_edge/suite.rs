@@ -257,7 +257,7 @@ impl Edge {
                 let HubEvent::Message(m) = ev else { continue };
                 let waiter = match m.header.parent_id.is_empty() {
                     true => None,
-                    false => w.lock().unwrap().remove(&m.header.parent_id),
+                    false => w.lock().unwrap().remove(&*m.header.parent_id.as_str()),
                 };
                 match waiter {
                     Some(tx) => {
@@ -304,7 +304,7 @@ impl Edge {
         self.waiting
             .lock()
             .unwrap()
-            .insert(msg.header.id.clone(), tx);
+            .insert(msg.header.id.to_string(), tx);
         self.client.send(msg).await.expect("queue the request");
         Pending {
             what: format!("{operation} {resource}"),

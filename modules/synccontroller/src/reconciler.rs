@@ -354,9 +354,8 @@ impl Reconciler {
                 continue;
             }
             match self.assess(&r).await {
-                Some((slot, Decision::Orphan, _)) => self.orphan(slot, &r).await,
-                Some((slot, Decision::Superseded, Some(obj))) => {
-                    self.superseded(slot, &r, &obj).await;
+                Some((slot, Decision::Orphan | Decision::Superseded, _)) => {
+                    self.settle(slot, &r).await;
                 }
                 Some((slot, Decision::Update, Some(obj))) => updates.push((slot, r, obj)),
                 _ => {}
@@ -517,11 +516,47 @@ impl Reconciler {
         }
         match self.assess(record).await {
             Some((slot, Decision::Update, Some(obj))) => self.send_update(slot, record, &obj).await,
-            Some((slot, Decision::Orphan, _)) => self.orphan(slot, record).await,
-            Some((slot, Decision::Superseded, Some(obj))) => {
-                self.superseded(slot, record, &obj).await;
+            Some((slot, Decision::Orphan | Decision::Superseded, _)) => {
+                self.settle(slot, record).await;
             }
             _ => {}
+        }
+    }
+
+    /// A record whose object the cache says is gone or recreated. The cache can be behind the
+    /// API server: with a delete and recreate under the same name not delivered yet, the record
+    /// of the new incarnation looks like one of the old, and what follows deletes at the edge
+    /// or drops records. So the API server confirms first; where it disagrees nothing is done,
+    /// and a later pass decides on a newer cache.
+    async fn settle(&mut self, slot: usize, record: &Record) {
+        let Some(live) = self.live(slot, record).await else {
+            return;
+        };
+        match (decide(record, live.as_ref()), live) {
+            (Decision::Orphan, _) => self.orphan(slot, record).await,
+            (Decision::Superseded, Some(obj)) => self.superseded(slot, record, &obj).await,
+            _ => debug!(
+                record = record.key.name(),
+                "the object cache is behind the API server; decided on a later pass"
+            ),
+        }
+    }
+
+    /// The record's object as the API server has it now; `None` when it could not answer.
+    async fn live(&mut self, slot: usize, record: &Record) -> Option<Option<DynamicObject>> {
+        let s = &self.slots[slot];
+        let api = match (&record.key, s.namespaced) {
+            (RecordKey::Namespaced { namespace, .. }, true) => {
+                Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &s.resource)
+            }
+            _ => Api::<DynamicObject>::all_with(self.client.clone(), &s.resource),
+        };
+        match api.get_opt(&record.object_name).await {
+            Ok(live) => Some(live),
+            Err(error) => {
+                warn!(kind = %s.resource.kind, name = %record.object_name, %error, "cannot confirm a deletion; retrying next pass");
+                None
+            }
         }
     }
 

@@ -169,7 +169,7 @@ pub fn main() -> ExitCode {
 
 /// The tracing filter for klog verbosity `v`.
 fn klog_level(v: u8) -> String {
-    const OURS: [&str; 9] = [
+    const OURS: [&str; 12] = [
         "cloudcore_server",
         "beehive",
         "cloudhub",
@@ -177,8 +177,11 @@ fn klog_level(v: u8) -> String {
         "edgecontroller",
         "devicecontroller",
         "synccontroller",
+        "dynamiccontroller",
         "kubeedge_api",
+        "kubeedge_wire",
         "pki",
+        "edge",
     ];
     match v {
         0..=2 => "info".into(),

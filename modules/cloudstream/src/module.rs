@@ -449,16 +449,18 @@ impl CloudStream {
             let nodes = kube.clone().map(|k| {
                 NodeUpdater::new(k, advertised, shared.tuning.node_update_interval, shared.tuning.node_update_deadline)
             });
-            let pods: Option<Arc<dyn PodLocator>> =
-                pods.or_else(|| kube.clone().map(|k| Arc::new(KubePodLocator::start(k)) as Arc<dyn PodLocator>));
+            // The servers, the pod reflector and the iptables manager; connections and
+            // sessions are on `shared.tasks`.
+            let servers = TaskTracker::new();
+            let pods: Option<Arc<dyn PodLocator>> = pods.or_else(|| {
+                kube.clone()
+                    .map(|k| Arc::new(KubePodLocator::start(k, stop.clone(), &servers)) as Arc<dyn PodLocator>)
+            });
             let ctx = StreamContext {
                 shared: shared.clone(),
                 pods,
                 authz,
             };
-            // The servers and the iptables manager; connections and sessions are on
-            // `shared.tasks`.
-            let servers = TaskTracker::new();
             servers.spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, handle.tunnel_gate.clone(), stop.clone()));
             servers.spawn(stream::run(stream_l, stream_tls, ctx, handle.stream_gate.clone(), stop.clone()));
             if let Some((client, runner)) = iptables {
@@ -469,7 +471,8 @@ impl CloudStream {
             servers.close();
             info!(tunnel = %handle.tunnel_addr, stream = %handle.stream_addr, advertised, "cloudstream started");
             stop.cancelled().await;
-            // Every server task ends on `stop` (the iptables manager after removing its rules).
+            // Every task on `servers` ends on `stop` (the iptables manager after removing its
+            // rules).
             servers.wait().await;
             for s in shared.registry.all() {
                 s.close("cloudstream is shutting down");

@@ -283,7 +283,7 @@ impl Actor for EdgeController {
 impl EdgeController {
     fn answer_soon(&self, resp: Message) {
         let out = self.out.clone();
-        tokio::spawn(async move {
+        self.life.spawn(async move {
             out.send(resp).await;
         });
     }

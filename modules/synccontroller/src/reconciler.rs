@@ -139,7 +139,7 @@ impl Reconciler {
         counters: Arc<Counters>,
         connected: mpsc::Receiver<String>,
     ) -> Self {
-        let takeovers = Takeovers::new(client.clone());
+        let takeovers = Takeovers::new(client.clone(), life.clone());
         Reconciler {
             connected,
             catching_up: HashSet::new(),

@@ -16,6 +16,7 @@ use beehive::{Content, Message};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kubeedge_api::NodeResource;
+use kubeedge_api::lifecycle::Lifecycle;
 use kubeedge_api::names::{EDGECONTROLLER, GROUP_RESOURCE};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -49,16 +50,19 @@ struct Queue {
 /// reconciler is busy: one batch at a time, each batch every node queued since the last.
 pub(crate) struct Takeovers {
     client: kube::Client,
+    life: Lifecycle,
     queue: Arc<Mutex<Queue>>,
     found_tx: mpsc::UnboundedSender<Found>,
     found: mpsc::UnboundedReceiver<Found>,
 }
 
 impl Takeovers {
-    pub(crate) fn new(client: kube::Client) -> Self {
+    /// Lookups run on `life`'s tracker and stop with it.
+    pub(crate) fn new(client: kube::Client, life: Lifecycle) -> Self {
         let (found_tx, found) = mpsc::unbounded_channel();
         Takeovers {
             client,
+            life,
             queue: Arc::default(),
             found_tx,
             found,
@@ -79,7 +83,7 @@ impl Takeovers {
             self.queue.clone(),
             self.found_tx.clone(),
         );
-        tokio::spawn(async move {
+        self.life.spawn_cancellable(async move {
             loop {
                 let batch: Vec<String> = {
                     let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());

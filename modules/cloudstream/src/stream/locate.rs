@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 /// Errors finding a pod's node.
@@ -74,9 +76,9 @@ impl fmt::Debug for KubePodLocator {
 }
 
 impl KubePodLocator {
-    /// Starts the pod reflector on the current tokio runtime; it runs until the runtime
-    /// stops. Lookups work at once (a miss falls back to a GET).
-    pub fn start(client: kube::Client) -> Self {
+    /// Starts the pod reflector on `tasks` (on the current tokio runtime); it runs until
+    /// `stop` is cancelled. Lookups work at once (a miss falls back to a GET).
+    pub fn start(client: kube::Client, stop: CancellationToken, tasks: &TaskTracker) -> Self {
         let api: Api<Pod> = Api::all(client.clone());
         let (store, writer) = reflector::store();
         let stream = watcher(api, watcher::Config::default())
@@ -94,13 +96,14 @@ impl KubePodLocator {
                 pod.metadata.labels = None;
                 pod.metadata.owner_references = None;
             });
-        tokio::spawn(
-            reflector::reflector(writer, stream).for_each(|ev| async move {
-                if let Err(e) = ev {
-                    warn!(error = %e, "pod watch error (retrying)");
-                }
-            }),
-        );
+        let reflect = reflector::reflector(writer, stream).for_each(|ev| async move {
+            if let Err(e) = ev {
+                warn!(error = %e, "pod watch error (retrying)");
+            }
+        });
+        tasks.spawn(async move {
+            stop.run_until_cancelled(reflect).await;
+        });
         KubePodLocator { client, store }
     }
 

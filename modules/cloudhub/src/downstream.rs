@@ -337,6 +337,11 @@ impl Downstream {
         }
     }
 
+    /// Whether `id` is a message written and waiting for its ACK.
+    pub(crate) fn in_flight(&self, id: &str) -> bool {
+        self.inflight.contains_key(id)
+    }
+
     /// An upstream `response` arrived: if it acknowledges the in-flight message of an object
     /// with no newer version waiting, that message is done and returned (for recording);
     /// otherwise `None` (a newer version waiting is queued: pump again).
@@ -663,6 +668,19 @@ mod tests {
             .on_ack(&delete.header.id.as_str())
             .expect("the delete is recorded");
         assert!(acked.delete);
+    }
+
+    #[test]
+    fn only_a_written_unacknowledged_message_is_in_flight() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        let m = sent(&mut d, pod("u1", "5", "update"), now);
+        let id = m.header.id.as_str();
+        assert!(d.in_flight(&id));
+        assert!(!d.in_flight("an id the edge made up"));
+        assert!(d.on_ack("an id the edge made up").is_none());
+        assert!(d.on_ack(&id).is_some());
+        assert!(!d.in_flight(&id), "a repeated ACK matches nothing");
     }
 
     #[test]

@@ -113,13 +113,10 @@ impl Outbox {
 
     /// Queues `msg` as a server frame with its resource trimmed to the edge's view.
     pub(crate) fn push_message(&self, msg: &Message) {
-        let trimmed = kubeedge_api::trim_node(&msg.route.resource);
-        if trimmed.len() == msg.route.resource.len() {
+        if kubeedge_api::trim_node(&msg.route.resource).len() == msg.route.resource.len() {
             self.push(wire::server_frame(msg));
         } else {
-            let mut wire_msg = msg.clone();
-            wire_msg.route.resource = trimmed.into();
-            self.push(wire::server_frame(&wire_msg));
+            self.push_owned(msg.clone());
         }
     }
 

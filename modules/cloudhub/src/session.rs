@@ -352,7 +352,12 @@ impl Handler<Acked> for Session {
     type Result = ();
 
     fn handle(&mut self, Acked(resp): Acked, ctx: &mut Context<Self>) {
-        if let Some(acked) = self.down.on_ack(&resp.header.parent_id.as_str()) {
+        let parent = resp.header.parent_id.as_str();
+        // An ACK that matches nothing (late, repeated, or made up by the edge) costs a lookup.
+        if !self.down.in_flight(&parent) {
+            return;
+        }
+        if let Some(acked) = self.down.on_ack(&parent) {
             NodeCounters::add(&self.counters.acked, 1);
             self.record_ack(acked);
         }

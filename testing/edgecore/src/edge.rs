@@ -12,9 +12,8 @@ use crate::binary;
 use crate::error::{Error, Result};
 use crate::process::Process;
 
-/// The edge's fixed metaServer address (the template's; edgecore's default).
-pub const META_SERVER: &str = "127.0.0.1:10550";
-/// Where edgecore's edgestream relays kubelet requests (edged's read-only port).
+/// Where edgecore's edgestream relays kubelet requests (edged's read-only port; fixed in
+/// edgecore, so [`crate::KubeletPort`] orders who listens there).
 pub const KUBELET: &str = "127.0.0.1:10350";
 
 /// What goes into one edgecore config; everything else is the peer template.
@@ -32,12 +31,17 @@ pub struct EdgeConfig {
     pub heartbeat: u32,
     /// The cloudstream tunnel; `None` disables edgeStream.
     pub tunnel_server: Option<SocketAddr>,
-    /// Whether the metaServer serves 127.0.0.1:10550.
-    pub meta_server: bool,
+    /// Where the metaServer serves (`modules.metaManager.metaServer.server`; edgecore's own
+    /// default is 127.0.0.1:10550); `None` turns it off.
+    pub meta_server: Option<SocketAddr>,
 }
 
 impl EdgeConfig {
-    /// The template's settings for `node` against the given cloud addresses.
+    /// The template's settings for `node` against the given cloud addresses, with the
+    /// metaServer on a free loopback port of its own.
+    ///
+    /// # Panics
+    /// When no port in 20000–32767 is free.
     pub fn new(node: &str, token: &str, cert_server: SocketAddr, hub_server: SocketAddr) -> Self {
         EdgeConfig {
             node: node.to_owned(),
@@ -46,7 +50,7 @@ impl EdgeConfig {
             hub_server,
             heartbeat: 15,
             tunnel_server: None,
-            meta_server: true,
+            meta_server: Some(meta_server_port()),
         }
     }
 
@@ -80,13 +84,15 @@ impl EdgeConfig {
         set(
             modules,
             &["metaManager", "metaServer", "enable"],
-            self.meta_server,
+            self.meta_server.is_some(),
         )?;
-        set(
-            modules,
-            &["metaManager", "metaServer", "server"],
-            META_SERVER,
-        )?;
+        if let Some(addr) = self.meta_server {
+            set(
+                modules,
+                &["metaManager", "metaServer", "server"],
+                addr.to_string(),
+            )?;
+        }
         match self.tunnel_server {
             Some(addr) => {
                 set(modules, &["edgeStream", "enable"], true)?;
@@ -209,6 +215,12 @@ impl Drop for EdgeHome {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A free loopback address for an edgecore's metaServer.
+pub(crate) fn meta_server_port() -> SocketAddr {
+    let port = crate::cloud::listen_ports(1).expect("a free port for the metaServer")[0];
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 pub(crate) fn unique() -> u64 {
@@ -357,7 +369,15 @@ modules:
         assert_eq!(m["edgeHub"]["tlsCaFile"], "/h/run/ca/rootCA.crt");
         assert_eq!(m["edgeHub"]["websocket"]["server"], "127.0.0.1:4000");
         assert_eq!(m["edgeStream"]["enable"], false);
-        assert_eq!(m["metaManager"]["metaServer"]["server"], META_SERVER);
+        // A port of its own, so edgecores of separate test binaries run side by side.
+        let meta = c.meta_server.unwrap();
+        assert_ne!(meta.port(), 10550);
+        assert_eq!(m["metaManager"]["metaServer"]["enable"], true);
+        assert_eq!(m["metaManager"]["metaServer"]["server"], meta.to_string());
+        c.meta_server = None;
+        let off: Value =
+            serde_saphyr::from_str(&c.render(TEMPLATE, Path::new("/h")).unwrap()).unwrap();
+        assert_eq!(off["modules"]["metaManager"]["metaServer"]["enable"], false);
     }
 
     #[test]

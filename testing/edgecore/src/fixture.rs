@@ -1,5 +1,5 @@
 //! One interop scenario: the test API server, our cloudcore process, an edge Node object, the
-//! kubelet stand-in and a real edgecore, serialized machine-wide.
+//! kubelet stand-in and a real edgecore; the scenarios of one test binary take turns.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use crate::edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET};
 use crate::error::{Error, Result};
 use crate::kubelet::FakeKubelet;
 use crate::process::tail;
-use crate::serial::Serial;
+use crate::serial::{KubeletPort, Serial};
 use crate::store::EdgeStore;
 
 /// The edge-node label cloudcore selects nodes by.
@@ -89,7 +89,7 @@ impl InteropBuilder {
     }
 
     /// Runs the kubelet stand-in on 127.0.0.1:10350 (where edgestream relays) before edgecore
-    /// starts.
+    /// starts, holding that port machine-wide ([`crate::KubeletPort`]) until the scenario ends.
     pub fn with_kubelet(mut self) -> Self {
         self.kubelet = true;
         self
@@ -123,10 +123,14 @@ impl InteropBuilder {
         };
         spec.keepalive_interval = self.keepalive_interval;
         spec.dynamic_controller = self.dynamic_controller;
-        let kubelet = match self.kubelet {
-            true => Some(FakeKubelet::try_start_on(KUBELET).await?),
-            false => None,
+        let (kubelet, kubelet_port) = match self.kubelet {
+            true => {
+                let port = KubeletPort::acquire().await?;
+                (Some(FakeKubelet::try_start_on(KUBELET).await?), Some(port))
+            }
+            false => (None, None),
         };
+        let meta_server = crate::edge::meta_server_port();
         let cloud = Cloudcore::start(&spec).await?;
         let home = EdgeHome::new(&self.node)?;
         Ok(Interop {
@@ -134,12 +138,14 @@ impl InteropBuilder {
             cloud: Some(cloud),
             home,
             kubelet,
+            meta_server,
             spec,
             node: self.node,
             heartbeat: self.heartbeat,
             client,
             dir,
             finished: false,
+            _kubelet_port: kubelet_port,
             _serial: serial,
         })
     }
@@ -207,18 +213,20 @@ async fn create_edge_node(client: &kube::Client, name: &str) -> Result<()> {
 }
 
 /// A running scenario. Drop order: edgecore, cloudcore (process groups killed), kubelet
-/// stand-in, folders (kept when the test fails), then the machine-wide lock.
+/// stand-in, folders (kept when the test fails), then the kubelet port and this binary's turn.
 pub struct Interop {
     edge: Option<Edgecore>,
     cloud: Option<Cloudcore>,
     home: EdgeHome,
     kubelet: Option<FakeKubelet>,
+    meta_server: std::net::SocketAddr,
     spec: CloudSpec,
     node: String,
     heartbeat: u32,
     client: kube::Client,
     dir: PathBuf,
     finished: bool,
+    _kubelet_port: Option<KubeletPort>,
     _serial: Serial,
 }
 
@@ -255,6 +263,11 @@ impl Interop {
     /// The edge's home folder.
     pub fn home(&self) -> &EdgeHome {
         &self.home
+    }
+
+    /// Where the edge's metaServer serves (the same port across edgecore restarts).
+    pub fn meta_server(&self) -> std::net::SocketAddr {
+        self.meta_server
     }
 
     /// The kubelet stand-in, when started.
@@ -294,6 +307,7 @@ impl Interop {
         let mut c = EdgeConfig::new(&self.node, token, p.https_addr(), p.websocket_addr());
         c.heartbeat = self.heartbeat;
         c.tunnel_server = Some(p.tunnel_addr());
+        c.meta_server = Some(self.meta_server);
         c
     }
 

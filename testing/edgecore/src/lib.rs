@@ -6,11 +6,12 @@
 //!                  └─ logs/exec ─► stream server ─tunnel─► edgestream ─► FakeKubelet :10350
 //! ```
 //!
-//! Start with [`Interop::builder`]: it serializes scenarios machine-wide (edgecore's ports
-//! 10550 and 10350 are fixed), unpacks and verifies the binary ([`binary::edgecore`]), starts
-//! our cloudcore with a fresh CA, then edgecore with the token cloudhub wrote. Processes run in
-//! their own process groups and are killed on drop, also when a test panics; their log tails are
-//! printed then. Anything missing (the archive, `xz`, `sqlite3`, the cloudcore binary, the API
+//! Start with [`Interop::builder`]. The scenarios of one test binary take turns on its API
+//! server ([`Serial`]); test binaries run side by side, each edgecore's metaServer on a port of
+//! its own, and only the kubelet port 10350 is held machine-wide ([`KubeletPort`]). The builder
+//! unpacks and verifies the binary ([`binary::edgecore`]), starts our cloudcore with a fresh CA,
+//! then edgecore with the token cloudhub wrote. Processes run in their own process groups and
+//! are killed on drop, also when a test panics; their log tails are printed then. Anything missing (the archive, `xz`, `sqlite3`, the cloudcore binary, the API
 //! server) is an error that names it: the suite fails, it never skips.
 //!
 //! ```no_run
@@ -40,12 +41,12 @@ mod store;
 
 pub use balancer::Balancer;
 pub use cloud::{CloudPorts, CloudSpec, Cloudcore, Metrics, listen_ports};
-pub use edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET, META_SERVER, pem};
+pub use edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET, pem};
 pub use error::{Error, Result};
 pub use fixture::{EDGE_LABEL, Interop, InteropBuilder, eventually};
 pub use http::{Response, get as http_get};
 pub use kubectl::{kubectl, kubectl_ok, kubectl_spawn};
 pub use kubelet::FakeKubelet;
 pub use process::{Process, reap_orphans, tail};
-pub use serial::Serial;
+pub use serial::{KubeletPort, Serial};
 pub use store::{EdgeStore, Stored, key as store_key};

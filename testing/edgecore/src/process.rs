@@ -158,8 +158,9 @@ impl Drop for Process {
 /// Kills what an earlier, killed test run left behind: process groups whose leader was
 /// reparented to init (its test binary died without running `Drop`, e.g. on Ctrl-C, which does
 /// not reach our children's own process groups) and that `is_ours` recognises by their
-/// command line. Returns the leaders' pids. Call it only while holding the [`crate::Serial`]
-/// lock, when no live scenario can own such a process.
+/// command line. Returns the leaders' pids. Safe beside running scenarios, in this test binary
+/// or another: [`Process::spawn`] makes each process a direct child of its test binary, so it is
+/// reparented only once that binary is gone.
 pub fn reap_orphans(is_ours: impl Fn(&[String]) -> bool) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();

@@ -1,48 +1,94 @@
-//! One edgecore at a time on this machine: its metaServer (10550) and kubelet endpoint (10350)
-//! are fixed ports.
+//! Who may run an edgecore scenario when.
+//!
+//! The scenarios of one test binary share that binary's API server, and each one starts by
+//! clearing its edge Nodes and KubeEdge CA: they take turns ([`Serial`]). Separate test binaries
+//! have API servers of their own and run side by side. The one port a real edgecore cannot be
+//! told to change is the kubelet endpoint its edgestream relays to (127.0.0.1:10350): a
+//! scenario with a kubelet stand-in there holds it machine-wide ([`KubeletPort`]).
 
 use std::fs::{File, TryLockError};
 use std::io::Write;
 use std::path::Path;
+use std::sync::{Condvar, Mutex, Once};
 
 use crate::binary::cache_dir;
 use crate::error::{Error, Result};
 use crate::process::reap_orphans;
 
-/// Holds the machine-wide edgecore lock (an advisory `flock` on a file in the cache folder)
-/// until dropped. The lock is per open file, so it serializes threads of one test binary as
-/// well as separate test binaries; the kernel releases it when the holder dies.
+/// This test binary's turn for an edgecore scenario, until dropped.
 #[derive(Debug)]
 pub struct Serial {
+    _private: (),
+}
+
+/// Whether a scenario of this process holds its turn, and who waits for it.
+static TURN: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+impl Serial {
+    /// Blocks until no other edgecore scenario of this test binary runs. The first call in a
+    /// process also kills what a killed earlier run left behind: orphaned edgecores of the
+    /// cached binary and orphaned cloudcores started on a `cloudcore-interop-*` config (their
+    /// parent died, so no running test owns them).
+    pub fn acquire() -> Result<Serial> {
+        static REAPED: Once = Once::new();
+        REAPED.call_once(reap_leftovers);
+        let (held, freed) = &TURN;
+        let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+        while *held {
+            held = freed.wait(held).unwrap_or_else(|e| e.into_inner());
+        }
+        *held = true;
+        Ok(Serial { _private: () })
+    }
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        let (held, freed) = &TURN;
+        *held.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        freed.notify_one();
+    }
+}
+
+fn reap_leftovers() {
+    let cache = cache_dir().display().to_string();
+    let interop_dirs = std::env::temp_dir()
+        .join("cloudcore-interop-")
+        .display()
+        .to_string();
+    let reaped = reap_orphans(|argv| {
+        argv[0].starts_with(&cache)
+            || argv
+                .windows(2)
+                .any(|w| w[0] == "--config" && w[1].starts_with(&interop_dirs))
+    });
+    if !reaped.is_empty() {
+        eprintln!("edgecore-interop: killed leftovers of an earlier run: {reaped:?}");
+    }
+}
+
+/// The machine-wide right to listen on edgecore's kubelet endpoint ([`crate::KUBELET`]), until
+/// dropped: an advisory `flock` on a file in the cache folder. The lock is per open file, so it
+/// orders threads of one test binary as well as separate binaries; the kernel releases it when
+/// the holder dies.
+#[derive(Debug)]
+pub struct KubeletPort {
     _file: File,
 }
 
-impl Serial {
-    /// Blocks until no other edgecore test runs; says on stderr when it has to wait.
-    /// Then it kills what a killed earlier run left behind: orphaned edgecores of the cached
-    /// binary and orphaned cloudcores started on a `cloudcore-interop-*` config.
-    pub fn acquire() -> Result<Serial> {
+impl KubeletPort {
+    /// Waits (on a blocking-pool thread, so the caller's runtime keeps running) until no
+    /// other scenario on this machine holds the kubelet port; says on stderr when it has to.
+    pub async fn acquire() -> Result<KubeletPort> {
         let dir = cache_dir();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let serial = Serial::acquire_at(&dir.join("edgecore.lock"))?;
-        let cache = dir.display().to_string();
-        let interop_dirs = std::env::temp_dir()
-            .join("cloudcore-interop-")
-            .display()
-            .to_string();
-        let reaped = reap_orphans(|argv| {
-            argv[0].starts_with(&cache)
-                || argv
-                    .windows(2)
-                    .any(|w| w[0] == "--config" && w[1].starts_with(&interop_dirs))
-        });
-        if !reaped.is_empty() {
-            eprintln!("edgecore-interop: killed leftovers of an earlier run: {reaped:?}");
-        }
-        Ok(serial)
+        let path = dir.join("kubelet-port.lock");
+        tokio::task::spawn_blocking(move || KubeletPort::acquire_at(&path))
+            .await
+            .map_err(|e| Error::io("kubelet port lock", std::io::Error::other(e)))?
     }
 
-    fn acquire_at(path: &Path) -> Result<Serial> {
+    fn acquire_at(path: &Path) -> Result<KubeletPort> {
         let mut file = File::options()
             .create(true)
             .truncate(false)
@@ -53,7 +99,7 @@ impl Serial {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 eprintln!(
-                    "edgecore-interop: waiting for another edgecore test ({} is locked)",
+                    "edgecore-interop: waiting for the kubelet port ({} is locked)",
                     path.display()
                 );
                 file.lock().map_err(|e| Error::io(path, e))?;
@@ -63,7 +109,7 @@ impl Serial {
         // For whoever wonders who holds it.
         let _ = file.set_len(0);
         let _ = writeln!(file, "{}", std::process::id());
-        Ok(Serial { _file: file })
+        Ok(KubeletPort { _file: file })
     }
 }
 
@@ -74,18 +120,18 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    #[test]
-    fn holders_never_overlap() {
-        let dir = std::env::temp_dir().join(format!("edgecore-serial-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("lock");
+    /// Runs `enter` on 4 threads at once; returns how many were ever inside together.
+    fn most_inside_at_once(
+        enter: impl Fn() -> Box<dyn std::any::Any> + Send + Sync + 'static,
+    ) -> usize {
+        let enter = Arc::new(enter);
         let inside = Arc::new(AtomicUsize::new(0));
         let max = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..4)
             .map(|_| {
-                let (inside, max, path) = (inside.clone(), max.clone(), path.clone());
+                let (inside, max, enter) = (inside.clone(), max.clone(), enter.clone());
                 std::thread::spawn(move || {
-                    let _g = Serial::acquire_at(&path).unwrap();
+                    let _g = enter();
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     max.fetch_max(now, Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(30));
@@ -96,7 +142,27 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(max.load(Ordering::SeqCst), 1);
+        max.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn turns_never_overlap() {
+        assert_eq!(
+            most_inside_at_once(|| Box::new(Serial::acquire().unwrap())),
+            1
+        );
+    }
+
+    #[test]
+    fn kubelet_port_holders_never_overlap() {
+        let dir = std::env::temp_dir().join(format!("edgecore-serial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lock");
+        let at = path.clone();
+        assert_eq!(
+            most_inside_at_once(move || Box::new(KubeletPort::acquire_at(&at).unwrap())),
+            1
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

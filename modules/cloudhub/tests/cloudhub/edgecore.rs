@@ -21,7 +21,7 @@ async fn real_edgecore_bootstraps_connects_keeps_alive_and_acknowledges() {
     let home = EdgeHome::new(NODE).unwrap();
     // Only the hub is under test here: no tunnel, no local metaServer port.
     let mut config = EdgeConfig::new(NODE, &h.hub.token(), h.https, h.ws);
-    config.meta_server = false;
+    config.meta_server = None;
     home.write_config(&config).unwrap();
     let edge = Edgecore::start(&home).unwrap();
     let dump = || edge.log_tail(60);

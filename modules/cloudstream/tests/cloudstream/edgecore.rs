@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::support::{self, Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
-use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore, KUBELET, Serial};
+use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore, KUBELET, KubeletPort};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "edge-node-1";
@@ -31,15 +31,15 @@ fn start_edgecore(cloud: &Cloud, home: &EdgeHome) -> Edgecore {
     let closed = "127.0.0.1:9".parse().unwrap();
     let mut config = EdgeConfig::new(NODE, "unused.because.certificates.exist", closed, closed);
     config.tunnel_server = Some(cloud.tunnel_server().parse().unwrap());
-    config.meta_server = false;
+    config.meta_server = None;
     home.write_config(&config).unwrap();
     Edgecore::start(home).unwrap()
 }
 
 #[actix_rt::test]
 async fn a_real_edgecore_should_serve_logs_metrics_and_exec_through_our_tunnel() {
-    // One edgecore at a time on this machine (the kubelet port below is fixed).
-    let _serial = Serial::acquire().unwrap();
+    // The kubelet port below is fixed: one stand-in on it at a time on this machine.
+    let _kubelet_port = KubeletPort::acquire().await.unwrap();
     let cloud = Cloud::start().await;
     // edgecore relays to what the CONNECT URL names: 127.0.0.1:10350, as upstream's cloud sends.
     let kubelet = FakeKubelet::start_on(KUBELET).await;

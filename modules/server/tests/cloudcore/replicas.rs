@@ -35,7 +35,7 @@ use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent};
 use edgecore_interop::kubelet::{EXIT_CODE, log_body};
 use edgecore_interop::{
     Balancer, CloudSpec, Cloudcore, EDGE_LABEL, EdgeConfig, EdgeHome, EdgeStore, Edgecore,
-    FakeKubelet, KUBELET, Serial, Stored, eventually, kubectl, kubectl_ok, store_key,
+    FakeKubelet, KUBELET, KubeletPort, Serial, Stored, eventually, kubectl, kubectl_ok, store_key,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -1003,8 +1003,9 @@ async fn logs(ns: &str, pod: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_real_edgecore_moves_with_its_node_when_its_replica_is_killed() {
-    // Only one edgecore runs on the machine at a time (fixed metaServer and kubelet ports).
-    let _serial = Serial::acquire().expect("the machine-wide edgecore lock");
+    // This binary's edgecore scenarios take turns; the kubelet stand-in's port is fixed.
+    let _serial = Serial::acquire().expect("this binary's edgecore turn");
+    let _kubelet_port = KubeletPort::acquire().await.expect("the kubelet port");
     let kubelet = FakeKubelet::try_start_on(KUBELET)
         .await
         .expect("kubelet stand-in");

@@ -7,6 +7,7 @@
 //! Run: `cargo test -p cloudcore-server --test edgecore interop_edgecore`.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -487,7 +488,7 @@ async fn downstream_objects_reach_the_edge_store_and_acks_advance_object_sync() 
     // The metaServer serves what the edge stored (after its 10 s wait for a dynamiccontroller
     // that KubeEdge disables by default).
     let r = edgecore_interop::http_get(
-        edgecore_interop::META_SERVER.parse()?,
+        it.meta_server(),
         &format!("/api/v1/namespaces/{ns}/configmaps/cfg"),
         Duration::from_secs(40),
     )
@@ -996,14 +997,14 @@ async fn a_node_recreated_while_away_keeps_its_edge_connected_and_served() -> Re
 // ---------------------------------------------------------------------------------------------
 
 /// A kubeconfig for the edge's metaServer (plain HTTP, no credentials), as an edge host uses.
-fn metaserver_kubeconfig(dir: &std::path::Path) -> Result<std::path::PathBuf> {
+fn metaserver_kubeconfig(dir: &std::path::Path, meta: SocketAddr) -> Result<std::path::PathBuf> {
     let path = dir.join("metaserver.kubeconfig");
     std::fs::write(
         &path,
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: edge\n  cluster:\n    server: http://{}\n\
              contexts:\n- name: edge\n  context:\n    cluster: edge\ncurrent-context: edge\n",
-            edgecore_interop::META_SERVER
+            meta
         ),
     )?;
     Ok(path)
@@ -1030,13 +1031,15 @@ async fn edge_kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Result<Vec
 
 /// An EdgeMesh-like client: a kube-rs reflector on Services through the metaServer, with
 /// EdgeMesh's label selector. Returns the store and the task driving it.
-fn edge_reflector() -> Result<(
+fn edge_reflector(
+    meta: SocketAddr,
+) -> Result<(
     kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Service>,
     tokio::task::JoinHandle<()>,
 )> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
-    let config = kube::Config::new(format!("http://{}", edgecore_interop::META_SERVER).parse()?);
+    let config = kube::Config::new(format!("http://{meta}").parse()?);
     let client = kube::Client::try_from(config)?;
     let api: Api<k8s_openapi::api::core::v1::Service> = Api::all(client);
     let selector = "!service.kubernetes.io/service-proxy-name,!service.edgemesh.kubeedge.io/service-proxy-name,!service.kubernetes.io/headless";
@@ -1079,9 +1082,9 @@ struct EdgeWatch {
 }
 
 impl EdgeWatch {
-    async fn open(path: &str) -> Result<EdgeWatch> {
+    async fn open(meta: SocketAddr, path: &str) -> Result<EdgeWatch> {
         use tokio::io::AsyncWriteExt;
-        let mut sock = tokio::net::TcpStream::connect(edgecore_interop::META_SERVER).await?;
+        let mut sock = tokio::net::TcpStream::connect(meta).await?;
         sock.write_all(
             format!("GET {path} HTTP/1.0\r\nAccept: application/json\r\n\r\n").as_bytes(),
         )
@@ -1146,7 +1149,7 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
     let ns = k8s_testenv::namespace("interop-meta").await;
     let ns = ns.as_str();
     create_service(ns, "demo").await?;
-    let kubeconfig = metaserver_kubeconfig(it.dir())?;
+    let kubeconfig = metaserver_kubeconfig(it.dir(), it.meta_server())?;
 
     // kubectl on the edge lists the cluster's services, answered by the cloud.
     let started = Instant::now();
@@ -1225,7 +1228,7 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
     );
 
     // An EdgeMesh-like informer syncs, then sees new services as they are created.
-    let (store, task) = edge_reflector()?;
+    let (store, task) = edge_reflector(it.meta_server())?;
     let took = reflected(&store, ns, "demo", Duration::from_secs(10)).await?;
     eprintln!("edge reflector synced in {took:?}");
     create_service(ns, "late").await?;
@@ -1233,8 +1236,11 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
     eprintln!("a new service reached the edge reflector in {took:?}");
 
     // A raw watch (curl -N) sees services come, change and go, pushed by the cloud.
-    let mut watch =
-        EdgeWatch::open(&format!("/api/v1/namespaces/{ns}/services?watch=true")).await?;
+    let mut watch = EdgeWatch::open(
+        it.meta_server(),
+        &format!("/api/v1/namespaces/{ns}/services?watch=true"),
+    )
+    .await?;
     unrelated_write().await?;
     create_service(ns, "streamed").await?;
     watch
@@ -1342,14 +1348,12 @@ async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -
 }
 
 /// One metaServer GET and how long it took.
-async fn timed_meta_get(path: &str) -> Result<(edgecore_interop::Response, Duration)> {
+async fn timed_meta_get(
+    meta: SocketAddr,
+    path: &str,
+) -> Result<(edgecore_interop::Response, Duration)> {
     let started = Instant::now();
-    let r = edgecore_interop::http_get(
-        edgecore_interop::META_SERVER.parse()?,
-        path,
-        Duration::from_secs(40),
-    )
-    .await?;
+    let r = edgecore_interop::http_get(meta, path, Duration::from_secs(40)).await?;
     Ok((r, started.elapsed()))
 }
 
@@ -1360,7 +1364,8 @@ async fn without_a_cloud_answer_the_metaserver_falls_back_to_the_edge_store() ->
         .without_dynamic_controller()
         .start()
         .await?;
-    let (r, took) = timed_meta_get("/api/v1/services").await?;
+    let meta = it.meta_server();
+    let (r, took) = timed_meta_get(meta, "/api/v1/services").await?;
     ensure!(r.status == 200, "local answer: {} {}", r.status, r.text());
     ensure!(
         took >= Duration::from_secs(10),
@@ -1371,7 +1376,8 @@ async fn without_a_cloud_answer_the_metaserver_falls_back_to_the_edge_store() ->
 
     // Module on, cloud stopped: once the edge noticed, it answers from its store at once.
     let mut it = cloud_as_deployed("interop-meta-gone").start().await?;
-    let (r, took) = timed_meta_get("/api/v1/services").await?;
+    let meta = it.meta_server();
+    let (r, took) = timed_meta_get(meta, "/api/v1/services").await?;
     ensure!(
         r.status == 200 && took < Duration::from_secs(2),
         "cloud answer in {took:?}"
@@ -1382,7 +1388,7 @@ async fn without_a_cloud_answer_the_metaserver_falls_back_to_the_edge_store() ->
         Duration::from_secs(60),
         "a local answer at once",
         || async {
-            let (r, took) = timed_meta_get("/api/v1/services").await.ok()?;
+            let (r, took) = timed_meta_get(meta, "/api/v1/services").await.ok()?;
             (r.status == 200 && took < Duration::from_secs(1)).then_some(took)
         },
     )

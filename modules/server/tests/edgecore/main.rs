@@ -6,7 +6,8 @@
 //! would act on that too (it garbage-collects the records of a deleted Node, and records its
 //! certificates' revocation), so they do not share one with the `cloudcore` test binary, whose
 //! topics keep cloudcores running throughout. Within this binary they take turns
-//! (`edgecore_interop::Serial`): edgecore's ports are fixed.
+//! (`edgecore_interop::Serial`); `scripts/test` runs it as several processes, each with a share
+//! of the scenarios and an API server of its own.
 //!
 //! ```text
 //! cargo test -p cloudcore-server --test edgecore                    # both topics, ~5 min

@@ -3,7 +3,8 @@
 //!
 //! One task owns every cache. It reconciles a record when the record changes, when the object it
 //! tracks changes or disappears (event-driven; KubeEdge polls every record every 5 s), and every
-//! record once per interval (the safety net, and the resend for edges that missed a message).
+//! record once per interval (the safety net, and the resend for edges that missed a message;
+//! an unacknowledged delete is resent less and less often, see [`DELETE_RESEND_MAX`]).
 //! Object caches exist per kind, are filled by one watch per kind and keep only objects some record
 //! tracks.
 //!
@@ -68,6 +69,15 @@ const UNRECORDED_STATUS_GRACE: Duration = Duration::from_secs(20);
 const DROP_RETRY: Duration = Duration::from_secs(30);
 /// How long connections are collected before their nodes are caught up together.
 const CATCH_UP_DELAY: Duration = Duration::from_millis(200);
+/// The longest the periodic pass waits before it sends a delete again that the edge has not
+/// acknowledged. The wait starts at one interval and doubles with every send: each send costs
+/// the API server a GET (the deletion confirmed) and a LIST (a current resource version), and
+/// an edge that is away, or never acknowledges, would otherwise cost that every pass for every
+/// such record. A node that connects is caught up at once, whatever its records wait for.
+const DELETE_RESEND_MAX: Duration = Duration::from_secs(300);
+/// A current resource version for deletes is read once per kind within this time and shared
+/// by the deletes sent meanwhile.
+const CURRENT_RV_REUSE: Duration = Duration::from_secs(1);
 
 /// A kind some record names, with its watch cache.
 struct Slot {
@@ -85,6 +95,12 @@ enum Lookup {
 
 /// An object tracked by records: (kind slot, cache key).
 type ObjKey = (usize, String);
+
+/// When a delete the edge has not acknowledged goes out again.
+struct Resend {
+    due: Instant,
+    wait: Duration,
+}
 
 #[derive(Default)]
 struct Tracked {
@@ -123,6 +139,10 @@ pub(crate) struct Reconciler {
     statusless_since: HashMap<RecordKey, Instant>,
     /// Records of a previous incarnation being dropped, since when.
     dropping: HashMap<RecordKey, Instant>,
+    /// Records whose delete went out, and when the periodic pass may send it again.
+    resends: HashMap<RecordKey, Resend>,
+    /// A current resource version per kind slot, and when it was read.
+    current_rv: HashMap<usize, (Instant, String)>,
     /// Nodes that connected here, to bring up to date at the next catch-up.
     connected: mpsc::Receiver<String>,
     catching_up: HashSet<String>,
@@ -162,6 +182,8 @@ impl Reconciler {
             superseded_since: HashMap::new(),
             statusless_since: HashMap::new(),
             dropping: HashMap::new(),
+            resends: HashMap::new(),
+            current_rv: HashMap::new(),
         }
     }
 
@@ -282,6 +304,7 @@ impl Reconciler {
                     self.superseded_since.remove(&r.key);
                     self.statusless_since.remove(&r.key);
                     self.dropping.remove(&r.key);
+                    self.resends.remove(&r.key);
                     self.untrack(&r.key);
                 }
             }
@@ -354,7 +377,9 @@ impl Reconciler {
                 continue;
             }
             match self.assess(&r).await {
-                Some((slot, Decision::Orphan | Decision::Superseded, _)) => {
+                Some((slot, Decision::Orphan | Decision::Superseded, _))
+                    if !self.resend_waits(&r.key) =>
+                {
                     self.settle(slot, &r).await;
                 }
                 Some((slot, Decision::Update, Some(obj))) => updates.push((slot, r, obj)),
@@ -364,6 +389,15 @@ impl Reconciler {
         for (slot, r, obj) in updates {
             self.send_update(slot, &r, &obj).await;
         }
+    }
+
+    /// Whether the record's last delete went out too recently to send it again in a periodic
+    /// pass (see [`DELETE_RESEND_MAX`]). Half an interval of slack: a pass that starts just
+    /// before the time is not one interval late.
+    fn resend_waits(&self, key: &RecordKey) -> bool {
+        self.resends
+            .get(key)
+            .is_some_and(|r| Instant::now() + self.settings.interval / 2 < r.due)
     }
 
     /// A node connected here: bring it up to date soon (connections come in bursts, so they
@@ -804,12 +838,7 @@ impl Reconciler {
         // current resource version (the deletion's is gone with the object) lets the edge's
         // open watches report the deletion: they show only changes newer than what they hold.
         let r = self.slots[slot].resource.clone();
-        let list = Api::<DynamicObject>::all_with(self.client.clone(), &r)
-            .list_metadata(&ListParams::default().limit(1))
-            .await;
-        if let Ok(rv) = list.map(|l| l.metadata.resource_version.unwrap_or_default())
-            && !rv.is_empty()
-        {
+        if let Some(rv) = self.current_rv(slot).await {
             meta["resourceVersion"] = rv.into();
         }
         let body =
@@ -831,7 +860,37 @@ impl Reconciler {
         );
         if self.send(msg).await {
             self.counters.deletes.inc();
+            let wait = self
+                .resends
+                .get(&record.key)
+                .map_or(self.settings.interval, |r| {
+                    (r.wait * 2).clamp(self.settings.interval, DELETE_RESEND_MAX)
+                });
+            self.resends.insert(
+                record.key.clone(),
+                Resend {
+                    due: Instant::now() + wait,
+                    wait,
+                },
+            );
         }
+    }
+
+    /// The API server's current resource version for the slot's kind (read at most once per
+    /// [`CURRENT_RV_REUSE`]); `None` when it cannot be read.
+    async fn current_rv(&mut self, slot: usize) -> Option<String> {
+        if let Some((at, rv)) = self.current_rv.get(&slot)
+            && at.elapsed() < CURRENT_RV_REUSE
+        {
+            return Some(rv.clone());
+        }
+        let list = Api::<DynamicObject>::all_with(self.client.clone(), &self.slots[slot].resource)
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .ok()?;
+        let rv = list.metadata.resource_version.filter(|rv| !rv.is_empty())?;
+        self.current_rv.insert(slot, (Instant::now(), rv.clone()));
+        Some(rv)
     }
 
     async fn send(&mut self, msg: Message) -> bool {

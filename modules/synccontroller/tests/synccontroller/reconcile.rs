@@ -234,7 +234,7 @@ async fn a_record_without_a_status_sends_nothing_at_first_then_the_object() {
 }
 
 #[actix_rt::test]
-async fn a_gone_object_gets_a_delete_every_pass_until_the_record_goes() {
+async fn a_gone_object_gets_a_delete_again_and_again_until_the_record_goes() {
     let env = start(1).await;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
@@ -246,7 +246,7 @@ async fn a_gone_object_gets_a_delete_every_pass_until_the_record_goes() {
         .edge
         .wait_count(2, WAIT, is(resource.clone(), "delete"))
         .await;
-    assert!(deletes.len() >= 2, "repeated every pass");
+    assert!(deletes.len() >= 2, "repeated");
     let m = &deletes[0];
     assert_eq!(body(m)["metadata"]["uid"], uid);
     assert_eq!(body(m)["metadata"]["name"], "web");
@@ -260,6 +260,45 @@ async fn a_gone_object_gets_a_delete_every_pass_until_the_record_goes() {
     let before = env.edge.matching(is(resource.clone(), "delete")).len();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(env.edge.matching(is(resource, "delete")).len(), before);
+    env.bus.shutdown().await;
+}
+
+/// Every delete costs the API server a GET and a LIST: a node that never acknowledges (away,
+/// or hostile) gets it less and less often from the periodic pass, and at once when it connects.
+#[actix_rt::test]
+async fn an_unacknowledged_delete_is_resent_less_and_less_often_and_at_once_on_connect() {
+    let env = start(1).await;
+    let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
+    node(&env.client, &e1).await;
+    let name = format!("{e1}.21111111-2222-3333-4444-555555555555");
+    object_sync(&env.client, &ns, &name, spec("v1", "Pod", "web"), "5").await;
+    let delete = is(format!("node/{e1}/{ns}/pod/web"), "delete");
+    env.edge
+        .wait_for(WAIT, &delete)
+        .await
+        .expect("a first delete");
+    // Passes every second for 8 s: one delete each would be 9 by now; waiting 1, 2, 4 s
+    // between them gives 4 (at 0, 1, 3 and 7 s).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let sent = env.edge.matching(&delete).len();
+    assert!(
+        (2..=6).contains(&sent),
+        "{sent} deletes in 8 s of 1 s passes"
+    );
+    // The next one is due 8 s after the last; a connect brings it at once.
+    env.bus
+        .endpoint("test")
+        .send("synccontroller", connected(&e1))
+        .await
+        .unwrap();
+    env.edge
+        .wait_count(sent + 1, Duration::from_secs(3), &delete)
+        .await;
+    assert_eq!(
+        env.edge.matching(&delete).len(),
+        sent + 1,
+        "caught up at once on connect"
+    );
     env.bus.shutdown().await;
 }
 

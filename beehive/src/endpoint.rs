@@ -336,8 +336,15 @@ impl Endpoint {
         if self.shared.is_shutting_down() {
             return Err(Error::Shutdown);
         }
-        let (mailbox, message_back) = self.mailbox(module, std::mem::take(&mut message))?;
-        message = message_back;
+        // The message is not passed through the lookup and back: a `Message` is 248 bytes,
+        // and every move of it is a copy.
+        let mailbox = match self.shared.lookup(module) {
+            Ok(mailbox) => mailbox,
+            Err(e) => {
+                self.shared.count_refused(module, &e);
+                return Err(e.into_error(module, Some(message)));
+            }
+        };
         message.header.sync = true;
         let (registration, mut slot) = self
             .shared
@@ -345,12 +352,17 @@ impl Endpoint {
             .register_one(&message.header.id, &self.stats)?;
         let began = Instant::now();
         let deadline = began + timeout;
-        // Room now: no timer for the enqueue (one per call is enough, for the answer).
+        // Room now: no future and no timer for the enqueue. Waiting for room is boxed: it
+        // happens once per full mailbox, and keeps the future of every call small.
         let enqueued = match mailbox.offer(message) {
             Offer::Queued => Ok(Ok(())),
             Offer::Refused(e) => Ok(Err(e)),
             Offer::Full(message) => {
-                tokio::time::timeout_at(deadline, mailbox.send_when_room(message)).await
+                Box::pin(tokio::time::timeout_at(
+                    deadline,
+                    mailbox.send_when_room(message),
+                ))
+                .await
             }
         };
         match enqueued {
@@ -525,7 +537,10 @@ async fn wait_answer(
     .await;
     match early {
         Some(answer) => Some(answer),
-        None => tokio::time::timeout_at(deadline, slot).await.ok(),
+        // Boxed, as the wait for room: the timer is large, and most calls never arm it.
+        None => Box::pin(tokio::time::timeout_at(deadline, slot))
+            .await
+            .ok(),
     }
 }
 

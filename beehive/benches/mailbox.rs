@@ -22,8 +22,8 @@
 //! * group fan-out: 100,000 group sends to 8 modules; baseline 8 raw channels;
 //! * many-to-one: 8 senders → 1 module, 1,000,000 messages; baseline 8 senders into one channel.
 //!
-//! Senders and modules share the actix system's thread; `BENCH_SENDER_THREAD=1` runs the
-//! senders of the throughput workloads on a thread of their own (see [`start_senders`]).
+//! Senders (the sync caller too) are tasks on the actix system's thread, beside the modules;
+//! `BENCH_SENDER_THREAD=1` runs them on a thread of their own (see [`start_senders`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -197,9 +197,10 @@ impl Counter {
 /// and receiver goroutines the Go scheduler spreads over all cores; on a machine shared with
 /// other work this is slower, not faster (the two threads wait for each other's time slices).
 /// The raw tokio baselines do the same as the bus.
-fn start_senders<F>(work: F) -> Sending
+fn start_senders<F>(work: F) -> Sending<F::Output>
 where
-    F: std::future::Future<Output = ()> + Send + 'static,
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
 {
     if std::env::var_os("BENCH_SENDER_THREAD").is_none_or(|v| v != "1") {
         return Sending::Task(actix_rt::spawn(work));
@@ -214,13 +215,13 @@ where
 }
 
 /// Senders started by [`start_senders`].
-enum Sending {
-    Thread(std::thread::JoinHandle<()>),
-    Task(tokio::task::JoinHandle<()>),
+enum Sending<T> {
+    Thread(std::thread::JoinHandle<T>),
+    Task(tokio::task::JoinHandle<T>),
 }
 
-impl Sending {
-    async fn join(self) {
+impl<T> Sending<T> {
+    async fn join(self) -> T {
         match self {
             Sending::Thread(t) => t.join().unwrap(),
             Sending::Task(t) => t.await.unwrap(),
@@ -329,19 +330,29 @@ fn bench_sync(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let msgs = messages(SYNC);
-                let (took, lat, lost) = rt.block_on(async {
-                    let mut lat = Vec::with_capacity(SYNC);
-                    let mut lost = 0;
-                    let start = Instant::now();
-                    for m in msgs {
-                        let t = Instant::now();
-                        let id = m.header.id.clone();
-                        match ep.send_sync("meta", m, timeout).await {
-                            Ok(answer) if answer.header.parent_id == id => lat.push(t.elapsed()),
-                            _ => lost += 1,
+                let ep = ep.clone();
+                // The caller is a task on the system, as the senders of the other workloads (and
+                // the bus's callers in a program) are, not the runtime's root future: waking
+                // that one costs a system call per answer (eventfd and epoll), in the baseline too.
+                let (took, lat, lost) = rt.block_on(async move {
+                    start_senders(async move {
+                        let mut lat = Vec::with_capacity(SYNC);
+                        let mut lost = 0;
+                        let start = Instant::now();
+                        for m in msgs {
+                            let t = Instant::now();
+                            let id = m.header.id.clone();
+                            match ep.send_sync("meta", m, timeout).await {
+                                Ok(answer) if answer.header.parent_id == id => {
+                                    lat.push(t.elapsed())
+                                }
+                                _ => lost += 1,
+                            }
                         }
-                    }
-                    (start.elapsed(), lat, lost)
+                        (start.elapsed(), lat, lost)
+                    })
+                    .join()
+                    .await
                 });
                 lat_bus = lat;
                 record("sync round trip", "beehive", SYNC - lost, took);
@@ -366,17 +377,20 @@ fn bench_sync(c: &mut Criterion, rt: &mut actix_rt::SystemRunner) {
                             let _ = reply.send(m.response(Content::null()));
                         }
                     });
-                    let mut lat = Vec::with_capacity(SYNC);
-                    let start = Instant::now();
-                    for m in msgs {
-                        let t = Instant::now();
-                        let (rtx, rrx) = oneshot::channel();
-                        tx.send((m, rtx)).await.unwrap();
-                        rrx.await.unwrap();
-                        lat.push(t.elapsed());
-                    }
-                    let took = start.elapsed();
-                    drop(tx);
+                    let (took, lat) = start_senders(async move {
+                        let mut lat = Vec::with_capacity(SYNC);
+                        let start = Instant::now();
+                        for m in msgs {
+                            let t = Instant::now();
+                            let (rtx, rrx) = oneshot::channel();
+                            tx.send((m, rtx)).await.unwrap();
+                            rrx.await.unwrap();
+                            lat.push(t.elapsed());
+                        }
+                        (start.elapsed(), lat)
+                    })
+                    .join()
+                    .await;
                     responder.await.unwrap();
                     (took, lat)
                 });

@@ -1,10 +1,14 @@
 //! The sending side of the bus: send, try-send, group send, sync request/response.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
@@ -332,21 +336,33 @@ impl Endpoint {
         if self.shared.is_shutting_down() {
             return Err(Error::Shutdown);
         }
-        let (mailbox, message_back) = self.mailbox(module, std::mem::take(&mut message))?;
-        message = message_back;
+        // The message is not passed through the lookup and back: a `Message` is 248 bytes,
+        // and every move of it is a copy.
+        let mailbox = match self.shared.lookup(module) {
+            Ok(mailbox) => mailbox,
+            Err(e) => {
+                self.shared.count_refused(module, &e);
+                return Err(e.into_error(module, Some(message)));
+            }
+        };
         message.header.sync = true;
         let (registration, mut slot) = self
             .shared
             .waiters
-            .register_one(&message.header.id, self.stats.clone())?;
+            .register_one(&message.header.id, &self.stats)?;
         let began = Instant::now();
         let deadline = began + timeout;
-        // Room now: no timer for the enqueue (one per call is enough, for the answer).
+        // Room now: no future and no timer for the enqueue. Waiting for room is boxed: it
+        // happens once per full mailbox, and keeps the future of every call small.
         let enqueued = match mailbox.offer(message) {
             Offer::Queued => Ok(Ok(())),
             Offer::Refused(e) => Ok(Err(e)),
             Offer::Full(message) => {
-                tokio::time::timeout_at(deadline, mailbox.send_when_room(message)).await
+                Box::pin(tokio::time::timeout_at(
+                    deadline,
+                    mailbox.send_when_room(message),
+                ))
+                .await
             }
         };
         match enqueued {
@@ -362,15 +378,19 @@ impl Endpoint {
                 });
             }
         }
-        match tokio::time::timeout_at(deadline, &mut slot).await {
-            Ok(Ok(Ok(answer))) => {
+        match wait_answer(&mut slot, deadline).await {
+            Some(Ok(Ok(answer))) => {
+                registration.answered();
                 let waited = began.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
                 self.stats.record_sync(waited);
                 Ok(answer)
             }
-            Ok(Ok(Err(e))) => Err(e),
-            Ok(Err(_)) => Err(Error::Shutdown),
-            Err(_) => {
+            Some(Ok(Err(e))) => {
+                registration.answered();
+                Err(e)
+            }
+            Some(Err(_)) => Err(Error::Shutdown),
+            None => {
                 let id = registration.id().to_string();
                 match registration.expire_one(slot) {
                     Some(answer) => answer,
@@ -424,7 +444,7 @@ impl Endpoint {
         let (registration, waiter) =
             self.shared
                 .waiters
-                .register_group(&id, names, self.stats.clone())?;
+                .register_group(&id, names, &self.stats)?;
         let deadline = Instant::now() + timeout;
         let results = deliver_to_members(&members, message, Some(deadline)).await;
         let delivered = results.iter().filter(|(_, r)| r.is_ok()).count();
@@ -490,6 +510,37 @@ impl Endpoint {
     /// Counters of every module and endpoint on this bus.
     pub fn stats(&self) -> BusStats {
         self.shared.stats()
+    }
+}
+
+/// Waits for a single answer until `deadline`; `None` when the time is up.
+///
+/// The timer is armed only when the answer has not come after the caller's task yielded once:
+/// a module that answers in its handler on the caller's thread has answered by then, and a
+/// timer entry registered and cancelled per call (two locks on the runtime's timer wheel) cost
+/// more than the rest of the caller's side. The deadline was fixed before the yield, so a
+/// timeout fires when it would have.
+async fn wait_answer(
+    slot: &mut oneshot::Receiver<Result<Message>>,
+    deadline: Instant,
+) -> Option<std::result::Result<Result<Message>, oneshot::error::RecvError>> {
+    let mut yielded = false;
+    let early = std::future::poll_fn(|cx| match Pin::new(&mut *slot).poll(cx) {
+        Poll::Ready(answer) => Poll::Ready(Some(answer)),
+        Poll::Pending if !yielded => {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await;
+    match early {
+        Some(answer) => Some(answer),
+        // Boxed, as the wait for room: the timer is large, and most calls never arm it.
+        None => Box::pin(tokio::time::timeout_at(deadline, slot))
+            .await
+            .ok(),
     }
 }
 

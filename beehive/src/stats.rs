@@ -28,6 +28,12 @@ pub const SYNC_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
+/// [`SYNC_BUCKETS`] in microseconds: a latency is sorted by integer comparisons.
+const SYNC_BUCKET_MICROS: [u64; SYNC_BUCKETS.len()] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    5_000_000,
+];
+
 pub(crate) fn inc(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -37,10 +43,9 @@ impl ModuleStats {
     pub(crate) fn record_sync(&self, micros: u64) {
         inc(&self.sync_completed);
         self.sync_micros_total.fetch_add(micros, Ordering::Relaxed);
-        let secs = micros as f64 / 1e6;
-        let bucket = SYNC_BUCKETS
+        let bucket = SYNC_BUCKET_MICROS
             .iter()
-            .position(|le| secs <= *le)
+            .position(|le| micros <= *le)
             .unwrap_or(SYNC_BUCKETS.len());
         inc(&self.sync_buckets[bucket]);
     }
@@ -121,6 +126,11 @@ pub struct BusStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bucket_bounds_in_microseconds_are_the_published_ones() {
+        assert_eq!(SYNC_BUCKETS.map(|le| (le * 1e6).round() as u64), SYNC_BUCKET_MICROS);
+    }
 
     #[test]
     fn sync_latencies_land_in_the_bucket_of_their_upper_bound() {

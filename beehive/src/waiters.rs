@@ -105,7 +105,10 @@ pub(crate) struct Registration<'a> {
     waiters: &'a Waiters,
     id: Id,
     token: u64,
-    owner: Arc<ModuleStats>,
+    owner: &'a Arc<ModuleStats>,
+    /// The entry is known to be gone (taken by the answer, or removed here already): nothing
+    /// to remove on drop.
+    removed: bool,
 }
 
 impl Registration<'_> {
@@ -114,22 +117,38 @@ impl Registration<'_> {
         &self.id
     }
 
+    /// The single waiter got a value through its slot: whoever sent it (the answer or the
+    /// shutdown) took the entry out of the table first, so dropping this skips a second
+    /// lookup.
+    pub(crate) fn answered(mut self) {
+        self.removed = true;
+    }
+
     /// The request's time is up. Removes the waiter first, so nothing can be delivered any
     /// more, then takes an answer that slipped in at the last moment; without one the request
     /// counts as timed out.
     pub(crate) fn expire_one(
-        self,
+        mut self,
         mut slot: oneshot::Receiver<Result<Message>>,
     ) -> Option<Result<Message>> {
-        let token = self.token;
-        self.waiters
-            .table
-            .remove_if(&self.id, |_, s| s.token == token);
+        self.remove();
         if let Ok(answer) = slot.try_recv() {
             return Some(answer);
         }
         self.expire();
         None
+    }
+
+    /// Takes this registration's entry out of the table (not a later registration's that
+    /// reuses the id).
+    fn remove(&mut self) {
+        if !self.removed {
+            self.removed = true;
+            let token = self.token;
+            self.waiters
+                .table
+                .remove_if(&self.id, |_, slot| slot.token == token);
+        }
     }
 
     /// The request expired: count it, forget the waiter, and remember the id so that a late
@@ -148,16 +167,13 @@ impl Registration<'_> {
         }
         expired.order.push_back(self.id.clone());
         expired.owners.insert(self.id.clone(), self.owner.clone());
-        // `drop` removes the entry.
+        // `drop` removes the entry, after the id is remembered: an answer in between is late.
     }
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let token = self.token;
-        self.waiters
-            .table
-            .remove_if(&self.id, |_, slot| slot.token == token);
+        self.remove();
     }
 }
 
@@ -179,11 +195,11 @@ impl Waiters {
     }
 
     /// Registers a single-answer waiter for request `id`.
-    pub(crate) fn register_one(
-        &self,
+    pub(crate) fn register_one<'a>(
+        &'a self,
         id: &Id,
-        owner: Arc<ModuleStats>,
-    ) -> Result<(Registration<'_>, oneshot::Receiver<Result<Message>>)> {
+        owner: &'a Arc<ModuleStats>,
+    ) -> Result<(Registration<'a>, oneshot::Receiver<Result<Message>>)> {
         Self::check_id(id)?;
         let (tx, rx) = oneshot::channel();
         let registration = self.insert(id, Waiter::One { slot: tx }, owner)?;
@@ -191,12 +207,12 @@ impl Waiters {
     }
 
     /// Registers a waiter that needs one answer from each of `members`.
-    pub(crate) fn register_group(
-        &self,
+    pub(crate) fn register_group<'a>(
+        &'a self,
         id: &Id,
         members: impl IntoIterator<Item = String>,
-        owner: Arc<ModuleStats>,
-    ) -> Result<(Registration<'_>, Arc<GroupWaiter>)> {
+        owner: &'a Arc<ModuleStats>,
+    ) -> Result<(Registration<'a>, Arc<GroupWaiter>)> {
         Self::check_id(id)?;
         let waiter = Arc::new(GroupWaiter {
             state: Mutex::new(GroupState {
@@ -210,12 +226,12 @@ impl Waiters {
         Ok((registration, waiter))
     }
 
-    fn insert(
-        &self,
+    fn insert<'a>(
+        &'a self,
         id: &Id,
         waiter: Waiter,
-        owner: Arc<ModuleStats>,
-    ) -> Result<Registration<'_>> {
+        owner: &'a Arc<ModuleStats>,
+    ) -> Result<Registration<'a>> {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let key = id.clone();
         match self.table.entry(key.clone()) {
@@ -231,6 +247,7 @@ impl Waiters {
                     id: key,
                     token,
                     owner,
+                    removed: false,
                 })
             }
         }

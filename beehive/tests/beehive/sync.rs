@@ -505,3 +505,111 @@ async fn many_sync_waiters_timing_out_at_once_do_not_leak_or_cross_answers() {
     let stats = bus.module_stats("x").unwrap();
     assert_eq!((stats.sync_timeouts, stats.late_responses), (1_000, 1_000));
 }
+
+/// Polls `fut` once, with a waker that does nothing.
+fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+    fut.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}
+
+#[actix_rt::test]
+async fn a_cancelled_caller_frees_its_waiter_at_every_stage() {
+    let bus = Bus::new();
+    let mut inbox = bus.register_inbox("silent", "g", 0).unwrap();
+    let caller = bus.endpoint("caller");
+    let responder = bus.endpoint("silent");
+
+    // Dropped after its first poll (queued, the timer not armed yet), after its second (the
+    // timer armed), and while waiting on the runtime under an outer timeout.
+    for polls in [1, 2] {
+        let req = Message::new();
+        let mut call = Box::pin(caller.send_sync("silent", req.clone(), Duration::from_secs(60)));
+        for _ in 0..polls {
+            assert!(poll_once(call.as_mut()).is_pending());
+        }
+        assert!(caller.is_waiting(&req.header.id));
+        assert_eq!(bus.stats().pending_sync, 1);
+        drop(call);
+        assert!(!caller.is_waiting(&req.header.id), "after {polls} polls");
+        assert_eq!(bus.stats().pending_sync, 0, "after {polls} polls");
+        let delivered = inbox.recv().await.unwrap();
+        assert_eq!(
+            responder.send_resp(delivered.response(Content::null())),
+            RespOutcome::Unmatched,
+            "nobody waits for it any more"
+        );
+    }
+    let req = Message::new();
+    let outer = tokio::time::timeout(
+        Duration::from_millis(20),
+        caller.send_sync("silent", req.clone(), Duration::from_secs(60)),
+    )
+    .await;
+    assert!(outer.is_err(), "cancelled by the outer timeout");
+    assert_eq!(bus.stats().pending_sync, 0);
+    inbox.recv().await.unwrap();
+
+    let stats = bus.module_stats("caller").unwrap();
+    assert_eq!((stats.sync_timeouts, stats.late_responses), (0, 0));
+    assert_eq!(bus.stats().unmatched_responses, 2);
+}
+
+#[actix_rt::test]
+async fn a_timeout_never_fires_before_its_time_on_the_real_clock() {
+    let bus = Bus::new();
+    let _inbox = bus.register_inbox("silent", "g", 0).unwrap();
+    let caller = bus.endpoint("caller");
+    for millis in [1, 30, 120] {
+        let timeout = Duration::from_millis(millis);
+        let start = Instant::now();
+        let err = caller
+            .send_sync("silent", Message::new(), timeout)
+            .await
+            .unwrap_err();
+        let waited = start.elapsed();
+        assert!(matches!(err, Error::ResponseTimeout { .. }), "{err}");
+        assert!(waited >= timeout, "{waited:?} < {timeout:?}");
+    }
+    assert_eq!(bus.module_stats("caller").unwrap().sync_timeouts, 3);
+    assert_eq!(bus.stats().pending_sync, 0);
+}
+
+#[actix_rt::test]
+async fn an_answer_after_several_rounds_or_from_another_thread_reaches_its_caller() {
+    let bus = Bus::new();
+    let mut inbox = bus.register_inbox("meta", "g", 0).unwrap();
+    let responder = bus.endpoint("meta");
+    let (to_thread, requests) = std::sync::mpsc::channel::<Message>();
+    // Answers from a thread of its own, a little later: the caller has armed its timer by then.
+    let answering = std::thread::spawn(move || {
+        for req in requests {
+            std::thread::sleep(Duration::from_millis(5));
+            responder.send_resp(req.response(Content::string("from a thread")));
+        }
+    });
+    let relay = actix_rt::spawn(async move {
+        while let Ok(req) = inbox.recv().await {
+            // Some rounds of the local scheduler pass before the request leaves.
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            to_thread.send(req).unwrap();
+        }
+    });
+    let caller = bus.endpoint("caller");
+    for _ in 0..20 {
+        let req = Message::new();
+        let resp = caller
+            .send_sync("meta", req.clone(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(resp.header.parent_id, req.header.id);
+        assert_eq!(resp.content.as_string().as_deref(), Some("from a thread"));
+    }
+    let stats = bus.module_stats("caller").unwrap();
+    assert_eq!((stats.sync_completed, stats.sync_timeouts), (20, 0));
+    assert_eq!(bus.stats().pending_sync, 0);
+    // The relay ends with the inbox, and the thread with the relay's channel.
+    bus.shutdown().await;
+    relay.await.unwrap();
+    answering.join().unwrap();
+}

@@ -124,18 +124,21 @@ impl Registration<'_> {
         self.removed = true;
     }
 
-    /// The request's time is up. Removes the waiter first, so nothing can be delivered any
-    /// more, then takes an answer that slipped in at the last moment; without one the request
-    /// counts as timed out.
+    /// The request's time is up. Remembers the id as expired, then removes the waiter, so an
+    /// answer arriving meanwhile finds one or the other (delivered, or counted as late, never
+    /// as unmatched); then takes an answer that slipped in at the last moment. Without one the
+    /// request counts as timed out.
     pub(crate) fn expire_one(
         mut self,
         mut slot: oneshot::Receiver<Result<Message>>,
     ) -> Option<Result<Message>> {
+        self.remember_expired();
         self.remove();
         if let Ok(answer) = slot.try_recv() {
+            self.forget_expired();
             return Some(answer);
         }
-        self.expire();
+        inc(&self.owner.sync_timeouts);
         None
     }
 
@@ -155,6 +158,11 @@ impl Registration<'_> {
     /// answer is counted as late rather than unmatched.
     pub(crate) fn expire(self) {
         inc(&self.owner.sync_timeouts);
+        self.remember_expired();
+        // `drop` removes the entry, after the id is remembered: an answer in between is late.
+    }
+
+    fn remember_expired(&self) {
         let mut expired = self
             .waiters
             .expired
@@ -167,7 +175,16 @@ impl Registration<'_> {
         }
         expired.order.push_back(self.id.clone());
         expired.owners.insert(self.id.clone(), self.owner.clone());
-        // `drop` removes the entry, after the id is remembered: an answer in between is late.
+    }
+
+    /// The request was answered after all: a repeated answer is unmatched, not late.
+    fn forget_expired(&self) {
+        self.waiters
+            .expired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .owners
+            .remove(&self.id);
     }
 }
 
@@ -341,5 +358,88 @@ impl Waiters {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer_to(id: &Id) -> Message {
+        let mut m = Message::new();
+        m.header.parent_id = id.clone();
+        m
+    }
+
+    /// The interleaving a timeout races with an answer from another thread: the answer comes
+    /// after the id is remembered as expired and the waiter is gone, before the timeout is
+    /// counted.
+    #[test]
+    fn an_answer_while_a_timeout_is_processed_is_late_not_unmatched() {
+        let waiters = Waiters::default();
+        let owner = Arc::new(ModuleStats::default());
+        let id = Message::new().header.id;
+        let (mut registration, _slot) = waiters.register_one(&id, &owner).unwrap();
+        registration.remember_expired();
+        registration.remove();
+        let (outcome, _) = waiters.respond("meta", answer_to(&id));
+        assert_eq!(outcome, RespOutcome::Late);
+        assert_eq!(owner.late_responses.load(Ordering::Relaxed), 1);
+    }
+
+    /// `expire_one` takes the waiter out of the table only once its id is remembered as
+    /// expired: held at the memory's lock, it has not removed the waiter yet.
+    #[test]
+    fn a_timeout_remembers_its_id_before_it_removes_the_waiter() {
+        let waiters = Arc::new(Waiters::default());
+        let owner = Arc::new(ModuleStats::default());
+        let id = Message::new().header.id;
+        let memory = waiters.expired.lock().unwrap();
+        let expiring = {
+            let (waiters, owner, id) = (waiters.clone(), owner.clone(), id.clone());
+            std::thread::spawn(move || {
+                let (registration, slot) = waiters.register_one(&id, &owner).unwrap();
+                registration.expire_one(slot).is_none()
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            waiters.table.contains_key(&id),
+            "the waiter was removed before its id was remembered: an answer now is unmatched"
+        );
+        drop(memory);
+        assert!(expiring.join().unwrap());
+        assert!(!waiters.table.contains_key(&id));
+        assert_eq!(waiters.respond("meta", answer_to(&id)).0, RespOutcome::Late);
+    }
+
+    #[test]
+    fn an_answer_that_slipped_in_before_the_timeout_is_taken_and_not_remembered_as_expired() {
+        let waiters = Waiters::default();
+        let owner = Arc::new(ModuleStats::default());
+        let id = Message::new().header.id;
+        let (registration, slot) = waiters.register_one(&id, &owner).unwrap();
+        assert_eq!(
+            waiters.respond("meta", answer_to(&id)).0,
+            RespOutcome::Delivered
+        );
+        assert!(registration.expire_one(slot).is_some());
+        assert_eq!(owner.sync_timeouts.load(Ordering::Relaxed), 0);
+        // A second answer to the same request is unknown, not late.
+        assert_eq!(
+            waiters.respond("meta", answer_to(&id)).0,
+            RespOutcome::Unmatched
+        );
+    }
+
+    #[test]
+    fn a_timeout_with_no_answer_is_counted_once_and_its_late_answer_is_late() {
+        let waiters = Waiters::default();
+        let owner = Arc::new(ModuleStats::default());
+        let id = Message::new().header.id;
+        let (registration, slot) = waiters.register_one(&id, &owner).unwrap();
+        assert!(registration.expire_one(slot).is_none());
+        assert_eq!(owner.sync_timeouts.load(Ordering::Relaxed), 1);
+        assert_eq!(waiters.respond("meta", answer_to(&id)).0, RespOutcome::Late);
     }
 }

@@ -123,14 +123,11 @@ impl Endpoint {
         &self.name
     }
 
-    fn mailbox(&self, module: &str, message: Message) -> Result<(Arc<Mailbox>, Message)> {
-        match self.shared.lookup(module) {
-            Ok(mb) => Ok((mb, message)),
-            Err(e) => {
-                self.shared.count_refused(module, &e);
-                Err(e.into_error(module, Some(message)))
-            }
-        }
+    /// The error for a send to `module` that its lookup refused, with the message handed
+    /// back; counted on the module.
+    fn refused(&self, module: &str, why: LookupError, message: Message) -> Error {
+        self.shared.count_refused(module, &why);
+        why.into_error(module, Some(message))
     }
 
     /// Sends to a module, waiting while its mailbox is full.
@@ -152,10 +149,7 @@ impl Endpoint {
         match self.shared.offer(module, message) {
             Offered::Queued => {}
             Offered::Refused(e) => return Err(e),
-            Offered::Lookup(e, message) => {
-                self.shared.count_refused(module, &e);
-                return Err(e.into_error(module, Some(message)));
-            }
+            Offered::Lookup(e, message) => return Err(self.refused(module, e, message)),
             // Waiting is boxed: it happens once per full mailbox, not once per message, and
             // keeps the future of every send small.
             Offered::Full(mailbox, message) => {
@@ -180,7 +174,11 @@ impl Endpoint {
     /// # });
     /// ```
     pub fn try_send(&self, module: &str, message: Message) -> Result<()> {
-        let (mailbox, message) = self.mailbox(module, message)?;
+        // Looked up without the message: a `Message` is 248 bytes, and every move is a copy.
+        let mailbox = match self.shared.lookup(module) {
+            Ok(mailbox) => mailbox,
+            Err(e) => return Err(self.refused(module, e, message)),
+        };
         mailbox.try_send(message)?;
         inc(&self.stats.sent);
         Ok(())
@@ -336,14 +334,10 @@ impl Endpoint {
         if self.shared.is_shutting_down() {
             return Err(Error::Shutdown);
         }
-        // The message is not passed through the lookup and back: a `Message` is 248 bytes,
-        // and every move of it is a copy.
+        // Looked up without the message: a `Message` is 248 bytes, and every move is a copy.
         let mailbox = match self.shared.lookup(module) {
             Ok(mailbox) => mailbox,
-            Err(e) => {
-                self.shared.count_refused(module, &e);
-                return Err(e.into_error(module, Some(message)));
-            }
+            Err(e) => return Err(self.refused(module, e, message)),
         };
         message.header.sync = true;
         let (registration, mut slot) = self

@@ -170,6 +170,12 @@ mod tests {
         assert_eq!(got, ["a", "b", "c"]);
         tb.abort();
         let _ = tb.await;
+        // b's port stays taken, without a listener: a connection to it is refused, and no
+        // other test's socket (nor an outgoing connection's own source port, which would
+        // connect to itself) can take it meanwhile.
+        let dead = tokio::net::TcpSocket::new_v4().unwrap();
+        dead.set_reuseaddr(true).unwrap();
+        dead.bind(b).unwrap();
         let mut got = Vec::new();
         for _ in 0..3 {
             got.push(answer(&lb).await);

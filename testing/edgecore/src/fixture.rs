@@ -9,11 +9,11 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus, Secret};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 
 use crate::cloud::{CloudSpec, Cloudcore, Metrics};
-use crate::edge::{EdgeConfig, EdgeHome, Edgecore, KUBELET};
+use crate::edge::{EdgeConfig, EdgeHome, Edgecore};
 use crate::error::{Error, Result};
 use crate::kubelet::FakeKubelet;
 use crate::process::tail;
-use crate::serial::{KubeletPort, Serial};
+use crate::serial::Serial;
 use crate::store::EdgeStore;
 
 /// The edge-node label cloudcore selects nodes by.
@@ -89,7 +89,8 @@ impl InteropBuilder {
     }
 
     /// Runs the kubelet stand-in on 127.0.0.1:10350 (where edgestream relays) before edgecore
-    /// starts, holding that port machine-wide ([`crate::KubeletPort`]) until the scenario ends.
+    /// starts, holding that port machine-wide until the test's runtime ends
+    /// ([`FakeKubelet::start_on_kubelet_port`]).
     pub fn with_kubelet(mut self) -> Self {
         self.kubelet = true;
         self
@@ -123,12 +124,9 @@ impl InteropBuilder {
         };
         spec.keepalive_interval = self.keepalive_interval;
         spec.dynamic_controller = self.dynamic_controller;
-        let (kubelet, kubelet_port) = match self.kubelet {
-            true => {
-                let port = KubeletPort::acquire().await?;
-                (Some(FakeKubelet::try_start_on(KUBELET).await?), Some(port))
-            }
-            false => (None, None),
+        let kubelet = match self.kubelet {
+            true => Some(FakeKubelet::start_on_kubelet_port().await?),
+            false => None,
         };
         let meta_server = crate::edge::meta_server_port();
         let cloud = Cloudcore::start(&spec).await?;
@@ -145,7 +143,6 @@ impl InteropBuilder {
             client,
             dir,
             finished: false,
-            _kubelet_port: kubelet_port,
             _serial: serial,
         })
     }
@@ -213,7 +210,8 @@ async fn create_edge_node(client: &kube::Client, name: &str) -> Result<()> {
 }
 
 /// A running scenario. Drop order: edgecore, cloudcore (process groups killed), kubelet
-/// stand-in, folders (kept when the test fails), then the kubelet port and this binary's turn.
+/// stand-in, folders (kept when the test fails), then this binary's turn. The kubelet port is
+/// released when the test's runtime ends and the stand-in's listener closes.
 pub struct Interop {
     edge: Option<Edgecore>,
     cloud: Option<Cloudcore>,
@@ -226,7 +224,6 @@ pub struct Interop {
     client: kube::Client,
     dir: PathBuf,
     finished: bool,
-    _kubelet_port: Option<KubeletPort>,
     _serial: Serial,
 }
 

@@ -15,6 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, broadcast};
 use ws_peer::{Decoder, OpCode, Role, WsMessage, encode_frame};
 
+use crate::serial::KubeletPort;
+
 /// What one exec connection carried.
 #[derive(Debug, Clone, Default)]
 pub struct ExecRecord {
@@ -43,6 +45,12 @@ pub struct FakeKubelet {
     pub addr: SocketAddr,
     state: Arc<State>,
     follow: broadcast::Sender<Bytes>,
+}
+
+/// The listening socket, then the port lock: fields drop in this order.
+struct Listening {
+    listener: TcpListener,
+    _port: Option<KubeletPort>,
 }
 
 /// Body of every plain logs request: text and bytes that are not UTF-8.
@@ -86,9 +94,22 @@ impl FakeKubelet {
         }
     }
 
-    /// On a given address; the error names the address (another kubelet, or a leftover
-    /// process, may hold 127.0.0.1:10350).
+    /// On a given address; the error names the address. For edgecore's kubelet endpoint use
+    /// [`FakeKubelet::start_on_kubelet_port`].
     pub async fn try_start_on(addr: &str) -> crate::Result<Self> {
+        FakeKubelet::listen(addr, None).await
+    }
+
+    /// On edgecore's fixed kubelet endpoint ([`crate::KUBELET`]), which one stand-in on the
+    /// machine holds at a time: this waits for it, and holds it until the server stops (when
+    /// the test's runtime ends), releasing it only after the listening socket is closed, so
+    /// the next holder can bind it. Test binaries running side by side take turns here.
+    pub async fn start_on_kubelet_port() -> crate::Result<Self> {
+        let port = KubeletPort::acquire().await?;
+        FakeKubelet::listen(crate::KUBELET, Some(port)).await
+    }
+
+    async fn listen(addr: &str, port: Option<KubeletPort>) -> crate::Result<Self> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| crate::Error::io(format!("kubelet stand-in bind {addr}"), e))?;
@@ -102,8 +123,12 @@ impl FakeKubelet {
             follow,
         };
         let server = k.clone();
+        let listening = Listening {
+            listener,
+            _port: port,
+        };
         tokio::spawn(async move {
-            while let Ok((sock, _)) = listener.accept().await {
+            while let Ok((sock, _)) = listening.listener.accept().await {
                 tokio::spawn(server.clone().serve(sock));
             }
         });

@@ -8,11 +8,13 @@
 //!
 //! Start with [`Interop::builder`]. The scenarios of one test binary take turns on its API
 //! server ([`Serial`]); test binaries run side by side, each edgecore's metaServer on a port of
-//! its own, and only the kubelet port 10350 is held machine-wide ([`KubeletPort`]). The builder
-//! unpacks and verifies the binary ([`binary::edgecore`]), starts our cloudcore with a fresh CA,
-//! then edgecore with the token cloudhub wrote. Processes run in their own process groups and
-//! are killed on drop, also when a test panics; their log tails are printed then. Anything missing (the archive, `xz`, `sqlite3`, the cloudcore binary, the API
-//! server) is an error that names it: the suite fails, it never skips.
+//! its own, and only the kubelet port 10350 is held machine-wide
+//! ([`FakeKubelet::start_on_kubelet_port`]). The builder unpacks and verifies the binary
+//! ([`binary::edgecore`]), starts our cloudcore with a fresh CA, then edgecore with the token
+//! cloudhub wrote. Processes run in their own process groups and are killed on drop, also when
+//! a test panics; their log tails are printed then. Anything missing (the archive, `xz`,
+//! `sqlite3`, the cloudcore binary, the API server) is an error that names it: the suite fails,
+//! it never skips.
 //!
 //! ```no_run
 //! # async fn demo() -> edgecore_interop::Result<()> {
@@ -48,5 +50,5 @@ pub use http::{Response, get as http_get};
 pub use kubectl::{kubectl, kubectl_ok, kubectl_spawn};
 pub use kubelet::FakeKubelet;
 pub use process::{Process, reap_orphans, tail};
-pub use serial::{KubeletPort, Serial};
+pub use serial::Serial;
 pub use store::{EdgeStore, Stored, key as store_key};

@@ -4,7 +4,8 @@
 //! clearing its edge Nodes and KubeEdge CA: they take turns ([`Serial`]). Separate test binaries
 //! have API servers of their own and run side by side. The one port a real edgecore cannot be
 //! told to change is the kubelet endpoint its edgestream relays to (127.0.0.1:10350): a
-//! scenario with a kubelet stand-in there holds it machine-wide ([`KubeletPort`]).
+//! scenario with a kubelet stand-in there holds it machine-wide ([`KubeletPort`], taken by
+//! [`crate::FakeKubelet::start_on_kubelet_port`]).
 
 use std::fs::{File, TryLockError};
 use std::io::Write;
@@ -68,18 +69,18 @@ fn reap_leftovers() {
 }
 
 /// The machine-wide right to listen on edgecore's kubelet endpoint ([`crate::KUBELET`]), until
-/// dropped: an advisory `flock` on a file in the cache folder. The lock is per open file, so it
+/// dropped (held by [`crate::FakeKubelet::start_on_kubelet_port`]'s listener): an advisory `flock` on a file in the cache folder. The lock is per open file, so it
 /// orders threads of one test binary as well as separate binaries; the kernel releases it when
 /// the holder dies.
 #[derive(Debug)]
-pub struct KubeletPort {
+pub(crate) struct KubeletPort {
     _file: File,
 }
 
 impl KubeletPort {
     /// Waits (on a blocking-pool thread, so the caller's runtime keeps running) until no
     /// other scenario on this machine holds the kubelet port; says on stderr when it has to.
-    pub async fn acquire() -> Result<KubeletPort> {
+    pub(crate) async fn acquire() -> Result<KubeletPort> {
         let dir = cache_dir();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let path = dir.join("kubelet-port.lock");

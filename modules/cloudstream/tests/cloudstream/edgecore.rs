@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::support::{self, Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
 use cloudstream::http1::{self, BodyReader};
-use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore, KUBELET, KubeletPort};
+use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "edge-node-1";
@@ -38,11 +38,10 @@ fn start_edgecore(cloud: &Cloud, home: &EdgeHome) -> Edgecore {
 
 #[actix_rt::test]
 async fn a_real_edgecore_should_serve_logs_metrics_and_exec_through_our_tunnel() {
-    // The kubelet port below is fixed: one stand-in on it at a time on this machine.
-    let _kubelet_port = KubeletPort::acquire().await.unwrap();
+    // edgecore relays to what the CONNECT URL names: 127.0.0.1:10350, as upstream's cloud
+    // sends; one stand-in on that port at a time on this machine.
+    let kubelet = FakeKubelet::start_on_kubelet_port().await.unwrap();
     let cloud = Cloud::start().await;
-    // edgecore relays to what the CONNECT URL names: 127.0.0.1:10350, as upstream's cloud sends.
-    let kubelet = FakeKubelet::start_on(KUBELET).await;
     cloud.pods.place("ns", "web", NODE);
     let home = EdgeHome::new(NODE).unwrap();
     let edgecore = start_edgecore(&cloud, &home);

@@ -35,7 +35,7 @@ use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent};
 use edgecore_interop::kubelet::{EXIT_CODE, log_body};
 use edgecore_interop::{
     Balancer, CloudSpec, Cloudcore, EDGE_LABEL, EdgeConfig, EdgeHome, EdgeStore, Edgecore,
-    FakeKubelet, KUBELET, KubeletPort, Serial, Stored, eventually, kubectl, kubectl_ok, store_key,
+    FakeKubelet, Serial, Stored, eventually, kubectl, kubectl_ok, store_key,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -1005,8 +1005,7 @@ async fn logs(ns: &str, pod: &str) -> Vec<u8> {
 async fn a_real_edgecore_moves_with_its_node_when_its_replica_is_killed() {
     // This binary's edgecore scenarios take turns; the kubelet stand-in's port is fixed.
     let _serial = Serial::acquire().expect("this binary's edgecore turn");
-    let _kubelet_port = KubeletPort::acquire().await.expect("the kubelet port");
-    let kubelet = FakeKubelet::try_start_on(KUBELET)
+    let kubelet = FakeKubelet::start_on_kubelet_port()
         .await
         .expect("kubelet stand-in");
     let mut replicas = Replicas::start("edgecore").await;

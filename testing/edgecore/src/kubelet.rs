@@ -128,6 +128,9 @@ impl FakeKubelet {
             _port: port,
         };
         tokio::spawn(async move {
+            // The whole struct, not only the field the loop names (which is all a block
+            // would capture): the lock must live as long as the listener.
+            let listening = listening;
             while let Ok((sock, _)) = listening.listener.accept().await {
                 tokio::spawn(server.clone().serve(sock));
             }
@@ -350,4 +353,49 @@ async fn respond(sock: &mut TcpStream, status: u16, body: &[u8]) {
     let _ = sock.write_all(head.as_bytes()).await;
     let _ = sock.write_all(body).await;
     let _ = sock.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locked_elsewhere(path: &std::path::Path) -> bool {
+        let file = std::fs::File::open(path).unwrap();
+        matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+    }
+
+    /// The port lock is released only with the listener: while the server runs, another
+    /// holder cannot take it (and then fail to bind).
+    #[test]
+    fn the_port_lock_lives_as_long_as_the_listener() {
+        let dir = std::env::temp_dir().join(format!("kubelet-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lock");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let addr = rt.block_on(async {
+            let port = KubeletPort::acquire_at(&path).unwrap();
+            let k = FakeKubelet::listen("127.0.0.1:0", Some(port))
+                .await
+                .unwrap();
+            // The server runs on after the handle is gone, as in a scenario.
+            let addr = k.addr;
+            drop(k);
+            tokio::task::yield_now().await;
+            addr
+        });
+        assert!(
+            locked_elsewhere(&path),
+            "lock released while {addr} listens"
+        );
+        assert!(std::net::TcpStream::connect(addr).is_ok());
+        drop(rt);
+        assert!(
+            !locked_elsewhere(&path),
+            "lock kept after the server stopped"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -89,7 +89,7 @@ impl KubeletPort {
             .map_err(|e| Error::io("kubelet port lock", std::io::Error::other(e)))?
     }
 
-    fn acquire_at(path: &Path) -> Result<KubeletPort> {
+    pub(crate) fn acquire_at(path: &Path) -> Result<KubeletPort> {
         let mut file = File::options()
             .create(true)
             .truncate(false)

@@ -230,14 +230,16 @@ impl Session {
 
     /// Handles one message from the edge. Never waits on a stream: DATA goes into that
     /// stream's bounded queue or ends that stream, so one slow API client cannot hold up the
-    /// other streams of the node.
-    fn dispatch(&self, msg: TunnelMessage) {
+    /// other streams of the node. True when a stream got its first data: the caller lets that
+    /// stream's relay run before it reads on, so the first bytes reach the API client alone
+    /// instead of with everything that arrived behind them.
+    fn dispatch(&self, msg: TunnelMessage) -> bool {
         let id = msg.connect_id;
         match msg.kind {
             MessageType::Data => {
                 self.shared.metrics.received_from_edge(msg.data.len());
                 match self.streams.push(id, msg.data) {
-                    Pushed::Queued => {}
+                    Pushed::Queued { first } => return first,
                     // The edge still holds a connection for an id we no longer have (we ended
                     // it, or never had it): one REMOVE_CONNECT lets it close its side.
                     Pushed::Unknown => {
@@ -273,7 +275,7 @@ impl Session {
             MessageType::Window if self.input_window.is_some() => {
                 let Some(grant) = msg.window_grant() else {
                     warn!(node = %self.node, id, "malformed WINDOW from the edge; ignored");
-                    return;
+                    return false;
                 };
                 self.streams.grant(id, grant);
             }
@@ -281,6 +283,7 @@ impl Session {
                 warn!(node = %self.node, id, kind = %other, "unexpected message from the edge; ignored")
             }
         }
+        false
     }
 
     /// Ends one stream whose message could not be taken (too large), telling the edge.
@@ -302,7 +305,11 @@ impl Session {
             };
             match next {
                 Ok(Some(WsMessage::Text(payload))) => match TunnelMessage::decode(payload) {
-                    Ok(m) => self.dispatch(m),
+                    Ok(m) => {
+                        if self.dispatch(m) {
+                            tokio::task::yield_now().await;
+                        }
+                    }
                     Err(FrameError::TooLarge {
                         connect_id, len, ..
                     }) => {

@@ -35,6 +35,7 @@ pub(crate) async fn relay(req: &ConnectRequest, up: Up, mut rx: QueueReceiver, c
     // Both directions run at once, so a peer that is not reading cannot stall the other way.
     let upward = async {
         let mut buf = BytesMut::with_capacity(buffer);
+        let mut first = true;
         loop {
             buf.reserve(buffer);
             match rd.read_buf(&mut buf).await {
@@ -42,6 +43,9 @@ pub(crate) async fn relay(req: &ConnectRequest, up: Up, mut rx: QueueReceiver, c
                 Ok(_) => {
                     if let Err(e) = up.data(buf.split().freeze()).await {
                         return e;
+                    }
+                    if std::mem::take(&mut first) {
+                        up.let_first_data_go().await;
                     }
                 }
             }

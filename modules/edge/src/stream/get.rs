@@ -53,6 +53,7 @@ pub(crate) async fn relay(
     debug!(id = up.id, status = resp.status, "local kubelet answered");
     let mut body = BodyReader::new(&resp);
     let mut partial = BytesMut::new();
+    let mut first = true;
     loop {
         let piece = tokio::select! {
             p = body.next(&mut sock, &mut buf, max) => p,
@@ -62,6 +63,9 @@ pub(crate) async fn relay(
             Ok(Some(p)) if !lines => {
                 if let Err(e) = up.data(p).await {
                     return e;
+                }
+                if std::mem::take(&mut first) {
+                    up.let_first_data_go().await;
                 }
             }
             Ok(Some(p)) => {

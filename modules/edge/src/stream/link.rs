@@ -64,6 +64,14 @@ impl Up {
             .map_err(|_| End::TunnelGone)
     }
 
+    /// Called once, after a stream's first DATA: lets the tunnel writer send it before this
+    /// relay reads on. Otherwise a relay reading a local connection that has more ready
+    /// queues several reads' worth first, and the writer sends them as one batch, so the
+    /// first byte waits for all of them at every hop.
+    pub(crate) async fn let_first_data_go(&self) {
+        tokio::task::yield_now().await;
+    }
+
     /// Tells the cloud the local connection took `taken` more bytes of this stream, so it
     /// may send that many more; false when the tunnel queue had no room (keep the count).
     pub(crate) fn grant(&self, taken: usize) -> bool {

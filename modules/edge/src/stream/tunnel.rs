@@ -103,7 +103,7 @@ pub(crate) async fn serve(dialed: Dialed, ctx: Arc<Ctx>, stop: CancellationToken
                 ));
             }
             MessageType::Data => match streams.push(id, msg.data) {
-                Pushed::Queued | Pushed::Unknown => {}
+                Pushed::Queued { .. } | Pushed::Unknown => {}
                 Pushed::Overflow | Pushed::Gone => {
                     warn!(
                         id,

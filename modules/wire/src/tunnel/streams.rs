@@ -68,7 +68,10 @@ impl Credit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushed {
     /// Queued.
-    Queued,
+    Queued {
+        /// This was the stream's first data.
+        first: bool,
+    },
     /// No stream has this id.
     Unknown,
     /// The stream's queue is over its budget (the stream is still registered).
@@ -82,6 +85,8 @@ struct Entry {
     generation: u64,
     queue: QueueSender,
     credit: Option<Credit>,
+    /// Data has been pushed to this stream.
+    started: bool,
 }
 
 impl Entry {
@@ -142,6 +147,7 @@ impl StreamTable {
                 generation,
                 queue,
                 credit,
+                started: false,
             },
         );
         drop(inner);
@@ -153,11 +159,12 @@ impl StreamTable {
 
     /// Queues `data` for stream `id` without waiting.
     pub fn push(&self, id: u64, data: Bytes) -> Pushed {
-        let Some(queue) = self.lock().map.get(&id).map(|e| e.queue.clone()) else {
-            return Pushed::Unknown;
+        let (queue, first) = match self.lock().map.get_mut(&id) {
+            Some(e) => (e.queue.clone(), !std::mem::replace(&mut e.started, true)),
+            None => return Pushed::Unknown,
         };
         match queue.push(data) {
-            Ok(()) => Pushed::Queued,
+            Ok(()) => Pushed::Queued { first },
             Err(PushError::Overflow) => Pushed::Overflow,
             Err(PushError::Gone) => Pushed::Gone,
         }
@@ -249,10 +256,18 @@ mod tests {
         let t = StreamTable::new();
         let (tx, mut rx) = stream_queue(8);
         let g = t.insert(1, tx, None, admit_all).unwrap().unwrap();
-        assert_eq!(t.push(1, Bytes::from_static(b"abc")), Pushed::Queued);
+        assert_eq!(
+            t.push(1, Bytes::from_static(b"abc")),
+            Pushed::Queued { first: true }
+        );
+        assert_eq!(
+            t.push(1, Bytes::from_static(b"de")),
+            Pushed::Queued { first: false }
+        );
         assert_eq!(t.push(2, Bytes::from_static(b"abc")), Pushed::Unknown);
         assert_eq!(t.push(1, Bytes::from(vec![0u8; 9])), Pushed::Overflow);
         assert!(matches!(rx.recv().await, Inbound::Data(d) if &d[..] == b"abc"));
+        assert!(matches!(rx.recv().await, Inbound::Data(d) if &d[..] == b"de"));
         assert_eq!(rx.recv().await, Inbound::End(StreamEnd::Overflow));
         // A newer entry with the same id is not unregistered by the older generation.
         let (tx2, mut rx2) = stream_queue(8);

@@ -24,5 +24,5 @@ pub use frame::{
     put_uvarint,
 };
 pub use queue::{Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue};
-pub use streams::{Credit, CreditClosed, Pushed, StreamTable};
+pub use streams::{Credit, CreditClosed, OPENING_BYTES, Pushed, StreamTable};
 pub use tls::{ServerTls, TlsError, TlsMaterial};

@@ -230,16 +230,17 @@ impl Session {
 
     /// Handles one message from the edge. Never waits on a stream: DATA goes into that
     /// stream's bounded queue or ends that stream, so one slow API client cannot hold up the
-    /// other streams of the node. True when a stream got its first data: the caller lets that
-    /// stream's relay run before it reads on, so the first bytes reach the API client alone
-    /// instead of with everything that arrived behind them.
+    /// other streams of the node. True for DATA among a stream's first bytes
+    /// ([`kubeedge_wire::tunnel::OPENING_BYTES`]): the caller lets that stream's relay run
+    /// before it reads on, so they reach the API client without waiting for what arrived
+    /// behind them.
     fn dispatch(&self, msg: TunnelMessage) -> bool {
         let id = msg.connect_id;
         match msg.kind {
             MessageType::Data => {
                 self.shared.metrics.received_from_edge(msg.data.len());
                 match self.streams.push(id, msg.data) {
-                    Pushed::Queued { first } => return first,
+                    Pushed::Queued { opening } => return opening,
                     // The edge still holds a connection for an id we no longer have (we ended
                     // it, or never had it): one REMOVE_CONNECT lets it close its side.
                     Pushed::Unknown => {

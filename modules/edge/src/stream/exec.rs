@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::info;
 
-use super::link::{Ctx, End, Up, end_of};
+use super::link::{Ctx, End, Opening, Up, end_of};
 use super::local;
 
 /// Relays one exec/attach connection until either side ends it.
@@ -35,18 +35,16 @@ pub(crate) async fn relay(req: &ConnectRequest, up: Up, mut rx: QueueReceiver, c
     // Both directions run at once, so a peer that is not reading cannot stall the other way.
     let upward = async {
         let mut buf = BytesMut::with_capacity(buffer);
-        let mut first = true;
+        let mut opening = Opening::new();
         loop {
             buf.reserve(buffer);
             match rd.read_buf(&mut buf).await {
                 Ok(0) | Err(_) => return End::Local,
-                Ok(_) => {
+                Ok(n) => {
                     if let Err(e) = up.data(buf.split().freeze()).await {
                         return e;
                     }
-                    if std::mem::take(&mut first) {
-                        up.let_first_data_go().await;
-                    }
+                    opening.sent(n).await;
                 }
             }
         }

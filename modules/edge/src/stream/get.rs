@@ -8,7 +8,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info};
 
-use super::link::{Ctx, End, Up, end_of};
+use super::link::{Ctx, End, Opening, Up, end_of};
 use super::local;
 
 /// Relays one GET. The kubelet's status is not relayed (the protocol has no place for it);
@@ -53,7 +53,7 @@ pub(crate) async fn relay(
     debug!(id = up.id, status = resp.status, "local kubelet answered");
     let mut body = BodyReader::new(&resp);
     let mut partial = BytesMut::new();
-    let mut first = true;
+    let mut opening = Opening::new();
     loop {
         let piece = tokio::select! {
             p = body.next(&mut sock, &mut buf, max) => p,
@@ -61,12 +61,11 @@ pub(crate) async fn relay(
         };
         match piece {
             Ok(Some(p)) if !lines => {
+                let len = p.len();
                 if let Err(e) = up.data(p).await {
                     return e;
                 }
-                if std::mem::take(&mut first) {
-                    up.let_first_data_go().await;
-                }
+                opening.sent(len).await;
             }
             Ok(Some(p)) => {
                 partial.extend_from_slice(&p);

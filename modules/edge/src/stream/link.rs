@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kubeedge_wire::tunnel::{Credit, StreamEnd, TunnelMessage};
+use kubeedge_wire::tunnel::{Credit, OPENING_BYTES, StreamEnd, TunnelMessage};
 use kubeedge_wire::ws::Outgoing;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
@@ -64,14 +64,6 @@ impl Up {
             .map_err(|_| End::TunnelGone)
     }
 
-    /// Called once, after a stream's first DATA: lets the tunnel writer send it before this
-    /// relay reads on. Otherwise a relay reading a local connection that has more ready
-    /// queues several reads' worth first, and the writer sends them as one batch, so the
-    /// first byte waits for all of them at every hop.
-    pub(crate) async fn let_first_data_go(&self) {
-        tokio::task::yield_now().await;
-    }
-
     /// Tells the cloud the local connection took `taken` more bytes of this stream, so it
     /// may send that many more; false when the tunnel queue had no room (keep the count).
     pub(crate) fn grant(&self, taken: usize) -> bool {
@@ -101,5 +93,63 @@ pub(crate) fn end_of(e: StreamEnd) -> End {
         StreamEnd::Removed => End::CloudRemoved,
         // An overflow already sent REMOVE_CONNECT from the reader.
         StreamEnd::Overflow | StreamEnd::TunnelClosed(_) => End::TunnelGone,
+    }
+}
+
+/// Counts a relay's first bytes toward the cloud ([`OPENING_BYTES`]). Until they are sent,
+/// the relay lets the tunnel writer send each DATA before it reads on: otherwise a relay whose
+/// local connection has more ready queues several reads' worth first, the writer sends them
+/// as one batch, and the first byte waits for all of them at every hop.
+#[derive(Debug)]
+pub(crate) struct Opening {
+    left: usize,
+}
+
+impl Opening {
+    pub(crate) fn new() -> Self {
+        Opening {
+            left: OPENING_BYTES,
+        }
+    }
+
+    /// After a DATA of `len` bytes was queued.
+    pub(crate) async fn sent(&mut self, len: usize) {
+        if self.left > 0 {
+            self.left = self.left.saturating_sub(len);
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_relay_lets_the_writer_run_after_each_data_of_its_first_bytes_only() {
+        let mut opening = Opening::new();
+        let mut cx = Context::from_waker(Waker::noop());
+        let half = OPENING_BYTES / 2;
+        // (DATA length, whether the relay yields after it)
+        for (len, yields) in [
+            (half, true),
+            (half - 1, true),
+            (1, true),
+            (1, false),
+            (half, false),
+        ] {
+            let mut sent = std::pin::pin!(opening.sent(len));
+            assert_eq!(
+                sent.as_mut().poll(&mut cx).is_pending(),
+                yields,
+                "after {len} bytes"
+            );
+            if yields {
+                assert!(sent.as_mut().poll(&mut cx).is_ready());
+            }
+        }
     }
 }

@@ -64,13 +64,18 @@ impl Credit {
     }
 }
 
+/// A stream's first bytes: relays send each DATA among them on by itself (they let the other
+/// tasks run after it) instead of batching it with what is read next, so the first bytes are
+/// not held back behind a batch at every hop.
+pub const OPENING_BYTES: usize = 64 * 1024;
+
 /// What became of data pushed to a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushed {
     /// Queued.
     Queued {
-        /// This was the stream's first data.
-        first: bool,
+        /// The data is part of the stream's first [`OPENING_BYTES`].
+        opening: bool,
     },
     /// No stream has this id.
     Unknown,
@@ -85,8 +90,8 @@ struct Entry {
     generation: u64,
     queue: QueueSender,
     credit: Option<Credit>,
-    /// Data has been pushed to this stream.
-    started: bool,
+    /// Bytes pushed to this stream so far (counted up to [`OPENING_BYTES`]).
+    received: usize,
 }
 
 impl Entry {
@@ -147,7 +152,7 @@ impl StreamTable {
                 generation,
                 queue,
                 credit,
-                started: false,
+                received: 0,
             },
         );
         drop(inner);
@@ -159,12 +164,16 @@ impl StreamTable {
 
     /// Queues `data` for stream `id` without waiting.
     pub fn push(&self, id: u64, data: Bytes) -> Pushed {
-        let (queue, first) = match self.lock().map.get_mut(&id) {
-            Some(e) => (e.queue.clone(), !std::mem::replace(&mut e.started, true)),
+        let (queue, opening) = match self.lock().map.get_mut(&id) {
+            Some(e) => {
+                let opening = e.received < OPENING_BYTES;
+                e.received = e.received.saturating_add(data.len()).min(OPENING_BYTES);
+                (e.queue.clone(), opening)
+            }
             None => return Pushed::Unknown,
         };
         match queue.push(data) {
-            Ok(()) => Pushed::Queued { first },
+            Ok(()) => Pushed::Queued { opening },
             Err(PushError::Overflow) => Pushed::Overflow,
             Err(PushError::Gone) => Pushed::Gone,
         }
@@ -258,11 +267,11 @@ mod tests {
         let g = t.insert(1, tx, None, admit_all).unwrap().unwrap();
         assert_eq!(
             t.push(1, Bytes::from_static(b"abc")),
-            Pushed::Queued { first: true }
+            Pushed::Queued { opening: true }
         );
         assert_eq!(
             t.push(1, Bytes::from_static(b"de")),
-            Pushed::Queued { first: false }
+            Pushed::Queued { opening: true }
         );
         assert_eq!(t.push(2, Bytes::from_static(b"abc")), Pushed::Unknown);
         assert_eq!(t.push(1, Bytes::from(vec![0u8; 9])), Pushed::Overflow);
@@ -289,5 +298,22 @@ mod tests {
         assert_eq!(t.close(&StreamEnd::Overflow), 1);
         assert_eq!(rx2.recv().await, Inbound::End(StreamEnd::Overflow));
         assert!(t.insert(3, stream_queue(8).0, None, admit_all).is_none());
+    }
+
+    #[tokio::test]
+    async fn data_is_opening_until_the_stream_has_had_its_first_bytes() {
+        let t = StreamTable::new();
+        let (tx, _rx) = stream_queue(1 << 20);
+        t.insert(1, tx, None, admit_all).unwrap().unwrap();
+        let piece = || Bytes::from(vec![0u8; OPENING_BYTES / 2 - 1]);
+        assert_eq!(t.push(1, piece()), Pushed::Queued { opening: true });
+        assert_eq!(t.push(1, piece()), Pushed::Queued { opening: true });
+        // Two bytes short of the opening bytes: this one still counts, what follows does not.
+        assert_eq!(t.push(1, piece()), Pushed::Queued { opening: true });
+        assert_eq!(t.push(1, piece()), Pushed::Queued { opening: false });
+        // Another stream has its own opening.
+        let (tx2, _rx2) = stream_queue(1 << 20);
+        t.insert(2, tx2, None, admit_all).unwrap().unwrap();
+        assert_eq!(t.push(2, piece()), Pushed::Queued { opening: true });
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use beehive::{Content, Endpoint, Message};
 use kubeedge_api::names::{self, operation as hub_op};
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -70,8 +70,21 @@ impl Events {
     fn publish(&self, node: &str, event: &str) {
         let msg = event_message(node, event);
         for (queue, destination) in self.queues.iter().zip(DESTINATIONS) {
-            if queue.try_send(msg.clone()).is_err() {
-                warn!(node, event, ?destination, "event queue full, event dropped");
+            match queue.try_send(msg.clone()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    warn!(node, event, ?destination, "event queue full, event dropped")
+                }
+                // The publishers stopped with the bus: sessions closing after it have nobody
+                // left to tell.
+                Err(TrySendError::Closed(_)) => {
+                    debug!(
+                        node,
+                        event,
+                        ?destination,
+                        "hub stopping, event not published"
+                    )
+                }
             }
         }
     }
@@ -130,5 +143,68 @@ async fn publish(
             Err(beehive::Error::Shutdown) => return,
             Err(error) => debug!(?destination, %error, "node event not published"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Log lines written while `f` runs on this thread, at `debug` and above.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = buffer.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    #[test]
+    fn an_event_after_the_publishers_stopped_is_not_reported_as_a_full_queue() {
+        let events = Events::new();
+        // As when the bus has shut down: the publishers are gone with their receivers.
+        events.receivers.lock().unwrap().clear();
+        let log = logged(|| events.disconnected("edge-1"));
+        assert!(!log.contains("queue full"), "{log}");
+        assert_eq!(
+            log.matches("hub stopping, event not published").count(),
+            3,
+            "{log}"
+        );
+        assert!(!log.contains("WARN"), "{log}");
+    }
+
+    #[test]
+    fn an_event_beyond_a_full_queue_is_dropped_with_a_warning() {
+        let events = Events::new();
+        for _ in 0..CAPACITY {
+            events.connected("edge-1");
+        }
+        let log = logged(|| events.disconnected("edge-1"));
+        assert_eq!(
+            log.matches("event queue full, event dropped").count(),
+            3,
+            "{log}"
+        );
+        assert!(log.contains("WARN"), "{log}");
     }
 }

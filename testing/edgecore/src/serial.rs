@@ -69,9 +69,9 @@ fn reap_leftovers() {
 }
 
 /// The machine-wide right to listen on edgecore's kubelet endpoint ([`crate::KUBELET`]), until
-/// dropped (held by [`crate::FakeKubelet::start_on_kubelet_port`]'s listener): an advisory `flock` on a file in the cache folder. The lock is per open file, so it
-/// orders threads of one test binary as well as separate binaries; the kernel releases it when
-/// the holder dies.
+/// dropped (held by [`crate::FakeKubelet::start_on_kubelet_port`]'s listener): an advisory
+/// `flock` on a file in the cache folder. The lock is per open file, so it orders threads of one
+/// test binary as well as separate binaries; the kernel releases it when the holder dies.
 #[derive(Debug)]
 pub(crate) struct KubeletPort {
     _file: File,

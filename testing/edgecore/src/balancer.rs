@@ -139,13 +139,38 @@ mod tests {
     /// A backend that answers every connection with its own name.
     async fn named(name: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let task = tokio::spawn(async move {
+        (l.local_addr().unwrap(), answer_with(name, l))
+    }
+
+    /// [`named`], whose port a second socket that never listens holds as well (both with
+    /// `SO_REUSEPORT`): once the backend stops, connections to the port are refused, and no
+    /// other socket (another test's listener, an outgoing connection's source port) can take
+    /// it while the test runs.
+    async fn named_and_held(
+        name: &'static str,
+    ) -> (
+        SocketAddr,
+        tokio::task::JoinHandle<()>,
+        tokio::net::TcpSocket,
+    ) {
+        let bound = |addr: SocketAddr| {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.set_reuseport(true).unwrap();
+            s.bind(addr).unwrap();
+            s
+        };
+        let hold = bound("127.0.0.1:0".parse().unwrap());
+        let addr = hold.local_addr().unwrap();
+        let l = bound(addr).listen(16).unwrap();
+        (addr, answer_with(name, l), hold)
+    }
+
+    fn answer_with(name: &'static str, l: TcpListener) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
                 let _ = s.write_all(name.as_bytes()).await;
             }
-        });
-        (addr, task)
+        })
     }
 
     async fn answer(lb: &Balancer) -> String {
@@ -158,7 +183,7 @@ mod tests {
     #[tokio::test]
     async fn connections_are_dealt_in_turn_and_a_dead_backend_is_skipped() {
         let (a, _ta) = named("a").await;
-        let (b, tb) = named("b").await;
+        let (b, tb, _held) = named_and_held("b").await;
         let (c, _tc) = named("c").await;
         let lb = Balancer::start("127.0.0.1:0".parse().unwrap(), vec![a, b, c])
             .await
@@ -168,14 +193,9 @@ mod tests {
             got.push(answer(&lb).await);
         }
         assert_eq!(got, ["a", "b", "c"]);
+        // b stops; its port stays held without a listener, so connections to it are refused.
         tb.abort();
         let _ = tb.await;
-        // b's port stays taken, without a listener: a connection to it is refused, and no
-        // other test's socket (nor an outgoing connection's own source port, which would
-        // connect to itself) can take it meanwhile.
-        let dead = tokio::net::TcpSocket::new_v4().unwrap();
-        dead.set_reuseaddr(true).unwrap();
-        dead.bind(b).unwrap();
         let mut got = Vec::new();
         for _ in 0..3 {
             got.push(answer(&lb).await);

@@ -78,3 +78,8 @@ cfg_bus! {
     /// 36-character request ids every sync round trip looks up twice.
     type FastMap<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;
 }
+
+/// The crate README's code blocks, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(all(doctest, feature = "bus"))]
+pub struct ReadmeDoctests;

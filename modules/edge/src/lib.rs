@@ -10,3 +10,8 @@ pub mod stream;
 mod verify;
 
 pub use verify::ServerVerification;
+
+/// The crate README's code blocks, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

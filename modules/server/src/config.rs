@@ -148,7 +148,7 @@ impl Default for LeaderElectionConfig {
 }
 
 /// `replicas` (Rust addition): how this replica tells itself apart when several replicas serve
-/// the edge together behind one load balancer (see the README, "Running several replicas").
+/// the edge together behind one load balancer (see docs/operations.md, "Running several replicas").
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ReplicasConfig {

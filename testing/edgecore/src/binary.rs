@@ -56,7 +56,7 @@ pub fn archive() -> Result<PathBuf> {
     let entries = std::fs::read_dir(&dir).map_err(|e| {
         Error::EdgecoreMissing(format!(
             "{}: {e} (set EDGECORE_BIN to an edgecore binary, or EDGECORE_XZ to an \
-             edgecore-*.xz; README, \"Interop with a real edgecore\", says where to get one)",
+             edgecore-*.xz; CONTRIBUTING.md, \"The real edgecore\", says where to get one)",
             dir.display()
         ))
     })?;
@@ -71,7 +71,7 @@ pub fn archive() -> Result<PathBuf> {
     found.sort();
     found.pop().ok_or_else(|| {
         Error::EdgecoreMissing(format!(
-            "no edgecore-*.xz in {} (set EDGECORE_BIN or EDGECORE_XZ; see the README)",
+            "no edgecore-*.xz in {} (set EDGECORE_BIN or EDGECORE_XZ; see CONTRIBUTING.md, \"The real edgecore\")",
             dir.display()
         ))
     })

@@ -1,5 +1,5 @@
 //! Interop with an unmodified KubeEdge edgecore (v1.23 line; where the binary comes from:
-//! the README's "Interop with a real edgecore") run by
+//! CONTRIBUTING.md, "The real edgecore") run by
 //! the `edgecore-interop` harness against this in-process hub: it bootstraps its certificate
 //! from our certificate server with our token, connects to our WebSocket, keeps alive, receives
 //! a downstream update and acknowledges it. The end-to-end suite with the whole cloudcore is

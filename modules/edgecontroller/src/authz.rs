@@ -787,8 +787,9 @@ struct TokenRequestView<'a> {
 struct TokenRequestSpecView<'a> {
     #[serde(borrow)]
     bound_object_ref: Option<BoundObjectView<'a>>,
+    /// `null` as a Go client sends an unset list: edged's request for a pod's default token.
     #[serde(borrow)]
-    audiences: Vec<Cow<'a, str>>,
+    audiences: Option<Vec<Cow<'a, str>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -855,10 +856,9 @@ fn token_request(
             .any(|t| t.audience.as_deref().unwrap_or_default() == audience)
     };
     let default = [Cow::Borrowed("")];
-    let wanted = if tr.spec.audiences.is_empty() {
-        &default[..]
-    } else {
-        &tr.spec.audiences[..]
+    let wanted = match tr.spec.audiences.as_deref() {
+        Some(audiences) if !audiences.is_empty() => audiences,
+        _ => &default[..],
     };
     if let Some(a) = wanted.iter().find(|a| !declared(a)) {
         return deny(format!(
@@ -1258,6 +1258,16 @@ mod tests {
             "boundObjectRef": {"kind": "Pod", "name": "mine", "uid": "uid-mine"}}}))
         .unwrap();
         assert!(forbidden(a.authorize(&with_audience)));
+        // As edged sends it for the default token volume: Go marshals the unset list as null.
+        let from_edged = msg(
+            "node/e1/ns/serviceaccounttoken/runner",
+            "query",
+            json!({"metadata": {"creationTimestamp": null}, "spec": {"audiences": null,
+                "expirationSeconds": 3607, "boundObjectRef": {"kind": "Pod", "apiVersion": "v1",
+                "name": "mine", "uid": "uid-mine"}}, "status": {"token": "",
+                "expirationTimestamp": null}}),
+        );
+        assert_eq!(a.authorize(&from_edged), Ok(()));
         let unbound = msg(
             "node/e1/ns/serviceaccounttoken/runner",
             "query",

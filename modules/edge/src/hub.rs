@@ -27,11 +27,12 @@
 
 mod certs;
 mod client;
+mod dial;
 mod error;
 mod https;
 mod module;
 
-pub use certs::{CertPaths, EdgeCerts, bootstrap, rotate};
+pub use certs::{CertPaths, EdgeCerts, bootstrap, bootstrap_from, rotate};
 pub use client::{Backoff, DEFAULT_PROJECT_ID, HubClient, HubClientConfig, HubEvent};
 pub use error::HubError;
 pub use kubeedge_wire::hub::{ack_for, keepalive, needs_ack};

@@ -1,6 +1,7 @@
 //! The edge's key material and its bootstrap through the certificate server, exactly as
 //! edgecore does it (docs/hub-protocol.md, "What edgecore does at first start").
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,16 +123,27 @@ impl EdgeCerts {
 
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn fetch_ca(http_server: &str) -> Result<Vec<u8>, HubError> {
+async fn fetch_ca(http_server: &str, local: Option<IpAddr>) -> Result<Vec<u8>, HubError> {
     // Like edgecore: the server is not verified and the status is not checked; the hash of
     // the body is, against the token, so a forged CA is refused before anything is sent.
     let tls = Arc::new(pki::tls::insecure_client_config());
-    let resp = https::request(http_server, "GET", "/ca.crt", &[], &[], tls, HTTP_TIMEOUT).await?;
+    let resp = https::request(
+        http_server,
+        local,
+        "GET",
+        "/ca.crt",
+        &[],
+        &[],
+        tls,
+        HTTP_TIMEOUT,
+    )
+    .await?;
     Ok(resp.body)
 }
 
 async fn sign(
     http_server: &str,
+    local: Option<IpAddr>,
     ca_der: &[u8],
     node: &str,
     auth: Option<&str>,
@@ -148,6 +160,7 @@ async fn sign(
     }
     let resp = https::request(
         http_server,
+        local,
         "GET",
         "/edge.crt",
         &headers,
@@ -175,8 +188,20 @@ async fn sign(
 /// signed by `GET /edge.crt` with `Authorization: Bearer <jwt>` and `NodeName`, verifying the
 /// server against the downloaded CA this time. `http_server` is `https://host:port`.
 pub async fn bootstrap(http_server: &str, token: &str, node: &str) -> Result<EdgeCerts, HubError> {
+    bootstrap_from(http_server, token, node, None).await
+}
+
+/// [`bootstrap`] dialing from the source address `local` (the OS picks when `None`): load
+/// tools give each simulated edge an address of its own, as real edges have, so the
+/// certificate server's per-source limits see them apart.
+pub async fn bootstrap_from(
+    http_server: &str,
+    token: &str,
+    node: &str,
+    local: Option<IpAddr>,
+) -> Result<EdgeCerts, HubError> {
     let (hash, jwt) = pki::split_token(token).ok_or(HubError::BadToken)?;
-    let ca_der = fetch_ca(http_server).await?;
+    let ca_der = fetch_ca(http_server, local).await?;
     let got = pki::sha256_hex(&ca_der);
     if !got.eq_ignore_ascii_case(hash) {
         return Err(HubError::CaMismatch {
@@ -184,7 +209,7 @@ pub async fn bootstrap(http_server: &str, token: &str, node: &str) -> Result<Edg
             got,
         });
     }
-    sign(http_server, &ca_der, node, Some(jwt), None).await
+    sign(http_server, local, &ca_der, node, Some(jwt), None).await
 }
 
 /// Certificate rotation: a new key and certificate, authenticated by the current one.
@@ -193,5 +218,13 @@ pub async fn rotate(
     current: &EdgeCerts,
     node: &str,
 ) -> Result<EdgeCerts, HubError> {
-    sign(http_server, &current.ca_der, node, None, Some(current)).await
+    sign(
+        http_server,
+        None,
+        &current.ca_der,
+        node,
+        None,
+        Some(current),
+    )
+    .await
 }

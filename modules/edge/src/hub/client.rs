@@ -12,11 +12,12 @@ use kubeedge_wire::hub::{self, ack_for, keepalive, needs_ack};
 use kubeedge_wire::ws::{self, Outgoing, Role, WsError, WsMessage, WsReader, WsWriter};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::dial::dial;
 use super::error::HubError;
 
 /// edgecore's default `edgeHub.projectID`.
@@ -223,30 +224,6 @@ struct Ws {
     leftover: BytesMut,
 }
 
-/// TCP to `server` (`host:port`), from `local` when given: the first resolved address of the
-/// same family is dialed.
-async fn dial(server: &str, local: Option<IpAddr>) -> std::io::Result<TcpStream> {
-    let Some(local) = local else {
-        return TcpStream::connect(server).await;
-    };
-    let target = tokio::net::lookup_host(server)
-        .await?
-        .find(|a| a.is_ipv4() == local.is_ipv4())
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::AddrNotAvailable,
-                format!("{server} has no address of the family of {local}"),
-            )
-        })?;
-    let socket = if local.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.bind((local, 0).into())?;
-    socket.connect(target).await
-}
-
 async fn connect(cfg: &HubClientConfig, tls: &Arc<ClientConfig>) -> Result<Ws, HubError> {
     let host = cfg
         .server
@@ -260,7 +237,6 @@ async fn connect(cfg: &HubClientConfig, tls: &Arc<ClientConfig>) -> Result<Ws, H
         let tcp = dial(&cfg.server, cfg.local_address)
             .await
             .map_err(|e| HubError::transport("connect", e))?;
-        let _ = tcp.set_nodelay(true);
         let name = ServerName::try_from(host).map_err(|e| HubError::transport("server name", e))?;
         let stream = tokio_rustls::TlsConnector::from(tls.clone())
             .connect(name, tcp)

@@ -10,8 +10,8 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
 
+use super::dial::dial;
 use super::error::HubError;
 
 /// Largest response body accepted.
@@ -47,10 +47,12 @@ pub(crate) struct Response {
     pub(crate) body: Vec<u8>,
 }
 
-/// Sends one request and reads the whole response (`Connection: close`), all within
-/// `timeout`; a body over [`MAX_BODY`] is an error.
+/// Sends one request from `local` (the OS picks when `None`) and reads the whole response
+/// (`Connection: close`), all within `timeout`; a body over [`MAX_BODY`] is an error.
+#[allow(clippy::too_many_arguments)] // one private call shape: the request and how to dial it
 pub(crate) async fn request(
     base: &str,
+    local: Option<std::net::IpAddr>,
     method: &str,
     path: &str,
     headers: &[(&str, String)],
@@ -72,7 +74,11 @@ pub(crate) async fn request(
         .body(Full::new(Bytes::copy_from_slice(body)))
         .map_err(|e| HubError::transport("build request", e))?;
     tokio::time::timeout(timeout, async {
-        let tcp = TcpStream::connect((host.as_str(), port))
+        let server = match host.contains(':') {
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
+        };
+        let tcp = dial(&server, local)
             .await
             .map_err(|e| HubError::transport("connect to the certificate server", e))?;
         let name = ServerName::try_from(host.clone())

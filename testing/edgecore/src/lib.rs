@@ -50,5 +50,5 @@ pub use http::{Response, get as http_get};
 pub use kubectl::{kubectl, kubectl_ok, kubectl_spawn};
 pub use kubelet::FakeKubelet;
 pub use process::{Process, reap_orphans, tail};
-pub use serial::Serial;
+pub use serial::{KubeletPort, Serial};
 pub use store::{EdgeStore, Stored, key as store_key};

@@ -72,15 +72,16 @@ fn reap_leftovers() {
 /// dropped (held by [`crate::FakeKubelet::start_on_kubelet_port`]'s listener): an advisory
 /// `flock` on a file in the cache folder. The lock is per open file, so it orders threads of one
 /// test binary as well as separate binaries; the kernel releases it when the holder dies.
+/// Load tools that run a real edgecore with a kubelet stand-in of their own hold it too.
 #[derive(Debug)]
-pub(crate) struct KubeletPort {
+pub struct KubeletPort {
     _file: File,
 }
 
 impl KubeletPort {
     /// Waits (on a blocking-pool thread, so the caller's runtime keeps running) until no
     /// other scenario on this machine holds the kubelet port; says on stderr when it has to.
-    pub(crate) async fn acquire() -> Result<KubeletPort> {
+    pub async fn acquire() -> Result<KubeletPort> {
         let dir = cache_dir();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let path = dir.join("kubelet-port.lock");

@@ -199,34 +199,23 @@ pub enum PermissionError {
     Kube(#[from] kube::Error),
 }
 
-/// Asks the API server about each of `needed` and fails naming every one it
-/// refuses.
+/// Reviews in flight at once: all of a default configuration's (about 60) in one round trip
+/// over the HTTP/2 connection, so the check costs about one API server latency at start-up.
+const REVIEWS_IN_FLIGHT: usize = 64;
+
+/// Asks the API server about each of `needed` (the reviews run concurrently) and fails naming
+/// every one it refuses, in the order of `needed`.
 pub async fn check(client: &kube::Client, needed: &[Permission]) -> Result<(), PermissionError> {
+    use futures::StreamExt as _;
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answers: Vec<Result<bool, kube::Error>> = futures::stream::iter(needed)
+        .map(|p| allowed(&api, p))
+        .buffered(REVIEWS_IN_FLIGHT)
+        .collect()
+        .await;
     let mut missing = Vec::new();
-    // One at a time: a few dozen small requests once at start-up.
-    for p in needed {
-        let (resource, subresource) = match p.resource.split_once('/') {
-            Some((r, s)) => (r, Some(s.to_owned())),
-            None => (p.resource, None),
-        };
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(p.verb.into()),
-                    group: Some(p.group.into()),
-                    resource: Some(resource.into()),
-                    subresource,
-                    namespace: (!p.namespace.is_empty()).then(|| p.namespace.into()),
-                    name: (!p.name.is_empty()).then(|| p.name.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer = api.create(&PostParams::default(), &review).await?;
-        if !answer.status.is_some_and(|s| s.allowed) {
+    for (p, answer) in needed.iter().zip(answers) {
+        if !answer? {
             missing.push(*p);
         }
     }
@@ -235,6 +224,31 @@ pub async fn check(client: &kube::Client, needed: &[Permission]) -> Result<(), P
     } else {
         Err(PermissionError::Missing(missing))
     }
+}
+
+/// One SelfSubjectAccessReview: whether `p` is allowed.
+async fn allowed(api: &Api<SelfSubjectAccessReview>, p: &Permission) -> Result<bool, kube::Error> {
+    let (resource, subresource) = match p.resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (p.resource, None),
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(p.verb.into()),
+                group: Some(p.group.into()),
+                resource: Some(resource.into()),
+                subresource,
+                namespace: (!p.namespace.is_empty()).then(|| p.namespace.into()),
+                name: (!p.name.is_empty()).then(|| p.name.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 #[cfg(test)]

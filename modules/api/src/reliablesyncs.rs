@@ -1,6 +1,8 @@
 //! `reliablesyncs.kubeedge.io/v1alpha1`: what each edge node has acknowledged.
 
 use kube::CustomResource;
+
+use crate::watch::{Cache, CacheWriter};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +91,65 @@ pub struct ClusterObjectSyncSpec {
     pub object_name: String,
 }
 
+/// The acknowledgement records in memory, as one watch (synccontroller's) keeps them, readable
+/// by another module of the same process: cloudhub learns whether a node ever acknowledged an
+/// object without asking the API server (KubeEdge reads its ObjectSync lister the same way).
+/// Cheap to clone. [`record_cache`] makes one with its writer.
+#[derive(Debug, Clone)]
+pub struct RecordCache {
+    namespaced: Cache<ObjectSync>,
+    cluster: Cache<ClusterObjectSync>,
+}
+
+/// The writing side of a [`RecordCache`]: the task that watches ObjectSyncs and
+/// ClusterObjectSyncs applies its events here.
+#[derive(Debug)]
+pub struct RecordCacheWriter {
+    /// ObjectSyncs (key `<namespace>/<name>`).
+    pub namespaced: CacheWriter<ObjectSync>,
+    /// ClusterObjectSyncs (key `<name>`).
+    pub cluster: CacheWriter<ClusterObjectSync>,
+}
+
+/// An empty record cache: the writer for the watch, and a reader.
+pub fn record_cache() -> (RecordCacheWriter, RecordCache) {
+    let (namespaced, namespaced_r) = crate::watch::cache();
+    let (cluster, cluster_r) = crate::watch::cache();
+    (
+        RecordCacheWriter {
+            namespaced,
+            cluster,
+        },
+        RecordCache {
+            namespaced: namespaced_r,
+            cluster: cluster_r,
+        },
+    )
+}
+
+impl RecordCache {
+    /// The record `name` in `namespace` ([`crate::names::NULL_NAMESPACE`]: the
+    /// ClusterObjectSync): `None` until both watches have listed (then ask the API server);
+    /// `Some(None)` when there is no record; `Some(Some(rv))` with its
+    /// `status.objectResourceVersion` (`""` without a status). A record written moments ago
+    /// may not show yet (watch latency).
+    pub fn recorded(&self, namespace: &str, name: &str) -> Option<Option<String>> {
+        if !(self.namespaced.is_ready() && self.cluster.is_ready()) {
+            return None;
+        }
+        let status = if namespace == crate::names::NULL_NAMESPACE {
+            self.cluster
+                .get(name)
+                .map(|r| r.status.clone().map(|s| s.object_resource_version))
+        } else {
+            self.namespaced
+                .get_by(Some(namespace), name)
+                .map(|r| r.status.clone().map(|s| s.object_resource_version))
+        };
+        Some(status.map(Option::unwrap_or_default))
+    }
+}
+
 /// The record name for (node, object UID): `<node>.<uid>`.
 pub fn object_sync_name(node: &str, uid: &str) -> String {
     format!("{node}.{uid}")
@@ -105,6 +166,36 @@ pub fn parse_object_sync_name(name: &str) -> Option<(&str, &str)> {
 mod tests {
     use super::*;
     use kube::Resource;
+
+    #[test]
+    fn the_record_cache_answers_only_once_both_watches_listed() {
+        use kube::runtime::watcher::Event;
+        let (mut w, cache) = record_cache();
+        let mut os = ObjectSync::new("e1.u1", ObjectSyncSpec::default());
+        os.metadata.namespace = Some("ns".into());
+        os.metadata.resource_version = Some("3".into());
+        os.status = Some(ObjectSyncStatus {
+            object_resource_version: "7".into(),
+        });
+        for e in [Event::Init, Event::InitApply(os), Event::InitDone] {
+            w.namespaced.apply(e);
+        }
+        assert_eq!(
+            cache.recorded("ns", "e1.u1"),
+            None,
+            "cluster records not listed"
+        );
+        for e in [Event::Init, Event::InitDone] {
+            w.cluster.apply(e);
+        }
+        assert_eq!(cache.recorded("ns", "e1.u1"), Some(Some("7".into())));
+        assert_eq!(cache.recorded("ns", "e1.u2"), Some(None));
+        assert_eq!(cache.recorded("other", "e1.u1"), Some(None));
+        assert_eq!(
+            cache.recorded(crate::names::NULL_NAMESPACE, "e1.u1"),
+            Some(None)
+        );
+    }
 
     #[test]
     fn names_split_at_the_last_dot() {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use actix::{Actor, Context, Handler};
 use beehive::{Endpoint, Message, Module};
 use kubeedge_api::names;
+use kubeedge_api::reliablesyncs::RecordCache;
 use kubeedge_api::replicas::Ownership;
 use pki::{ExtKeyUsage, SignPolicy};
 use tokio_util::sync::CancellationToken;
@@ -41,6 +42,13 @@ pub struct HubOptions {
     /// message for such a node is dropped without an ObjectSync record (the holder keeps
     /// those). Default: a view of its own that knows no other replica.
     pub ownership: Option<Ownership>,
+    /// The acknowledgement records as a watch in this process keeps them
+    /// (`SyncController::with_record_cache`). With it, the first message about an object is
+    /// written to the edge at once: whether the edge acknowledged a version before is read
+    /// here instead of from the API server, and the object's record is created beside the
+    /// write. Without it (or while it has not listed) the record is read, and created, before
+    /// the first write.
+    pub records: Option<RecordCache>,
 }
 
 /// The `cloudhub` module: receives downstream messages from controllers (module name
@@ -138,6 +146,7 @@ impl CloudHub {
             ownership: options
                 .ownership
                 .unwrap_or_else(|| Ownership::new(String::new())),
+            records: options.records,
             material,
             sign_policy,
             token: RwLock::new(token),

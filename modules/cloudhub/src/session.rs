@@ -224,6 +224,41 @@ impl Session {
         }));
     }
 
+    /// The record of a UID seen for the first time, from the record cache another module's
+    /// watch keeps: `None` when there is none here (or it has not listed yet, or the object
+    /// has no namespace token): then [`Session::lookup`] asks the API server.
+    fn cached_record(&self, resource: &str, uid: &str) -> Option<(SyncKey, Option<String>)> {
+        let records = self.hub.records.as_ref()?;
+        let key = self.sync_key(resource, uid)?;
+        let found = records.recorded(&key.namespace, &key.name())?;
+        Some((key, found))
+    }
+
+    /// A first sight answered by the record cache: the message is queued (or dropped as stale)
+    /// at once. Without a record it is written now and its record (`"0"`) is created beside the
+    /// write rather than before it, as the edge's acknowledgement is recorded after the write:
+    /// the ACK's record supersedes it when still queued. Should cloudcore stop before either
+    /// is written, the pod watch's first list after the restart sends the object again (no
+    /// record: first sight), so nothing is lost; what the record adds is that a delete made
+    /// while cloudcore is down still reaches the edge (the sync loop finds the object gone).
+    fn seen_in_cache(
+        &mut self,
+        key: String,
+        sync_key: SyncKey,
+        spec: SyncSpec,
+        found: Option<String>,
+    ) {
+        if found.is_none() {
+            self.hub
+                .persister
+                .submit(sync_key, PersistOp::Ensure { spec });
+        }
+        let recorded = found.unwrap_or_else(|| "0".to_owned());
+        if let Intake::Dropped(d) = self.down.lookup_done(&key, Some(recorded)) {
+            self.dropped(d);
+        }
+    }
+
     fn record_ack(&self, acked: crate::downstream::Acked) {
         let Some(info) = acked.info else { return };
         if acked.msg.route.group != kubeedge_api::names::GROUP_RESOURCE {
@@ -339,7 +374,12 @@ impl Handler<Deliver> for Session {
                             kind: info.kind,
                             name: if name.is_empty() { info.name } else { name },
                         };
-                        self.lookup(ctx, resource, key, spec);
+                        match self.cached_record(&resource, &key) {
+                            Some((sync_key, found)) => {
+                                self.seen_in_cache(key, sync_key, spec, found)
+                            }
+                            None => self.lookup(ctx, resource, key, spec),
+                        }
                     }
                 }
             }

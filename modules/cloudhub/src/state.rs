@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use beehive::{Endpoint, Message};
+use kubeedge_api::reliablesyncs::RecordCache;
 use kubeedge_api::replicas::Ownership;
 use pki::{CertificateAuthority, SignPolicy};
 use tokio_util::sync::CancellationToken;
@@ -39,6 +40,8 @@ pub(crate) struct Hub {
     /// Node certificates revoked by deletion; checked at every TLS handshake.
     pub(crate) revocations: pki::Revocations,
     pub(crate) ownership: Ownership,
+    /// The records as another module's watch keeps them (see `HubOptions::records`).
+    pub(crate) records: Option<RecordCache>,
     pub(crate) material: Material,
     pub(crate) sign_policy: SignPolicy,
     pub(crate) token: RwLock<String>,

@@ -233,6 +233,16 @@ impl CloudCore {
                 warn!(waited = ?OWNERSHIP_LIST_WAIT, "nodes not listed yet: starting without knowing which nodes other replicas hold");
             }
         }
+        // synccontroller's record watch, read by cloudhub for the first message about an
+        // object (both enabled, with Kubernetes).
+        let (mut record_writer, record_reader) =
+            match kube.is_some() && m.cloud_hub.enable && m.sync_controller.enable {
+                true => {
+                    let (w, r) = kubeedge_api::reliablesyncs::record_cache();
+                    (Some(w), Some(r))
+                }
+                false => (None, None),
+            };
         if m.cloud_hub.enable {
             let store: Arc<dyn ObjectSyncStore> = match &kube {
                 Some(c) => Arc::new(KubeStore::new(c.clone())),
@@ -246,6 +256,7 @@ impl CloudCore {
                 HubOptions {
                     kube_ca_pem: options.kube_ca_pem,
                     ownership: Some(ownership.clone()),
+                    records: record_reader.clone(),
                     ..HubOptions::default()
                 },
             )
@@ -313,6 +324,10 @@ impl CloudCore {
                     client.clone(),
                 )
                 .with_ownership(ownership.clone());
+                let sc = match record_writer.take() {
+                    Some(writer) => sc.with_record_cache(writer),
+                    None => sc,
+                };
                 metrics::synccontroller(metrics, sc.metrics());
                 bus.register(sc)?;
             }

@@ -8,6 +8,7 @@ use beehive::{Endpoint, Message, Module};
 use kubeedge_api::lifecycle::Lifecycle;
 use kubeedge_api::names::operation as hub_op;
 use kubeedge_api::names::{CLOUDHUB, SYNCCONTROLLER};
+use kubeedge_api::reliablesyncs::RecordCacheWriter;
 use kubeedge_api::replicas::Ownership;
 use tokio::sync::mpsc;
 use tracing::{debug, info};
@@ -45,6 +46,8 @@ pub struct SyncController {
     counters: Arc<Counters>,
     watch_timeout: Option<Duration>,
     ownership: Option<Ownership>,
+    /// The record cache to fill, shared with cloudhub; taken by the first start.
+    records: Option<RecordCacheWriter>,
     /// Connection events to the running reconciler (replaced at each start).
     connected: mpsc::Sender<String>,
 }
@@ -63,6 +66,7 @@ impl SyncController {
     pub fn new(config: SyncControllerConfig, endpoint: Endpoint, client: kube::Client) -> Self {
         SyncController {
             ownership: None,
+            records: None,
             connected: mpsc::channel(1).0,
             config,
             endpoint,
@@ -85,6 +89,14 @@ impl SyncController {
     /// replica is also sent the pods no replica recorded while it was away.
     pub fn with_ownership(mut self, ownership: Ownership) -> Self {
         self.ownership = Some(ownership);
+        self
+    }
+
+    /// Fills `records` (from [`kubeedge_api::reliablesyncs::record_cache`]) with the
+    /// ObjectSyncs and ClusterObjectSyncs the controller watches anyway, so another module of
+    /// this process (cloudhub) reads them without a watch or an API call of its own.
+    pub fn with_record_cache(mut self, records: RecordCacheWriter) -> Self {
+        self.records = Some(records);
         self
     }
 
@@ -118,6 +130,7 @@ impl Actor for SyncController {
             self.life.clone(),
             self.counters.clone(),
             connected,
+            self.records.take(),
         );
         self.life.spawn(reconciler.run(self.life.token().clone()));
         info!(

@@ -33,7 +33,8 @@ use kubeedge_api::NodeResource;
 use kubeedge_api::lifecycle::{CancellationToken, Lifecycle};
 use kubeedge_api::names::{CLOUDHUB, GROUP_RESOURCE};
 use kubeedge_api::reliablesyncs::{
-    ClusterObjectSync, ObjectSync, object_sync_name, parse_object_sync_name,
+    ClusterObjectSync, ObjectSync, RecordCacheWriter, object_sync_name, parse_object_sync_name,
+    record_cache,
 };
 use kubeedge_api::replicas::Ownership;
 use kubeedge_api::watch::{self, CacheWriter, Change};
@@ -158,8 +159,10 @@ impl Reconciler {
         life: Lifecycle,
         counters: Arc<Counters>,
         connected: mpsc::Receiver<String>,
+        records: Option<RecordCacheWriter>,
     ) -> Self {
         let takeovers = Takeovers::new(client.clone(), life.clone());
+        let records = records.unwrap_or_else(|| record_cache().0);
         Reconciler {
             connected,
             catching_up: HashSet::new(),
@@ -170,8 +173,8 @@ impl Reconciler {
             settings,
             life,
             counters,
-            syncs: watch::cache().0,
-            cluster_syncs: watch::cache().0,
+            syncs: records.namespaced,
+            cluster_syncs: records.cluster,
             nodes: watch::cache().0,
             slots: Vec::new(),
             lookups: HashMap::new(),

@@ -16,6 +16,7 @@ mod certserver;
 mod downstream;
 mod edge_client;
 mod edgecore;
+mod first_sight;
 mod listener_limits;
 mod offline;
 mod revocation;

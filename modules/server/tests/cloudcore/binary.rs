@@ -1,7 +1,8 @@
 //! The cloudcore binary as a process: it starts with the default configuration against the real
 //! API server and serves every port, refuses bad configuration files with the documented
-//! messages, runs the demo, and stops on SIGTERM within 5 s without losing an acknowledged
-//! message.
+//! messages, runs the demo, stops on SIGTERM within 5 s without losing an acknowledged
+//! message, and loses nothing it wrote to an edge before a crash (SIGKILL) that came before the
+//! edge's acknowledgement.
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -136,6 +137,27 @@ impl Cloudcore {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("cloudcore.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL (a crash: nothing is flushed), then the same binary on the same configuration
+    /// and ports, until ready.
+    async fn crash_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("cloudcore.log"))
+            .expect("log file");
+        self.child = Command::new(binary())
+            .arg("--config")
+            .arg(self.dir.path().join("cloudcore.yaml"))
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("restart cloudcore");
+        if let Err(log) = self.wait_ready(Duration::from_secs(30)).await {
+            panic!("cloudcore did not become ready after the restart; log:\n{log}");
+        }
     }
 
     fn get(&self, path: &str) -> Option<(u16, String)> {
@@ -478,6 +500,155 @@ async fn sigterm_stops_within_5s_without_losing_an_acknowledged_message() {
         Some(rv.as_str()),
         "acknowledged version recorded"
     );
+}
+
+/// The first message about a new pod is written to the edge without waiting for its record
+/// (created beside the write, the acknowledgement recorded after it). A crash after the write
+/// and before the edge's acknowledgement loses nothing: after the restart the pod reaches the
+/// edge again and its acknowledgement is recorded; and a pod deleted while cloudcore was down
+/// after its record was created is deleted at the edge.
+#[actix_rt::test]
+async fn a_crash_between_writing_a_pod_and_its_acknowledgement_loses_nothing() {
+    let mut cloud = Cloudcore::start().await;
+    let client = k8s_testenv::client().await;
+    let node_name = format!("edge-{}", &beehive::new_id()[..8]);
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node_name, "labels": {"node-role.kubernetes.io/edge": ""}},
+    }))
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let certs = edge::hub::bootstrap(
+        &format!("https://127.0.0.1:{}", cloud.ports.https),
+        &cloud.token(),
+        &node_name,
+    )
+    .await
+    .expect("bootstrap with the token");
+    let mut config =
+        edge::hub::HubClientConfig::new(&node_name, format!("127.0.0.1:{}", cloud.ports.websocket));
+    // This edge acknowledges only when the test says so.
+    config.auto_ack = false;
+    config.backoff = edge::hub::Backoff {
+        initial: Duration::from_millis(200),
+        max: Duration::from_millis(500),
+    };
+    let (edge, mut events) =
+        edge::hub::HubClient::start(config, Arc::new(certs.client_tls().unwrap()));
+    let ns = k8s_testenv::namespace("crash").await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let syncs = Api::<ObjectSync>::namespaced(client.clone(), &ns);
+    let new_pod = |name: &str| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "nginx"}]},
+        }))
+        .unwrap()
+    };
+
+    // Two pods reach the edge; neither is acknowledged. "gone"'s record exists (created beside
+    // the write) before the crash.
+    let kept = pods
+        .create(&PostParams::default(), &new_pod("kept"))
+        .await
+        .unwrap();
+    let gone = pods
+        .create(&PostParams::default(), &new_pod("gone"))
+        .await
+        .unwrap();
+    let m = next(
+        &mut events,
+        format!("{ns}/pod/kept"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(m.route.operation, "insert");
+    next(
+        &mut events,
+        format!("{ns}/pod/gone"),
+        Duration::from_secs(30),
+    )
+    .await;
+    let gone_record = format!("{node_name}.{}", gone.metadata.uid.clone().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while syncs.get_opt(&gone_record).await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "no record beside the write");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Crash before any acknowledgement; "gone" is deleted while cloudcore is down.
+    let _ = cloud.child.kill();
+    let _ = cloud.child.wait();
+    pods.delete("gone", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    cloud.crash_and_restart().await;
+
+    // "kept" reaches the edge again, and its acknowledgement is recorded.
+    let m = next(
+        &mut events,
+        format!("{ns}/pod/kept"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        m.header.resource_version,
+        kept.metadata.resource_version.clone().unwrap()
+    );
+    edge.send(edge::hub::ack_for(&m)).await.unwrap();
+    let kept_record = format!("{node_name}.{}", kept.metadata.uid.clone().unwrap());
+    let rv = kept.metadata.resource_version.clone().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let recorded = syncs
+            .get_opt(&kept_record)
+            .await
+            .unwrap()
+            .and_then(|r| r.status)
+            .map(|s| s.object_resource_version);
+        if recorded.as_deref() == Some(rv.as_str()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the acknowledgement after the restart was not recorded ({recorded:?}); log:\n{}",
+            cloud.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // "gone" is deleted at the edge: its record outlived the crash.
+    let m = next(
+        &mut events,
+        format!("{ns}/pod/gone"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(m.route.operation, "delete", "{m}");
+    edge.stop();
+}
+
+/// The next message for `resource` the edge receives, within `limit`.
+async fn next(
+    events: &mut tokio::sync::mpsc::Receiver<edge::hub::HubEvent>,
+    resource: String,
+    limit: Duration,
+) -> beehive::Message {
+    tokio::time::timeout(limit, async {
+        while let Some(ev) = events.recv().await {
+            if let edge::hub::HubEvent::Message(m) = ev
+                && m.route.resource == resource
+            {
+                return m;
+            }
+        }
+        panic!("event stream ended");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{resource} never reached the edge"))
 }
 
 /// A sample's value in a Prometheus text exposition.

@@ -102,6 +102,14 @@ impl Harness {
         Self::build(tweak, options, None, Arc::new(store.clone()), store).await
     }
 
+    /// A hub on the given record store, without Kubernetes.
+    pub async fn with_store(
+        store: Arc<dyn cloudhub::ObjectSyncStore>,
+        options: HubOptions,
+    ) -> Harness {
+        Self::build(|_| {}, options, None, store, MemoryStore::new()).await
+    }
+
     /// A hub on Kubernetes: secrets, `/node/{name}` and the given store.
     pub async fn with_kube(
         client: kube::Client,

@@ -323,7 +323,7 @@ async fn send_status(sim: &Arc<Sim>, args: &EdgesArgs, seq: u64) {
     ] {
         let mut m = Message::new()
             .with_route("edged", "meta", resource, "patch")
-            .with_content(Content::string(&patch.to_string()));
+            .with_content(Content::string(patch.to_string()));
         m.header.sync = true;
         lock(&sim.pending).insert(m.header.id.to_string(), (kind, now_us()));
         if client.try_send(m).is_err() {

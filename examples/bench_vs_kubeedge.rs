@@ -1165,12 +1165,23 @@ async fn fleet_phase(
         &format!("{cpu:.2} s of CPU over {secs:.0} s"),
     );
 
+    // A row that fails is reported and the next one runs.
+    let failed = |report: &mut Report, row: &str, r: anyhow::Result<()>| {
+        if let Err(e) = r {
+            warn!(row, error = %format!("{e:#}"), "a row failed");
+            let text = format!("error impl={} row={row} {e:#}", report.imp).replace('\n', " ");
+            report.line(text);
+        }
+    };
     if k == 0 {
-        downstream(args, report, cloud, client, &fleet, &prefix, n).await?;
-        upstream(args, report, cloud, &mut fleet, n).await?;
+        let r = downstream(args, report, cloud, client, &fleet, &prefix, n).await;
+        failed(report, "downstream", r);
+        let r = upstream(args, report, cloud, &mut fleet, n).await;
+        failed(report, "upstream", r);
     }
     if last {
-        reconnect(args, report, cloud, client, &mut fleet, &prefix, n, k == 0).await?;
+        let r = reconnect(args, report, cloud, client, &mut fleet, &prefix, n, k == 0).await;
+        failed(report, &format!("reconnect_{n}"), r);
     }
     Ok(())
 }
@@ -1372,10 +1383,18 @@ async fn upstream(
     let ok: Vec<&fleet::Answer> = answers.iter().filter(|a| a.ok).collect();
     let nodes_ok = ok.iter().filter(|a| a.node).count();
     if ok.is_empty() {
-        bail!(
-            "no status patch was answered with success ({} answers)",
-            answers.len()
+        report.result(
+            "upstream_rate",
+            0.0,
+            "status/s",
+            false,
+            2.0,
+            &format!(
+                "{sent} patches offered, none answered with success within the window ({} answers at all)",
+                answers.len()
+            ),
         );
+        return Ok(());
     }
     let first = ok.iter().map(|a| a.sent_us).min().unwrap_or(0);
     let last = ok.iter().map(|a| a.sent_us + a.rtt_us).max().unwrap_or(0);

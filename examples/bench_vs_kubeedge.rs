@@ -113,6 +113,10 @@ struct SideArgs {
     /// Relay body size in MiB (default 256; quick 64).
     #[arg(long)]
     relay_mib: Option<usize>,
+    /// How often each edge sends its node and pod status in the upstream row (edged's
+    /// `nodeStatusUpdateFrequency` is 10 s).
+    #[arg(long, default_value_t = 10_000)]
+    status_period_ms: u64,
     /// Edges per simulator process.
     #[arg(long, default_value_t = 2500)]
     per_child: usize,
@@ -1366,8 +1370,9 @@ async fn upstream(
     fleet: &mut Fleet,
     n: usize,
 ) -> anyhow::Result<()> {
-    let period_ms = 2000u64;
-    let rounds: u64 = if args.quick { 10 } else { 30 };
+    let period_ms = args.status_period_ms.max(100);
+    let window_ms: u64 = if args.quick { 30_000 } else { 60_000 };
+    let rounds = (window_ms / period_ms).max(1);
     let _ = fleet.board.take_answers();
     let cpu0 = cloud.cpu();
     let t = Instant::now();
@@ -1403,8 +1408,8 @@ async fn upstream(
     rtt.sort();
     let offered = sent as f64 / (period_ms * rounds) as f64 * 1000.0;
     let notes = format!(
-        "{sent} patches offered ({offered:.0}/s, node and pod status, every edge every {} s), {} answered OK ({nodes_ok} node, {} pod), {} answered with an error, {} unanswered; p50 {:.1} ms; cloudcore CPU {cpu:.1} s = {:.2} ms per status",
-        period_ms / 1000,
+        "{sent} patches offered ({offered:.0}/s, node and pod status, every edge every {:.1} s), {} answered OK ({nodes_ok} node, {} pod), {} answered with an error, {} unanswered; p50 {:.1} ms; cloudcore CPU {cpu:.1} s = {:.2} ms per status",
+        period_ms as f64 / 1000.0,
         ok.len(),
         ok.len() - nodes_ok,
         answers.len() - ok.len(),

@@ -583,9 +583,13 @@ async fn a_crash_between_writing_a_pod_and_its_acknowledgement_loses_nothing() {
     // Crash before any acknowledgement; "gone" is deleted while cloudcore is down.
     let _ = cloud.child.kill();
     let _ = cloud.child.wait();
-    pods.delete("gone", &kube::api::DeleteParams::default())
-        .await
-        .unwrap();
+    // Gone at once (grace 0): with no kubelet, a graceful delete would leave the pod in the
+    // API server, marked for deletion, until a kubelet confirmed it.
+    let now = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    pods.delete("gone", &now).await.unwrap();
     cloud.crash_and_restart().await;
 
     // "kept" reaches the edge again, and its acknowledgement is recorded.

@@ -5,11 +5,12 @@ use kube::CustomResourceExt;
 
 use crate::reliablesyncs::{ClusterObjectSync, ObjectSync};
 
-/// All CRDs, in a stable order: reliablesyncs, devices, rules.
+/// All CRDs, in a stable order: reliablesyncs, devices, rules, operations.
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut all = vec![ObjectSync::crd(), ClusterObjectSync::crd()];
     all.extend(crate::devices::crds());
     all.extend(crate::rules::crds());
+    all.extend(crate::operations::crds());
     all
 }
 

@@ -6,6 +6,7 @@
 //! ```text
 //! edge ⇄ cloudhub ⇄ beehive ⇄ edgecontroller / devicecontroller / synccontroller ⇄ apiserver
 //! edge metaServer ⇄ cloudhub ⇄ dynamiccontroller ⇄ apiserver
+//! node jobs ⇄ taskmanager ⇄ cloudhub ⇄ edge taskManager
 //! kubectl ⇄ apiserver ⇄ cloudstream ⇄ edge
 //! wire: the formats both ends share (hub framing, tunnel frames, WebSocket), no Kubernetes
 //! server: all of the above on one bus from a CloudCore YAML file (the `cloudcore` binary)
@@ -68,6 +69,9 @@ pub use pki;
 #[cfg(feature = "synccontroller")]
 #[doc(inline)]
 pub use synccontroller;
+#[cfg(feature = "taskmanager")]
+#[doc(inline)]
+pub use taskmanager;
 
 /// cloudcore itself: the modules composed from a CloudCore YAML file (crate `cloudcore-server`).
 #[cfg(feature = "server")]

@@ -524,7 +524,8 @@ fn same_node(cert: &str, node: &str) -> Result<(), (StatusCode, String)> {
 }
 
 /// Hands a node's task report to the task manager as cloudhub sends it upstream (resource
-/// `task/<id>/node/<node>`, operation the task type) and answers the edge.
+/// `node/<node>/task/<id>/node/<node>`: the certificate's node in front, operation the task
+/// type) and answers the edge.
 async fn to_taskmanager(
     hub: &Hub,
     task_id: &str,
@@ -536,7 +537,7 @@ async fn to_taskmanager(
         .with_route(
             names::CLOUDHUB,
             names::CLOUDHUB,
-            format!("task/{task_id}/node/{node}"),
+            format!("node/{node}/task/{task_id}/node/{node}"),
             operation,
         )
         .with_content(Content::json(content).unwrap_or_default());

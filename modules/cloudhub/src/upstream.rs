@@ -76,6 +76,10 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
         return Upstream::ToModule(names::ROUTER, msg);
     }
     if hub_op::TASK_OPERATIONS.contains(&operation) {
+        // The taskmanager applies a report only to the node it came from: it reads the
+        // session's node in front of the resource (KubeEdge forwards it unchanged and takes
+        // the node the report names).
+        msg.route.resource = with_node(node, &msg.route.resource).into();
         return Upstream::ToGroup(names::TASKMANAGER, msg);
     }
     if msg.route.resource == beehive::constants::resource_type::K8S_CA {
@@ -148,9 +152,9 @@ mod tests {
             Upstream::ToModule("router", msg) => assert_eq!(msg.route.resource, "node/e/r/x"),
             other => panic!("{other:?}"),
         }
-        match route("e", m("edged", "taskmanager", "task/t/node/e", "upgrade")) {
+        match route("e", m("edged", "taskmanager", "task/t/node/x", "upgrade")) {
             Upstream::ToGroup("taskmanager", msg) => {
-                assert_eq!(msg.route.resource, "task/t/node/e")
+                assert_eq!(msg.route.resource, "node/e/task/t/node/x")
             }
             other => panic!("{other:?}"),
         }

@@ -2,7 +2,7 @@
 //! operations server, leader election and graceful shutdown.
 //!
 //! Modules are registered in KubeEdge's order (cloudhub, edgecontroller, devicecontroller,
-//! synccontroller, cloudstream); the bus starts them in that order and stops them in reverse,
+//! taskmanager, synccontroller, cloudstream); the bus starts them in that order and stops them in reverse,
 //! so controllers stop producing before cloudhub drains what they sent.
 
 use std::future::Future;
@@ -121,6 +121,15 @@ async fn require_crds(client: &kube::Client, names: &[&str]) -> Result<(), Start
     Ok(())
 }
 
+/// The node job CRDs the taskmanager watches.
+fn taskmanager_crds() -> Vec<&'static str> {
+    vec![
+        "nodeupgradejobs.operations.kubeedge.io",
+        "imageprepulljobs.operations.kubeedge.io",
+        "configupdatejobs.operations.kubeedge.io",
+    ]
+}
+
 /// Where the servers of a running cloudcore listen.
 #[derive(Debug, Clone, Default)]
 pub struct Addresses {
@@ -206,6 +215,9 @@ impl CloudCore {
             }
             if m.cloud_hub.enable || m.sync_controller.enable {
                 require_crds(client, &crds).await?;
+            }
+            if m.task_manager.enable {
+                require_crds(client, &taskmanager_crds()).await?;
             }
         }
         let bus = Bus::new();
@@ -316,6 +328,19 @@ impl CloudCore {
                 metrics::dynamiccontroller(metrics, dc.metrics());
                 lifecycles.push(dc.lifecycle());
                 bus.register(dc)?;
+            }
+            if m.task_manager.enable {
+                let tm = taskmanager::TaskManager::new(
+                    m.task_manager.clone(),
+                    bus.endpoint(names::TASKMANAGER),
+                    client.clone(),
+                    ownership.clone(),
+                );
+                metrics::taskmanager(metrics, tm.metrics());
+                let tm_metrics = tm.metrics();
+                denials.push((names::TASKMANAGER, Box::new(move || tm_metrics.denied())));
+                lifecycles.push(tm.lifecycle());
+                bus.register(tm)?;
             }
             if m.sync_controller.enable {
                 let sc = synccontroller::SyncController::new(

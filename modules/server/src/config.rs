@@ -224,8 +224,8 @@ pub struct Modules {
     pub router: UnsupportedModule,
     /// The edge metaServer's list, get, write and watch requests.
     pub dynamic_controller: dynamiccontroller::DynamicControllerConfig,
-    /// Not implemented.
-    pub task_manager: UnsupportedModule,
+    /// Node jobs: NodeUpgradeJob, ImagePrePullJob, ConfigUpdateJob (and their controller).
+    pub task_manager: taskmanager::TaskManagerConfig,
     /// Not implemented.
     pub node_upgrade_job_controller: UnsupportedModule,
     /// Not implemented.
@@ -459,7 +459,6 @@ impl CloudCoreConfig {
         }
         for (field, module) in [
             ("modules.router.enable", &m.router),
-            ("modules.taskManager.enable", &m.task_manager),
             (
                 "modules.nodeUpgradeJobController.enable",
                 &m.node_upgrade_job_controller,
@@ -485,8 +484,9 @@ impl CloudCoreConfig {
         let (hub, dhub) = (&m.cloud_hub, &dm.cloud_hub);
         let (ec, dec) = (&m.edge_controller.buffer, &dm.edge_controller.buffer);
         let (dc, ddc) = (&m.device_controller.buffer, &dm.device_controller.buffer);
+        let (tm, dtm) = (&m.task_manager, &dm.task_manager);
         let k = &self.kube_api_config;
-        let checks: [(&'static str, bool); 17] = [
+        let checks: [(&'static str, bool); 19] = [
             ("featureGates", !self.feature_gates.is_empty()),
             (
                 "kubeAPIConfig.contentType",
@@ -542,6 +542,14 @@ impl CloudCoreConfig {
             (
                 "modules.deviceController.buffer.deviceStatusEvent",
                 dc.device_status_event != ddc.device_status_event,
+            ),
+            (
+                "modules.taskManager.buffer.taskEvent",
+                tm.buffer.task_event != dtm.buffer.task_event,
+            ),
+            (
+                "modules.taskManager.load.taskWorkers",
+                tm.load.task_workers != dtm.load.task_workers,
             ),
         ];
         checks
@@ -623,6 +631,7 @@ impl CloudCoreConfig {
             || m.device_controller.enable
             || m.sync_controller.enable
             || m.dynamic_controller.enable
+            || m.task_manager.enable
     }
 
     /// The full default configuration as YAML (`--defaultconfig`).
@@ -924,6 +933,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("modules.router.enable: "), "{err}");
+    }
+
+    #[test]
+    fn the_task_manager_loads_kubeedges_keys_and_names_the_unused_ones() {
+        let c = CloudCoreConfig::from_yaml(
+            "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  taskManager:\n    enable: true\n    buffer: {taskStatus: 64, taskEvent: 2}\n    load: {taskWorkers: 4}\n    jobController: false\n",
+        )
+        .unwrap();
+        let tm = &c.modules.task_manager;
+        assert!(tm.enable && !tm.job_controller);
+        assert_eq!(tm.buffer.task_status, 64);
+        assert!(c.needs_kubernetes());
+        let ignored = c.ignored_settings();
+        assert!(ignored.contains(&"modules.taskManager.buffer.taskEvent"));
+        assert!(ignored.contains(&"modules.taskManager.load.taskWorkers"));
+        let err = CloudCoreConfig::from_yaml("modules:\n  taskManager: {enable: true, bogus: 1}\n")
+            .unwrap_err();
+        assert_eq!(err.to_string(), "unknown field: modules.taskManager.bogus");
     }
 
     #[test]

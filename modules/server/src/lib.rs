@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! config ─► app ─┬─► bus: cloudhub, edgecontroller, devicecontroller, dynamiccontroller,
-//!                │        synccontroller, cloudstream (started in that order, stopped reversed)
+//!                │        taskmanager, synccontroller, cloudstream (started in that order,
+//!                │        stopped reversed)
 //!                ├─► permissions (checked first) · apiclient (one HTTP/2 connection)
 //!                ├─► leader (Lease; standby replicas wait)
 //!                └─► ops: /healthz /readyz /metrics ◄─ metrics (each module's counters)

@@ -178,6 +178,11 @@ pub fn node_authorization(metrics: &Metrics, sources: Vec<Denials>) {
     });
 }
 
+/// Node jobs: jobs by phase, tasks sent, node results, reports, status writes, durations.
+pub fn taskmanager(metrics: &Metrics, tm: taskmanager::TaskManagerMetrics) {
+    metrics.register(|r| tm.register(r));
+}
+
 /// Reconcile counters of the synccontroller.
 pub fn synccontroller(metrics: &Metrics, sc: synccontroller::SyncControllerMetrics) {
     metrics.register(|r| sc.register(r));

@@ -168,6 +168,30 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
             ));
         }
     }
+    if m.task_manager.enable {
+        const JOBS: [&str; 3] = ["nodeupgradejobs", "imageprepulljobs", "configupdatejobs"];
+        const STATUS: [&str; 3] = [
+            "nodeupgradejobs/status",
+            "imageprepulljobs/status",
+            "configupdatejobs/status",
+        ];
+        let group = "operations.kubeedge.io";
+        // The finalizer is the job controller's.
+        let verbs: &'static [&'static str] = if m.task_manager.job_controller {
+            &["get", "list", "watch", "patch"]
+        } else {
+            READ
+        };
+        for (job, status) in JOBS.into_iter().zip(STATUS) {
+            p.extend(each(verbs, group, job, "", ""));
+            p.extend(each(&["update"], group, status, "", ""));
+        }
+        // The job controller chooses nodes; image pre-pulls read their pull secret.
+        if m.task_manager.job_controller {
+            p.extend(each(&["get", "list"], "", "nodes", "", ""));
+        }
+        p.extend(each(&["get"], "", "secrets", "", ""));
+    }
     if m.cloud_stream.enable {
         p.extend(each(READ, "", "pods", "", ""));
         p.extend(each(&["get"], "", "nodes", "", ""));

@@ -120,6 +120,9 @@ pub struct CloudSpec {
     pub impersonate: bool,
     /// `modules.dynamicController.enable` (the edge metaServer's cloud side; default on).
     pub dynamic_controller: bool,
+    /// `modules.taskManager.enable` (node jobs with their job controller; on, as the manifests
+    /// deploy cloudcore).
+    pub task_manager: bool,
     /// `replicas.address`: this replica's own address when several serve the edge together
     /// (the Nodes' `cloudcore` annotation and the `cloudcore@<address>` User-Agent). `None`:
     /// not rendered (the advertised address is used).
@@ -137,10 +140,11 @@ impl CloudSpec {
             stream_pki: env.pki(),
             keepalive_interval: 30,
             log_level:
-                "info,cloudhub=debug,cloudstream=debug,edgecontroller=debug,dynamiccontroller=debug"
+                "info,cloudhub=debug,cloudstream=debug,edgecontroller=debug,dynamiccontroller=debug,taskmanager=debug"
                     .into(),
             impersonate: false,
             dynamic_controller: true,
+            task_manager: true,
             replica_address: None,
         })
     }
@@ -189,6 +193,7 @@ impl CloudSpec {
                     "authorization": {"enable": self.impersonate, "debug": !self.impersonate},
                 },
                 "dynamicController": {"enable": self.dynamic_controller},
+                "taskManager": {"enable": self.task_manager},
                 "cloudStream": {
                     "enable": true,
                     "tunnelPort": p.tunnel,
@@ -415,6 +420,7 @@ mod tests {
             log_level: "info".into(),
             impersonate: true,
             dynamic_controller: false,
+            task_manager: true,
             replica_address: Some("127.0.0.11".into()),
         };
         let v: serde_json::Value = serde_saphyr::from_str(&spec.render().unwrap()).unwrap();
@@ -424,6 +430,7 @@ mod tests {
         assert_eq!(hub["authorization"]["debug"], false);
         assert_eq!(hub["keepaliveInterval"], 9);
         assert_eq!(v["modules"]["dynamicController"]["enable"], false);
+        assert_eq!(v["modules"]["taskManager"]["enable"], true);
         assert_eq!(hub["tlsCAFile"], "/c/ca/rootCA.crt");
         assert_eq!(v["modules"]["cloudStream"]["streamPort"], 4);
         assert_eq!(

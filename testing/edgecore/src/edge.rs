@@ -34,6 +34,13 @@ pub struct EdgeConfig {
     /// Where the metaServer serves (`modules.metaManager.metaServer.server`; edgecore's own
     /// default is 127.0.0.1:10550); `None` turns it off.
     pub meta_server: Option<SocketAddr>,
+    /// `modules.taskManager.enable`: the edge runs node jobs (template: off, edgecore's
+    /// default).
+    pub task_manager: bool,
+    /// `modules.edged.tailoredKubeletConfig.containerRuntimeEndpoint`: the CRI socket the
+    /// task manager pulls images through (edgecore reads it whether edged runs or not);
+    /// `None` keeps edgecore's default.
+    pub container_runtime_endpoint: Option<String>,
 }
 
 impl EdgeConfig {
@@ -51,6 +58,8 @@ impl EdgeConfig {
             heartbeat: 15,
             tunnel_server: None,
             meta_server: Some(meta_server_port()),
+            task_manager: false,
+            container_runtime_endpoint: None,
         }
     }
 
@@ -91,6 +100,14 @@ impl EdgeConfig {
                 modules,
                 &["metaManager", "metaServer", "server"],
                 addr.to_string(),
+            )?;
+        }
+        set(modules, &["taskManager", "enable"], self.task_manager)?;
+        if let Some(endpoint) = &self.container_runtime_endpoint {
+            set(
+                modules,
+                &["edged", "tailoredKubeletConfig", "containerRuntimeEndpoint"],
+                endpoint.as_str(),
             )?;
         }
         match self.tunnel_server {
@@ -374,6 +391,16 @@ modules:
         assert_ne!(meta.port(), 10550);
         assert_eq!(m["metaManager"]["metaServer"]["enable"], true);
         assert_eq!(m["metaManager"]["metaServer"]["server"], meta.to_string());
+        assert_eq!(m["taskManager"]["enable"], false);
+        c.task_manager = true;
+        c.container_runtime_endpoint = Some("unix:///tmp/c.sock".into());
+        let on: Value =
+            serde_saphyr::from_str(&c.render(TEMPLATE, Path::new("/h")).unwrap()).unwrap();
+        assert_eq!(on["modules"]["taskManager"]["enable"], true);
+        assert_eq!(
+            on["modules"]["edged"]["tailoredKubeletConfig"]["containerRuntimeEndpoint"],
+            "unix:///tmp/c.sock"
+        );
         c.meta_server = None;
         let off: Value =
             serde_saphyr::from_str(&c.render(TEMPLATE, Path::new("/h")).unwrap()).unwrap();

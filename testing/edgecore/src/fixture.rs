@@ -50,9 +50,26 @@ pub struct InteropBuilder {
     kubeconfig: Option<PathBuf>,
     service_account: bool,
     dynamic_controller: bool,
+    edge_task_manager: bool,
+    container_runtime_endpoint: Option<String>,
 }
 
 impl InteropBuilder {
+    /// Runs edgecore with its taskManager module on (`modules.taskManager.enable`), so that
+    /// it runs the node jobs cloudcore sends.
+    pub fn edge_task_manager(mut self) -> Self {
+        self.edge_task_manager = true;
+        self
+    }
+
+    /// The CRI endpoint edgecore pulls images through (its
+    /// `edged.tailoredKubeletConfig.containerRuntimeEndpoint`, e.g.
+    /// `unix:///run/x/containerd.sock`).
+    pub fn container_runtime_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.container_runtime_endpoint = Some(endpoint.into());
+        self
+    }
+
     /// edgecore's `edgeHub.heartbeat` (template 15 s; reconnect waits twice that).
     pub fn heartbeat(mut self, seconds: u32) -> Self {
         self.heartbeat = seconds;
@@ -132,6 +149,8 @@ impl InteropBuilder {
         let cloud = Cloudcore::start(&spec).await?;
         let home = EdgeHome::new(&self.node)?;
         Ok(Interop {
+            edge_task_manager: self.edge_task_manager,
+            container_runtime_endpoint: self.container_runtime_endpoint,
             edge: None,
             cloud: Some(cloud),
             home,
@@ -213,6 +232,8 @@ async fn create_edge_node(client: &kube::Client, name: &str) -> Result<()> {
 /// stand-in, folders (kept when the test fails), then this binary's turn. The kubelet port is
 /// released when the test's runtime ends and the stand-in's listener closes.
 pub struct Interop {
+    edge_task_manager: bool,
+    container_runtime_endpoint: Option<String>,
     edge: Option<Edgecore>,
     cloud: Option<Cloudcore>,
     home: EdgeHome,
@@ -239,6 +260,8 @@ impl Interop {
             kubeconfig: None,
             service_account: false,
             dynamic_controller: true,
+            edge_task_manager: false,
+            container_runtime_endpoint: None,
         }
     }
 
@@ -305,6 +328,8 @@ impl Interop {
         c.heartbeat = self.heartbeat;
         c.tunnel_server = Some(p.tunnel_addr());
         c.meta_server = Some(self.meta_server);
+        c.task_manager = self.edge_task_manager;
+        c.container_runtime_endpoint = self.container_runtime_endpoint.clone();
         c
     }
 

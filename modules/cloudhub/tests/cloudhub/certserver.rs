@@ -206,7 +206,7 @@ async fn task_reports_need_the_node_certificate_and_reach_taskmanager() {
     );
     assert_eq!(
         (m.route.resource.as_str(), m.route.operation.as_str()),
-        ("task/job-1/node/edge-1", "prepull")
+        ("node/edge-1/task/job-1/node/edge-1", "prepull")
     );
     assert_eq!(
         m.content.parse::<serde_json::Value>().unwrap()["state"],
@@ -225,7 +225,7 @@ async fn task_reports_need_the_node_certificate_and_reach_taskmanager() {
     assert_eq!(status, 200);
     let m = recv(&mut h.tasks).await;
     assert_eq!(
-        m.route.resource, "task/u1/node/edge-1",
+        m.route.resource, "node/edge-1/task/u1/node/edge-1",
         "parsed values, not task//node/"
     );
     let c: serde_json::Value = m.content.parse().unwrap();

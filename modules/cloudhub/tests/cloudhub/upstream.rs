@@ -128,16 +128,17 @@ async fn k8s_ca_query_is_answered_by_the_hub_on_the_same_socket() {
 }
 
 #[actix_rt::test]
-async fn task_operations_reach_taskmanager_unchanged_and_errors_are_not_forwarded() {
+async fn task_operations_reach_taskmanager_with_the_sessions_node_and_errors_are_not_forwarded() {
     let mut h = Harness::start().await;
     let mut e = h.connect("edge-1").await;
     for op in ["prepull", "upgrade", "UpdateNodeActionStatus"] {
-        e.send(&Message::new().with_route("taskmanager", "taskmanager", "task/t1/node/edge-1", op))
+        // The node the report names is the edge's word; the session's node goes in front.
+        e.send(&Message::new().with_route("taskmanager", "taskmanager", "task/t1/node/edge-2", op))
             .await;
         let got = recv(&mut h.tasks).await;
         assert_eq!(
             (got.route.resource.as_str(), got.route.operation.as_str()),
-            ("task/t1/node/edge-1", op)
+            ("node/edge-1/task/t1/node/edge-2", op)
         );
     }
     e.send(&Message::new().with_route("edged", "meta", "default/pod/p", "error"))

@@ -381,6 +381,8 @@ const NEEDS: &[Need] = &[
             "edgecontroller/src/downstream/mod.rs: let mut nodes: Option<Events<Node>>",
             "cloudhub/src/certserver.rs: Api::<Node>::all(client).get_opt(",
             "synccontroller/src/reconciler.rs: Api::<PartialObjectMeta<Node>>::all(",
+            "taskmanager/src/select.rs: nodes.get_opt(name)",
+            "taskmanager/src/select.rs: .list(&ListParams::default().labels(&selector))",
         ],
     },
     Need {
@@ -432,6 +434,7 @@ const NEEDS: &[Need] = &[
             "edgecontroller/src/upstream/queries.rs: self.cached(&self.secrets",
             "cloudhub/src/material.rs: Api::<Secret>::namespaced(client.clone(), NAMESPACE)",
             "cloudstream/src/negotiate.rs: api.get_opt(TUNNEL_PORT_CONFIGMAP)",
+            "taskmanager/src/engine.rs: let api: Api<Secret> = Api::namespaced(",
         ],
     },
     Need {
@@ -548,11 +551,15 @@ const NEEDS: &[Need] = &[
             "devices.devices.kubeedge.io",
             "devicemodels.devices.kubeedge.io",
             "devicestatuses.devices.kubeedge.io",
+            "nodeupgradejobs.operations.kubeedge.io",
+            "imageprepulljobs.operations.kubeedge.io",
+            "configupdatejobs.operations.kubeedge.io",
         ],
         verbs: &["get"],
         used_at: &[
             "server/src/app.rs: let api: Api<CustomResourceDefinition> = Api::all(",
             "server/src/app.rs: \"devicestatuses.devices.kubeedge.io\"",
+            "server/src/app.rs: \"configupdatejobs.operations.kubeedge.io\"",
         ],
     },
     Need {
@@ -634,6 +641,32 @@ const NEEDS: &[Need] = &[
         verbs: &["list", "watch"],
         used_at: &[
             "edgecontroller/src/downstream/mod.rs: let mut endpoints: Option<Events<RuleEndpoint>>",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "operations.kubeedge.io",
+        resources: &["nodeupgradejobs", "imageprepulljobs", "configupdatejobs"],
+        names: &[],
+        verbs: &["get", "list", "watch", "patch"],
+        used_at: &[
+            "taskmanager/src/engine.rs: kubeedge_api::watch::events(self.api.clone(), config)",
+            "taskmanager/src/engine.rs: self.api.get_opt(name)",
+            "taskmanager/src/engine.rs: .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "operations.kubeedge.io",
+        resources: &[
+            "nodeupgradejobs/status",
+            "imageprepulljobs/status",
+            "configupdatejobs/status",
+        ],
+        names: &[],
+        verbs: &["update"],
+        used_at: &[
+            "taskmanager/src/engine.rs: .replace_status(name, &PostParams::default(), &job)",
         ],
     },
     Need {

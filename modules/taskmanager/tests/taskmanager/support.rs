@@ -237,7 +237,6 @@ pub(crate) fn entry(job: &Value, node: &str) -> Option<Value> {
 pub(crate) struct Replica {
     pub(crate) bus: Bus,
     pub(crate) edge: FakeEdge,
-    pub(crate) ownership: Ownership,
     pub(crate) tm: taskmanager::TaskManagerMetrics,
     life: kubeedge_api::lifecycle::Lifecycle,
     follow: kubeedge_api::lifecycle::Lifecycle,
@@ -289,7 +288,6 @@ impl Replica {
         Replica {
             bus,
             edge,
-            ownership,
             tm,
             life,
             follow,

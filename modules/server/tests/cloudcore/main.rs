@@ -20,5 +20,6 @@ mod hostile_edge_impersonated;
 mod iptables_external;
 mod leader;
 mod manifests;
+mod node_jobs;
 mod operator;
 mod replicas;

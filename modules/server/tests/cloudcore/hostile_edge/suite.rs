@@ -2711,3 +2711,6 @@ async fn an_edge_reports_twins_only_for_its_own_devices() {
 #[allow(clippy::duplicate_mod)]
 #[path = "metaserver.rs"]
 mod metaserver;
+#[allow(clippy::duplicate_mod)]
+#[path = "node_jobs.rs"]
+mod node_jobs;

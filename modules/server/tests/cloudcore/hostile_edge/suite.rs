@@ -2711,6 +2711,12 @@ async fn an_edge_reports_twins_only_for_its_own_devices() {
 #[allow(clippy::duplicate_mod)]
 #[path = "metaserver.rs"]
 mod metaserver;
+
+// ---------------------------------------------------------------------------------------------
+// Node job reports (taskmanager)
+// ---------------------------------------------------------------------------------------------
+
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
 #[allow(clippy::duplicate_mod)]
 #[path = "node_jobs.rs"]
 mod node_jobs;

@@ -241,6 +241,8 @@ struct Edge {
     client: HubClient,
     certs: EdgeCerts,
     received: Arc<Mutex<HashMap<Version, usize>>>,
+    /// Node tasks (`Check`) received from the taskmanager.
+    tasks: Arc<Mutex<Vec<Message>>>,
 }
 
 impl Edge {
@@ -264,12 +266,14 @@ impl Edge {
         };
         let (client, mut events) = HubClient::start(config, tls);
         let received: Arc<Mutex<HashMap<Version, usize>>> = Arc::default();
-        let (r, prefix) = (received.clone(), format!("{ns}/"));
+        let tasks: Arc<Mutex<Vec<Message>>> = Arc::default();
+        let (r, t, prefix) = (received.clone(), tasks.clone(), format!("{ns}/"));
         tokio::spawn(async move {
             while let Some(ev) = events.recv().await {
-                if let HubEvent::Message(m) = ev
-                    && let Some(v) = version(&m, &prefix)
-                {
+                let HubEvent::Message(m) = ev else { continue };
+                if m.route.group == "taskmanager" {
+                    t.lock().unwrap().push(m);
+                } else if let Some(v) = version(&m, &prefix) {
                     *r.lock().unwrap().entry(v).or_default() += 1;
                 }
             }
@@ -279,6 +283,7 @@ impl Edge {
             client,
             certs,
             received,
+            tasks,
         };
         eventually(WAIT, &format!("edge {node} connected"), || async {
             edge.client.is_connected().then_some(())
@@ -1097,4 +1102,180 @@ async fn a_real_edgecore_moves_with_its_node_when_its_replica_is_killed() {
         "the edge kubelet served web2's logs"
     );
     assert!(edgecore.try_wait().is_none(), "edgecore kept running");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node jobs
+// ---------------------------------------------------------------------------------------------
+
+impl Edge {
+    /// The node tasks received so far.
+    fn tasks(&self) -> Vec<Message> {
+        self.tasks.lock().unwrap().clone()
+    }
+
+    /// Reports `action` of its one task as edgecore's taskManager does.
+    async fn report_task(&self, action: &str) {
+        let task = self.tasks().first().cloned().expect("a task to report on");
+        let body = json!({"action": action, "succ": true,
+            "finishTime": "2026-08-06T07:00:00Z", "reason": "", "extend": ""});
+        let msg = Message::new()
+            .with_route(
+                "websocket",
+                "hub",
+                task.route.resource.as_str(),
+                "UpdateNodeActionStatus",
+            )
+            .with_content(beehive::Content::json(&body).unwrap());
+        self.client.send(msg).await.expect("report sent");
+    }
+}
+
+/// The ImagePrePullJob `job` as the API server has it.
+async fn prepull_job(
+    cluster: &Cluster,
+    job: &str,
+) -> kubeedge_api::operations::v1alpha2::ImagePrePullJob {
+    Api::all(cluster.client.clone())
+        .get(job)
+        .await
+        .expect("the job")
+}
+
+/// `(phase, actions reported)` of every node's task of `job`.
+async fn task_phases(cluster: &Cluster, job: &str) -> BTreeMap<String, (String, usize)> {
+    prepull_job(cluster, job)
+        .await
+        .status
+        .map(|s| s.node_status)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t.node_name, (t.phase, t.action_flow.len())))
+        .collect()
+}
+
+#[tokio::test]
+async fn node_jobs_are_sent_by_each_nodes_holder_once_and_survive_a_killed_replica() {
+    let mut replicas = Replicas::start("jobs").await;
+    let cluster = Cluster::new("jobs").await;
+    let mut edges = Vec::new();
+    for i in 0..6 {
+        let node = format!("{}-{i}", cluster.ns);
+        cluster.edge_node(&node, false).await;
+        let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+            "reason": "KubeletReady", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        cluster
+            .nodes()
+            .patch_status(&node, &PatchParams::default(), &Patch::Merge(&ready))
+            .await
+            .expect("node Ready");
+        edges.push(Edge::connect(&replicas, &node, &cluster.ns).await);
+    }
+    let mut holders = BTreeMap::new();
+    for e in &edges {
+        let nodes = cluster.nodes();
+        let holder = eventually(WAIT, &format!("{} annotated", e.node), || async {
+            nodes
+                .get(&e.node)
+                .await
+                .ok()?
+                .annotations()
+                .get(CLOUDCORE_ANNOTATION)
+                .cloned()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        holders.insert(e.node.clone(), replicas.index(&holder));
+    }
+    let per_replica: BTreeSet<usize> = holders.values().copied().collect();
+    assert_eq!(
+        per_replica.len(),
+        3,
+        "round robin spreads the nodes: {holders:?}"
+    );
+    let job = format!("jobs-{}", short_id());
+    let names: Vec<String> = edges.iter().map(|e| e.node.clone()).collect();
+    let obj: kubeedge_api::operations::v1alpha2::ImagePrePullJob = from(json!({
+        "apiVersion": "operations.kubeedge.io/v1alpha2", "kind": "ImagePrePullJob",
+        "metadata": {"name": job},
+        "spec": {"imagePrePullTemplate": {"images": ["a/b:1"], "nodeNames": names,
+            "concurrency": 1, "timeoutSeconds": 120}}}));
+    Api::all(cluster.client.clone())
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("job created");
+    // concurrency is per replica: one node of each replica gets its task, sent by the
+    // replica holding it (the only one with its session).
+    let first: Vec<&Edge> = eventually(WAIT, "one task per replica", || async {
+        let sent: Vec<&Edge> = edges.iter().filter(|e| !e.tasks().is_empty()).collect();
+        let by: BTreeSet<usize> = sent.iter().map(|e| holders[&e.node]).collect();
+        (sent.len() == 3 && by.len() == 3).then_some(sent)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", replicas.logs_about(&job)));
+    for e in &first {
+        e.report_task("Check").await;
+    }
+    eventually(WAIT, "three Checks recorded", || async {
+        let p = task_phases(&cluster, &job).await;
+        (p.values().filter(|(_, n)| *n == 1).count() == 3).then_some(())
+    })
+    .await
+    .unwrap();
+    // The replica holding one of them dies; that node keeps running its task, moves to
+    // another replica and reports there.
+    let moved = first
+        .iter()
+        .find(|e| holders[&e.node] == 0)
+        .expect("a node of replica 0 in flight");
+    let dead = replicas.address(0);
+    replicas.kill(0);
+    let nodes = cluster.nodes();
+    eventually(WAIT, "the moved node held by another replica", || async {
+        let n = nodes.get(&moved.node).await.ok()?;
+        let a = n.annotations().get(CLOUDCORE_ANNOTATION)?;
+        (*a != dead).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", replicas.logs_about(&moved.node)));
+    moved.report_task("Pull").await;
+    // Every node finishes its task whenever it gets one; replica 0's waiting node is sent by
+    // its new holder.
+    let deadline = Instant::now() + WAIT * 2;
+    loop {
+        let phases = task_phases(&cluster, &job).await;
+        if phases.values().all(|(p, _)| p == "Successful") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not all Successful: {phases:?}\n{}",
+            replicas.logs_about(&job)
+        );
+        for e in &edges {
+            let reported = phases.get(&e.node).map_or(0, |(_, n)| *n);
+            if !e.tasks().is_empty() && reported < 2 && phases[&e.node].0 == "InProgress" {
+                if reported == 0 {
+                    e.report_task("Check").await;
+                }
+                e.report_task("Pull").await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let j = prepull_job(&cluster, &job).await;
+    let st = j.status.expect("status");
+    assert_eq!(st.phase, "Completed");
+    for t in &st.node_status {
+        assert_eq!(t.action_flow.len(), 2, "no report lost: {t:?}");
+    }
+    for e in &edges {
+        assert_eq!(
+            e.tasks().len(),
+            1,
+            "{}: its task once, whatever replica",
+            e.node
+        );
+    }
 }

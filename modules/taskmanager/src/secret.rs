@@ -46,8 +46,9 @@ fn host_of(key: &str) -> &str {
 }
 
 /// The CRI `AuthConfig` JSON for `images` from a Secret's `.dockerconfigjson`: a standard
-/// `{"auths": {host: {…}}}` gives the entry of the first image's registry (or the only
-/// entry); a file that already is an `AuthConfig` is taken as it is.
+/// `{"auths": {host: {…}}}` gives the credentials of the first image's registry (or of the
+/// only entry), without a server address; a file that already is an `AuthConfig` is taken as
+/// it is.
 pub fn auth_config(secret: &Secret, images: &[String]) -> Result<Value, String> {
     let raw = secret
         .data
@@ -71,7 +72,7 @@ pub fn auth_config(secret: &Secret, images: &[String]) -> Result<Value, String> 
         .find(|(k, _)| host_of(k) == wanted)
         .or_else(|| (auths.len() == 1).then(|| auths.iter().next()).flatten())
         .ok_or_else(|| format!("it has no credentials for the registry {wanted}"))?;
-    let (key, creds) = entry;
+    let (_, creds) = entry;
     let field = |name: &str| creds.get(name).and_then(Value::as_str).unwrap_or_default();
     let mut out = Map::new();
     for (from, to) in [
@@ -85,7 +86,8 @@ pub fn auth_config(secret: &Secret, images: &[String]) -> Result<Value, String> 
             out.insert(to.into(), field(from).into());
         }
     }
-    out.insert("server_address".into(), host_of(key).into());
+    // No `server_address`: containerd reads it as a URL and refuses a bare `host:port`,
+    // and for Docker Hub it never equals the host pulled from (`registry-1.docker.io`).
     Ok(Value::Object(out))
 }
 
@@ -144,12 +146,9 @@ mod tests {
                 "127.0.0.1:5000":{"username":"u","password":"p","auth":"dTpw"}}}"#,
         );
         let a = auth_config(&s, &["127.0.0.1:5000/app:1".into()]).unwrap();
-        assert_eq!(
-            a,
-            json!({"username":"u","password":"p","auth":"dTpw","server_address":"127.0.0.1:5000"})
-        );
+        assert_eq!(a, json!({"username":"u","password":"p","auth":"dTpw"}));
         let hub = auth_config(&s, &["nginx".into()]).unwrap();
-        assert_eq!(hub["server_address"], "docker.io");
+        assert_eq!(hub, json!({"auth":"eDp5"}));
         assert!(
             auth_config(&s, &["quay.io/x".into()])
                 .unwrap_err()

@@ -146,7 +146,11 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
 
 fn unpack(archive: &Path, cache: &Path, target: &Path, sha: &str) -> Result<()> {
     std::fs::create_dir_all(cache).map_err(|e| Error::io(cache, e))?;
-    let tmp = cache.join(format!("edgecore.{}.tmp", std::process::id()));
+    let stem = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("binary");
+    let tmp = cache.join(format!("{stem}.{}.tmp", std::process::id()));
     let out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
     let status = Command::new("xz")
         .arg("-dc")
@@ -207,6 +211,75 @@ pub fn edgecore() -> Result<PathBuf> {
     })
     .clone()
     .map_err(Error::Unpack)
+}
+
+/// sha256 of the unpacked keadm the node-job tests are written against (the same KubeEdge
+/// commit as [`EDGECORE_SHA256`]); `KEADM_SHA256` overrides it.
+pub const KEADM_SHA256: &str = "bb24d61a5c21185a1f51afa777a1b9dda15916a70f96b3691fc4f5324dba7e51";
+
+/// The keadm binary (node jobs run it on the edge): `$KEADM_BIN` as it is, else unpacked from
+/// `$KEADM_XZ`, or the one `keadm-*.xz` in `shared/peers/keadm` beside the repository, into
+/// [`cache_dir`] on first use and verified against [`KEADM_SHA256`].
+///
+/// # Errors
+/// [`Error::KeadmMissing`], [`Error::XzMissing`], [`Error::XzFailed`] or [`Error::Checksum`].
+pub fn keadm() -> Result<PathBuf> {
+    static BIN: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("KEADM_BIN") {
+            let bin = PathBuf::from(bin);
+            return match bin.is_file() {
+                true => Ok(bin),
+                false => Err(format!("KEADM_BIN={} is not a file", bin.display())),
+            };
+        }
+        let sha = std::env::var("KEADM_SHA256").unwrap_or_else(|_| KEADM_SHA256.to_owned());
+        let cache = cache_dir();
+        let target = cache.join(format!("keadm-{}", &sha[..sha.len().min(16)]));
+        if target.is_file() {
+            return Ok(target);
+        }
+        let archive = keadm_archive().map_err(|e| e.to_string())?;
+        unpack(&archive, &cache, &target, &sha).map_err(|e| e.to_string())?;
+        Ok(target)
+    })
+    .clone()
+    .map_err(Error::Unpack)
+}
+
+fn keadm_archive() -> Result<PathBuf> {
+    if let Some(xz) = std::env::var_os("KEADM_XZ") {
+        return Ok(PathBuf::from(xz));
+    }
+    let dir = match std::env::var_os("EDGECORE_XZ") {
+        // The peers live side by side: edgecore/ and keadm/.
+        Some(xz) => PathBuf::from(xz)
+            .parent()
+            .and_then(Path::parent)
+            .map(|p| p.join("keadm"))
+            .unwrap_or_default(),
+        None => repo_root().join("../shared/peers/keadm"),
+    };
+    let found = std::fs::read_dir(&dir)
+        .map_err(|e| {
+            Error::KeadmMissing(format!(
+                "{}: {e} (set KEADM_BIN to a keadm binary, or KEADM_XZ to a keadm-*.xz)",
+                dir.display()
+            ))
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("keadm-") && n.ends_with(".xz"))
+        })
+        .max();
+    found.ok_or_else(|| {
+        Error::KeadmMissing(format!(
+            "no keadm-*.xz in {} (set KEADM_BIN or KEADM_XZ)",
+            dir.display()
+        ))
+    })
 }
 
 /// Our cloudcore binary: `CLOUDCORE_BIN` when set; else `CARGO_BIN_EXE_cloudcore`, which

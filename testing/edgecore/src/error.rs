@@ -63,6 +63,19 @@ pub enum Error {
     /// A condition did not hold in time.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// A program the harness runs is not installed.
+    #[error("`{tool}` is not installed (apt-get install {package}); the harness needs it {why}")]
+    ToolMissing {
+        /// The program.
+        tool: String,
+        /// The Debian/Ubuntu package that has it.
+        package: String,
+        /// What for.
+        why: String,
+    },
+    /// keadm is not where it should be.
+    #[error("keadm binary missing: {0}")]
+    KeadmMissing(String),
 }
 
 impl Error {

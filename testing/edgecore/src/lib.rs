@@ -12,7 +12,9 @@
 //! ([`FakeKubelet::start_on_kubelet_port`]). The builder unpacks and verifies the binary
 //! ([`binary::edgecore`]), starts our cloudcore with a fresh CA, then edgecore with the token
 //! cloudhub wrote. Processes run in their own process groups and are killed on drop, also when
-//! a test panics; their log tails are printed then. Anything missing (the archive, `xz`,
+//! a test panics; their log tails are printed then. [`host::EdgeHost`] runs an edgecore with
+//! containerd in namespaces of its own (node jobs that install and restart things), fed by a
+//! [`registry::Registry`] of [`images`] built here. Anything missing (the archive, `xz`,
 //! `sqlite3`, the cloudcore binary, the API server) is an error that names it: the suite fails,
 //! it never skips.
 //!
@@ -32,14 +34,18 @@ mod cloud;
 mod edge;
 mod error;
 mod fixture;
+pub mod host;
 mod http;
+pub mod images;
 mod kubectl;
 pub mod kubelet;
 mod process;
 pub mod rbac;
+pub mod registry;
 mod serial;
 mod spdy;
 mod store;
+pub mod tools;
 
 pub use balancer::Balancer;
 pub use cloud::{CloudPorts, CloudSpec, Cloudcore, Metrics, listen_ports};

@@ -16,3 +16,4 @@
 
 mod interop_edgecore;
 mod least_privilege;
+mod node_jobs;

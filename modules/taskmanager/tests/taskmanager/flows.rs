@@ -242,7 +242,7 @@ async fn the_pull_secret_reaches_the_edge_under_a_name_of_its_own_before_the_tas
     .unwrap();
     assert_eq!(
         auth,
-        json!({"username": "u", "password": "p", "auth": "dTpw", "server_address": "127.0.0.1:5000"}),
+        json!({"username": "u", "password": "p", "auth": "dTpw"}),
         "the CRI AuthConfig the edge decodes"
     );
     let spec: Value = check.content.parse().unwrap();

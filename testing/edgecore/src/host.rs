@@ -5,7 +5,7 @@
 //! unshare --mount --pid --fork --mount-proc   (PID 1: a shell that keeps the namespace)
 //!   overlays: /etc, /usr/local, /var/log → writes land in <dir>/upper/…, the real ones untouched
 //!   containerd  (root, state, socket under <dir>/containerd; registries on loopback over HTTP)
-//!   /usr/local/bin/edgecore --config /etc/kubeedge/config/edgecore.yaml
+//!   edgecore --config /etc/kubeedge/config/edgecore.yaml  (a copy of /usr/local/bin/edgecore)
 //! ```
 //!
 //! KubeEdge's edge is laid out this way on a real host, and its node jobs rely on it: an
@@ -112,6 +112,13 @@ impl EdgeHost {
         let bin = dir.join("upper/usr-local/bin");
         std::fs::create_dir_all(&bin).map_err(|e| Error::io(&bin, e))?;
         copy_exe(&binary::edgecore()?, &bin.join("edgecore"))?;
+        // The first edgecore runs from a copy of its own: keadm stops it with `pkill`, which
+        // does not wait, and then overwrites /usr/local/bin/edgecore, which would still be
+        // busy (ETXTBSY) if the dying process ran from it. A host with systemd waits in
+        // `systemctl stop` instead.
+        let running = dir.join("bin");
+        std::fs::create_dir_all(&running).map_err(|e| Error::io(&running, e))?;
+        copy_exe(&binary::edgecore()?, &running.join("edgecore"))?;
         if spec.keadm {
             copy_exe(&binary::keadm()?, &bin.join("keadm"))?;
         }
@@ -328,6 +335,12 @@ fn script(dir: &Path, socket: &Path) -> String {
         r#"# PID 1 of the edge host box (see testing/edgecore/src/host.rs).
 set -eu
 {mounts}# keadm starts edgecore through systemd when it sees one; here it is a background process.
+# keadm decides by `file /sbin/init` succeeding, which it does wherever `file` is installed,
+# so `file` here fails, and /run/systemd (its other sign) is hidden.
+mkdir -p {d}/nosystemd
+printf '#!/bin/sh\nexit 1\n' >{d}/nosystemd/file
+chmod +x {d}/nosystemd/file
+export PATH="{d}/nosystemd:$PATH"
 if [ -d /run/systemd ]; then mount -t tmpfs tmpfs /run/systemd; fi
 mkdir -p /var/log/kubeedge /etc/kubeedge/config
 containerd --config {d}/containerd/config.toml >>{d}/containerd.log 2>&1 &
@@ -338,7 +351,7 @@ until ctr -a {s} version >/dev/null 2>&1; do
   sleep 0.25
 done
 echo "containerd ready"
-CHECK_EDGECORE_ENVIRONMENT=false /usr/local/bin/edgecore --config /etc/kubeedge/config/edgecore.yaml --v=4 >>{d}/edgecore.log 2>&1 &
+CHECK_EDGECORE_ENVIRONMENT=false {d}/bin/edgecore --config /etc/kubeedge/config/edgecore.yaml --v=4 >>{d}/edgecore.log 2>&1 &
 echo "edgecore started"
 # Stays, so the namespace does, when keadm stops and restarts edgecore; reaps orphans.
 while :; do wait || true; sleep 1; done

@@ -193,18 +193,21 @@ async fn edge_node(client: &kube::Client, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Ready, as a kubelet would report it (edged is off in these edges).
+/// Ready and its version, as edged would report them (edged is off in these edges): keadm
+/// reads the running edgecore's version from the Node's kubeletVersion
+/// (`<kubernetes>-kubeedge-<edgecore>`) through the edge's metaServer.
 async fn ready(client: &kube::Client, name: &str) -> Result<()> {
+    let version = format!(
+        "v1.31.12-kubeedge-{}",
+        edgecore_interop::binary::EDGECORE_VERSION
+    );
+    let status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "nodeInfo": {"kubeletVersion": version}}});
     Api::<Node>::all(client.clone())
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"conditions": [{"type": "Ready", "status": "True",
-                "reason": "KubeletReady", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
-            ),
-        )
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await?;
     Ok(())
 }

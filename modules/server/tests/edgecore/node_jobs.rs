@@ -1,19 +1,21 @@
 //! Node jobs on real edges: unmodified edgecores with their taskManager module on, each in an
 //! edge host of its own (`edgecore_interop::host`: containerd and edgecore in their own mount
-//! and PID namespaces, so keadm's installs and restarts stay inside), pulling from registries
-//! on loopback (Debian's docker-registry) filled with images built here from busybox-static
-//! (umoci, skopeo).
+//! and PID namespaces, so what keadm installs, stops and starts stays inside), pulling from
+//! registries on loopback (Debian's docker-registry) filled with images built here from
+//! busybox-static (umoci, skopeo).
 //!
 //! * ImagePrePullJob: images pulled into each edge's containerd, with and without a pull
 //!   secret; a missing image reported per image; concurrency and failureTolerate across
 //!   several edges, one of them offline.
-//! * NodeUpgradeJob: the whole flow the edge runs: Check (the installation-package image
-//!   pulled, keadm copied out of it through a CRI container), WaitingConfirmation, BackUp
+//! * NodeUpgradeJob, the whole flow: Check (the installation-package image pulled, keadm
+//!   copied out of it through a privileged CRI container), WaitingConfirmation, BackUp
 //!   (`keadm backup edge`), Upgrade (`keadm upgrade edge`: edgecore stopped, replaced from the
-//!   image and started again, which then reports the upgrade from keadm's report file).
-//! * ConfigUpdateJob: Check, BackUp, then `keadm config-update`, which restarts edgecore
-//!   through systemctl; without an init system that fails, keadm rolls back and restarts
-//!   edgecore itself, and the rollback's report dies with the process: the node times out.
+//!   image and started again by keadm, the new one reporting the upgrade from keadm's report
+//!   file when it reconnects).
+//! * ConfigUpdateJob: Check, BackUp, then `keadm config-update`, which writes the field and
+//!   restarts edgecore through `sudo systemctl`; without an init system that fails, the edge
+//!   rolls back (`keadm rollback edge` restores the backup and restarts edgecore itself) and
+//!   the rollback's report dies with the old process: the node times out.
 //!
 //! Run: `cargo test -p cloudcore-server --test edgecore node_jobs`.
 
@@ -517,7 +519,7 @@ async fn a_node_upgrade_job_runs_keadm_on_a_real_edge_host() -> Result<()> {
 }
 
 #[tokio::test]
-async fn a_config_update_job_runs_keadm_until_the_restart_it_cannot_do_here() -> Result<()> {
+async fn a_config_update_job_runs_keadm_and_rolls_back_without_an_init_system() -> Result<()> {
     let regs = Registries::start().await?;
     let mut it = Interop::builder("config-a").start_cloud().await?;
     let mut hosts = edge_hosts(&mut it, &regs, &[], true).await?;
@@ -537,7 +539,7 @@ async fn a_config_update_job_runs_keadm_until_the_restart_it_cannot_do_here() ->
         |_| {},
     )
     .await
-    .with_context(|| tail(&hosts_log(&it), 60))?;
+    .with_context(|| tail(&hosts[0].edgecore_log(), 60))?;
     let e = entry(&j, &node);
     let flow = e["actionFlow"].as_array().context("actionFlow")?;
     let got: Vec<(&str, &str)> = flow
@@ -549,30 +551,53 @@ async fn a_config_update_job_runs_keadm_until_the_restart_it_cannot_do_here() ->
             )
         })
         .collect();
+    // keadm config-update wrote the field, then could not restart edgecore (it runs
+    // `sudo systemctl restart edgecore.service`); the edge rolled back with `keadm rollback
+    // edge`, which restored the backup and restarted edgecore by itself, and that report died
+    // with the old process: the node times out.
     ensure!(
-        got.starts_with(&[("Check", "True"), ("BackUp", "True")]),
+        got == [("Check", "True"), ("BackUp", "True"), ("Update", "False")],
         "{got:?}\n{e}"
+    );
+    let why = flow[2]["reason"].as_str().unwrap_or_default();
+    ensure!(why.contains("failed restart edgecore"), "{why}");
+    ensure!(
+        e["phase"] == "Unknown" && e["reason"] == "The node task has timed out",
+        "{e}"
     );
     ensure!(
         flow.iter()
             .all(|a| !a["time"].as_str().unwrap_or_default().is_empty()),
         "the cloud's time where the edge sends none: {flow:?}"
     );
-    let backup = hosts[0]
-        .written("/etc/kubeedge/backup")
+    let host = &hosts[0];
+    let backup = host
+        .written(&format!(
+            "/etc/kubeedge/backup/{}/edgecore.yaml",
+            edgecore_interop::binary::EDGECORE_VERSION
+        ))
         .context("backup path")?;
     ensure!(
-        backup.is_dir(),
+        backup.is_file(),
         "keadm backup edge wrote {}",
         backup.display()
+    );
+    let config = std::fs::read_to_string(
+        host.written("/etc/kubeedge/config/edgecore.yaml")
+            .context("config path")?,
+    )?;
+    ensure!(
+        config.contains("heartbeat: 15"),
+        "the rollback restored the backed-up configuration"
+    );
+    ensure!(
+        host.written("/var/log/kubeedge/edgecore.log")
+            .is_some_and(|p| p.is_file()),
+        "keadm restarted edgecore"
     );
     drop(hosts);
     it.finish();
     Ok(())
-}
-
-fn hosts_log(_it: &Interop) -> String {
-    String::new()
 }
 
 fn tail(text: &str, n: usize) -> String {

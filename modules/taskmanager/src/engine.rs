@@ -79,6 +79,23 @@ pub(crate) struct Shared {
     pub(crate) controller: bool,
     pub(crate) metrics: TaskManagerMetrics,
     pub(crate) watch_timeout: Option<u32>,
+    /// When each node's refused reports were last logged at `warn`.
+    pub(crate) warned: std::sync::Mutex<HashMap<String, std::time::Instant>>,
+}
+
+impl Shared {
+    /// Whether a refusal of `node`'s may be logged at `warn` now: once per [`WARN_EVERY`]
+    /// per node, so a flooding node cannot flood the log as well.
+    pub(crate) fn warn_due(&self, node: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        w.retain(|_, t| now.duration_since(*t) < WARN_EVERY);
+        if w.contains_key(node) {
+            return false;
+        }
+        w.insert(node.to_owned(), now);
+        true
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -213,7 +230,6 @@ pub(crate) struct Engine<J: NodeJob> {
     runs: HashMap<String, Run>,
     inbox: mpsc::Receiver<Inbound>,
     dirty: BTreeSet<String>,
-    warned: HashMap<String, Instant>,
 }
 
 fn newer<J: Resource>(old: &J, new: &J) -> bool {
@@ -242,7 +258,6 @@ impl<J: NodeJob> Engine<J> {
             runs: HashMap::new(),
             inbox,
             dirty: BTreeSet::new(),
-            warned: HashMap::new(),
         }
     }
 
@@ -414,22 +429,14 @@ impl<J: NodeJob> Engine<J> {
     fn refuse(&mut self, m: &Inbound, why: &Refusal) {
         self.shared.metrics.report(Err(why));
         let node = &m.up.task.node;
-        if why.is_denial() {
-            let now = Instant::now();
-            let last = self.warned.get(node).copied();
-            if last.is_none_or(|t| now.duration_since(t) >= WARN_EVERY) {
-                self.warned.insert(node.clone(), now);
-                warn!(node, task = %m.up.task, action = %m.up.report.action, reason = %why, "node job report refused");
-                return;
-            }
+        if why.is_denial() && self.shared.warn_due(node) {
+            warn!(node, task = %m.up.task, action = %m.up.report.action, reason = %why, "node job report refused");
+            return;
         }
         debug!(node, task = %m.up.task, action = %m.up.report.action, reason = %why, "node job report refused");
     }
 
     fn on_tick(&mut self) {
-        let now = Instant::now();
-        self.warned
-            .retain(|_, t| now.duration_since(*t) < WARN_EVERY);
         let mut counts: BTreeMap<String, i64> = BTreeMap::new();
         for (name, job) in &self.jobs {
             *counts.entry(job.phase().to_owned()).or_default() += 1;

@@ -93,6 +93,7 @@ impl TaskManager {
                 controller: config.job_controller,
                 metrics: TaskManagerMetrics::default(),
                 watch_timeout: None,
+                warned: Default::default(),
             }),
             config,
             life: Lifecycle::new(),
@@ -149,20 +150,22 @@ impl Actor for TaskManager {
             }
         }
         let inboxes = Arc::new(inboxes);
-        let metrics = self.shared.metrics.clone();
+        let shared = self.shared.clone();
         let queue = Queue::start(
             self.stats.clone(),
             Limit::new(1),
             &self.life,
             Duration::from_secs(2),
             move |msg| {
-                let (inboxes, metrics) = (inboxes.clone(), metrics.clone());
+                let (inboxes, shared) = (inboxes.clone(), shared.clone());
                 async move {
                     let up = match wire::parse_upstream(&msg) {
                         Ok(up) => up,
                         Err(why) => {
-                            metrics.report(Err(&why));
-                            if why.is_denial() {
+                            shared.metrics.report(Err(&why));
+                            let node =
+                                kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
+                            if why.is_denial() && shared.warn_due(node) {
                                 warn!(resource = %msg.route.resource, reason = %why, "node job report refused");
                             } else {
                                 debug!(resource = %msg.route.resource, operation = %msg.route.operation, reason = %why, "task message dropped");

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::kind::JobKind;
+use crate::spec::Common;
 
 /// The installation-package repository KubeEdge documents as the default of
 /// `NodeUpgradeJob.spec.image` (its v1alpha2 code never fills it in, and the edge then pulls
@@ -32,22 +33,6 @@ pub struct Targets<'a> {
     pub node_names: &'a [String],
     /// `labelSelector`.
     pub label_selector: Option<&'a LabelSelector>,
-}
-
-/// The settings every kind has, as written (validated by [`crate::spec`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Common<'a> {
-    /// Where the settings live in the spec, for reasons (`spec.` or
-    /// `spec.imagePrePullTemplate.`).
-    pub path: &'static str,
-    /// `timeoutSeconds`.
-    pub timeout_seconds: Option<i64>,
-    /// `concurrency`.
-    pub concurrency: i64,
-    /// `failureTolerate`.
-    pub failure_tolerate: &'a str,
-    /// `checkItems` (ConfigUpdateJob has none).
-    pub check_items: &'a [String],
 }
 
 /// One node's entry of `status.nodeStatus`.

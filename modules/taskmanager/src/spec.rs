@@ -10,7 +10,21 @@ use kubeedge_api::operations::CHECK_ITEMS;
 use kubeedge_api::validation::is_dns1123_subdomain;
 use regex::Regex;
 
-use crate::job::Common;
+/// The settings every kind has, as written (checked by [`settings`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Common<'a> {
+    /// Where the settings live in the spec, for reasons (`spec.` or
+    /// `spec.imagePrePullTemplate.`).
+    pub path: &'static str,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<i64>,
+    /// `concurrency`.
+    pub concurrency: i64,
+    /// `failureTolerate`.
+    pub failure_tolerate: &'a str,
+    /// `checkItems` (ConfigUpdateJob has none).
+    pub check_items: &'a [String],
+}
 
 /// `timeoutSeconds` when unset or 0, as KubeEdge documents it (its v1alpha2 code applies no
 /// timeout at all then).

@@ -25,6 +25,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 use kube::core::crd::merge_crds;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 pub mod v1alpha1;
 pub mod v1alpha2;
@@ -96,6 +98,15 @@ pub mod action {
 
 /// Check items an edge evaluates before it starts (`checkItems`).
 pub const CHECK_ITEMS: [&str; 3] = ["cpu", "mem", "disk"];
+
+/// Registry v2 interface access (`registryAPI` of both versions' `imageDigestGatter`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct RegistryApi {
+    /// The registry host.
+    pub host: String,
+    /// The bearer token.
+    pub token: String,
+}
 
 pub(crate) fn int32(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "integer", "format": "int32"})

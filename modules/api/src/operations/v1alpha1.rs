@@ -92,7 +92,7 @@ pub struct ImageDigestGatter {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub registry_api: Option<super::v1alpha2::RegistryApi>,
+    pub registry_api: Option<super::RegistryApi>,
 }
 
 /// Most recently observed status of the NodeUpgradeJob.

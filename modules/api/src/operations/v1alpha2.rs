@@ -16,7 +16,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{int32, is_false, is_zero};
+use super::{RegistryApi, int32, is_false, is_zero};
 
 // ---------------------------------------------------------------------------------------------
 // Shared status shapes
@@ -145,15 +145,6 @@ pub struct ImageDigestGetter {
         skip_serializing_if = "Option::is_none"
     )]
     pub registry_api: Option<RegistryApi>,
-}
-
-/// Registry v2 interface access.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub struct RegistryApi {
-    /// The registry host.
-    pub host: String,
-    /// The bearer token.
-    pub token: String,
 }
 
 /// Most recently observed status of the NodeUpgradeJob.

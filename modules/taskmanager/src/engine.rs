@@ -641,12 +641,19 @@ impl<J: NodeJob> Engine<J> {
                 });
             }
         }
+        // A node in flight takes a slot of the replica that holds it, or that its Node names
+        // (after a restart, before it reconnected), or that sent it, until its task ends.
+        let mine = |n: &str| {
+            ownership.holds(n)
+                || run.sent.contains_key(n)
+                || ownership.holder(n).as_deref() == Some(ownership.me())
+        };
         let in_flight = job
             .tasks()
             .iter()
             .filter(|t| !NodePhase::of(t.phase()).is_terminal() && t.phase() != phase::PENDING)
             .filter(|t| !timing_out.contains(t.node()))
-            .filter(|t| ownership.holds(t.node()) || run.sent.contains_key(t.node()))
+            .filter(|t| mine(t.node()))
             .count();
         let mut free = settings.concurrency.saturating_sub(in_flight);
         let mut unheld = HashMap::new();

@@ -37,8 +37,8 @@ const WAIT: Duration = Duration::from_secs(120);
 /// The version an upgrade goes to (the installation package's tag).
 const TO_VERSION: &str = "v1.23.1";
 
-/// The test images, built once per run into the binary cache folder (they depend only on
-/// busybox, keadm and edgecore).
+/// The test images, built once per machine into the binary cache folder, in a folder named by
+/// what they are made of (busybox, keadm, edgecore), and reused by every later run.
 struct Images {
     pause: OciImage,
     app: OciImage,
@@ -55,28 +55,58 @@ fn images() -> Result<&'static Images> {
 }
 
 fn build_images() -> Result<Images> {
+    use std::hash::{Hash, Hasher};
     let keadm = edgecore_interop::binary::keadm()?;
     let edgecore = edgecore_interop::binary::edgecore()?;
-    let dir = edgecore_interop::binary::cache_dir()
-        .join(format!("node-job-images-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let build = |name: &str, files: &[(&Path, &str)], cmd: &[&str]| -> Result<OciImage> {
-        let d = dir.join(name);
-        std::fs::create_dir_all(&d)?;
-        Ok(busybox_image(&d, "latest", files, cmd)?)
+    // The cached binaries are named by their hashes; busybox by its size and time. "v1": the
+    // layout below.
+    let busybox = std::fs::metadata("/bin/busybox").ok();
+    let mut key = std::hash::DefaultHasher::new();
+    (
+        "v1",
+        keadm.display().to_string(),
+        edgecore.display().to_string(),
+        busybox.as_ref().map(|m| m.len()),
+        busybox.as_ref().and_then(|m| m.modified().ok()),
+    )
+        .hash(&mut key);
+    let key = format!("{:016x}", key.finish());
+    let cache = edgecore_interop::binary::cache_dir();
+    let dir = cache.join(format!("node-job-images-{key}"));
+    let layout = |name: &str| OciImage {
+        layout: dir.join(name).join("oci"),
+        tag: "latest".into(),
     };
-    Ok(Images {
-        pause: build("pause", &[], &["/bin/sleep", "2147483647"])?,
-        app: build("app", &[], &["sh"])?,
-        tools: build("tools", &[], &["sh"])?,
-        package: build(
+    if !dir.is_dir() {
+        let tmp = cache.join(format!("node-job-images-{key}.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let build = |name: &str, files: &[(&Path, &str)], cmd: &[&str]| -> Result<()> {
+            let d = tmp.join(name);
+            std::fs::create_dir_all(&d)?;
+            busybox_image(&d, "latest", files, cmd)?;
+            Ok(())
+        };
+        build("pause", &[], &["/bin/sleep", "2147483647"])?;
+        build("app", &[], &["sh"])?;
+        build("tools", &[], &["sh"])?;
+        build(
             "package",
             &[
                 (keadm.as_path(), "/usr/local/bin/keadm"),
                 (edgecore.as_path(), "/usr/local/bin/edgecore"),
             ],
             &["sh"],
-        )?,
+        )?;
+        // Another run may have finished first: then its copy is used and this one dropped.
+        if std::fs::rename(&tmp, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+    }
+    Ok(Images {
+        pause: layout("pause"),
+        app: layout("app"),
+        tools: layout("tools"),
+        package: layout("package"),
     })
 }
 

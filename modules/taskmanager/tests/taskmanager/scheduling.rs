@@ -202,10 +202,16 @@ async fn a_restarted_taskmanager_resumes_without_sending_a_task_twice() {
     })
     .await;
     first.stop().await;
-    // A new process: the node in flight counts against concurrency 1, so nothing is sent
-    // until it finishes, and it is not sent again.
-    let second = Replica::start(&w.client, "10.9.0.1", &nodes).await;
+    // A new process, its Nodes still naming it: the node in flight counts against concurrency
+    // 1 even before it reconnects, so nothing is sent until it finishes, and it is not sent
+    // again.
+    for n in &nodes {
+        w.annotate(n, "10.9.0.1").await;
+    }
+    let second = Replica::start(&w.client, "10.9.0.1", &nodes[1..]).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    second.ownership.hold(&nodes[0]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
         second
             .edge

@@ -238,6 +238,8 @@ pub(crate) struct Replica {
     pub(crate) bus: Bus,
     pub(crate) edge: FakeEdge,
     pub(crate) tm: taskmanager::TaskManagerMetrics,
+    /// Which nodes this replica holds (the test connects and disconnects them).
+    pub(crate) ownership: Ownership,
     life: kubeedge_api::lifecycle::Lifecycle,
     follow: kubeedge_api::lifecycle::Lifecycle,
 }
@@ -289,6 +291,7 @@ impl Replica {
             bus,
             edge,
             tm,
+            ownership,
             life,
             follow,
         }

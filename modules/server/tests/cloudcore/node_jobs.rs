@@ -194,6 +194,14 @@ async fn kubectl_apply(obj: &Value) {
     );
 }
 
+/// The columns `kubectl get <resource> <name>` prints.
+async fn printed_columns(resource: &str, name: &str) -> Vec<String> {
+    let out = kubectl(&["get", resource, name], None, WAIT).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().unwrap_or_default();
+    header.split_whitespace().map(str::to_owned).collect()
+}
+
 fn entry(job: &Value, node: &str) -> Option<Value> {
     job["status"]["nodeStatus"]
         .as_array()?
@@ -422,13 +430,21 @@ async fn scripted_edges_run_an_image_prepull_job_through_the_websocket() {
     })
     .await
     .unwrap();
+    assert_eq!(
+        cloud
+            .metric(
+                "taskmanager_node_task_duration_seconds_count",
+                &[("kind", "ImagePrePullJob")]
+            )
+            .await,
+        3.0,
+        "one duration per node sent"
+    );
     // `kubectl get` prints what KubeEdge's CRDs print: NAME and AGE.
-    let out = kubectl(&["get", "imageprepulljobs", &job], None, WAIT)
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "AGE"], "{text}");
+    assert_eq!(
+        printed_columns("imageprepulljobs", &job).await,
+        ["NAME", "AGE"]
+    );
     delete_nodes(&cloud.client).await;
 }
 
@@ -503,6 +519,10 @@ async fn the_upgrade_state_machine_beyond_what_the_real_edge_runs_here() {
         (ea.tasks().len(), eb.tasks().len()),
         (1, 1),
         "no task sent twice"
+    );
+    assert_eq!(
+        printed_columns("nodeupgradejobs", &job).await,
+        ["NAME", "AGE"]
     );
 
     // With requireConfirmation the edge stops after WaitingConfirmation until someone runs

@@ -634,3 +634,86 @@ fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// An ImagePrePullJob for the scenario's one node.
+async fn prepull_for(it: &Interop, name: &str, timeout: u32) -> Result<()> {
+    apply(
+        &json!({"apiVersion": "operations.kubeedge.io/v1alpha2", "kind": "ImagePrePullJob",
+        "metadata": {"name": name},
+        "spec": {"imagePrePullTemplate": {"images": ["registry.invalid/app:1"],
+            "nodeNames": [it.node()], "timeoutSeconds": timeout}}}),
+    )
+    .await
+}
+
+async fn phase_of(it: &mut Interop, name: &str, phase: &str) -> Result<Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        it.check_edge_alive()?;
+        let j = job("imageprepulljob", name).await?;
+        if j["status"]["phase"] == phase {
+            return Ok(j);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{name} not {phase}: {}",
+            j["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_edge_without_a_container_runtime_reports_the_pull_failed() -> Result<()> {
+    // The edge's CRI endpoint leads nowhere (edgecore's default would be this machine's
+    // /run/containerd).
+    let dir = TempDir::new("no-cri")?;
+    let mut it = Interop::builder("no-cri")
+        .edge_task_manager()
+        .container_runtime_endpoint(format!("unix://{}/none.sock", dir.0.display()))
+        .start_cloud()
+        .await?;
+    ready(&it.client(), it.node()).await?;
+    it.start_edge()?;
+    it.wait_connected(WAIT).await?;
+    prepull_for(&it, "no-runtime", 120).await?;
+    let j = phase_of(&mut it, "no-runtime", "Failure").await?;
+    let e = entry(&j, it.node());
+    let actions: Vec<(&str, &str)> = e["actionFlow"]
+        .as_array()
+        .context("actionFlow")?
+        .iter()
+        .map(|a| {
+            (
+                a["action"].as_str().unwrap_or_default(),
+                a["status"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    ensure!(actions == [("Check", "True"), ("Pull", "False")], "{e}");
+    // The edge fails before any image: no per-image result, its error as the node's reason.
+    ensure!(e["imageStatus"].is_null(), "{e}");
+    let why = e["reason"].as_str().unwrap_or_default();
+    ensure!(why.contains("failed to new remote image service"), "{why}");
+    it.finish();
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_edge_with_its_task_manager_off_never_answers_and_times_out() -> Result<()> {
+    // edgecore's default: the task is dropped on the edge without a word.
+    let mut it = Interop::builder("tm-off").start_cloud().await?;
+    ready(&it.client(), it.node()).await?;
+    it.start_edge()?;
+    it.wait_connected(WAIT).await?;
+    prepull_for(&it, "unanswered", 5).await?;
+    let j = phase_of(&mut it, "unanswered", "Failure").await?;
+    let e = entry(&j, it.node());
+    ensure!(
+        e["phase"] == "Unknown" && e["reason"] == "The node task has timed out",
+        "{e}"
+    );
+    ensure!(e["actionFlow"].is_null(), "nothing reported: {e}");
+    it.finish();
+    Ok(())
+}

@@ -16,6 +16,8 @@
 //!   restarts edgecore through `sudo systemctl`; without an init system that fails, the edge
 //!   rolls back (`keadm rollback edge` restores the backup and restarts edgecore itself) and
 //!   the rollback's report dies with the old process: the node times out.
+//! * Edges that cannot run a job: no container runtime (the pull fails with the edge's error),
+//!   the taskManager off (edgecore's default: the task is dropped, the node times out).
 //!
 //! Run: `cargo test -p cloudcore-server --test edgecore node_jobs`.
 

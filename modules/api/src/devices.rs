@@ -1,5 +1,6 @@
 //! `devices.kubeedge.io/v1beta1`: Device, DeviceModel and DeviceStatus, with KubeEdge's JSON
-//! field names (`staging/src/github.com/kubeedge/api/apis/devices/v1beta1`).
+//! field names (`staging/src/github.com/kubeedge/api/apis/devices/v1beta1`). The CRDs also
+//! serve the older `v1alpha2` (not stored, no conversion), as KubeEdge's do; see [`crds`].
 //!
 //! Upstream's CRDs have **no status subresource**: `status` is written through the main
 //! resource (the devicecontroller merge-patches `devicestatuses/<name>` with `{"status": …}`).
@@ -508,13 +509,73 @@ pub(crate) fn without_status_subresource(
     crd
 }
 
-/// The device CRDs as upstream installs them (v1beta1, no status subresource).
+/// The older version every device CRD still serves (KubeEdge declares it served, not stored).
+pub const LEGACY_VERSION: &str = "v1alpha2";
+
+/// The device CRDs as upstream installs them: `v1beta1` served and stored, no status
+/// subresource, and `v1alpha2` served but not stored, listed first.
+///
+/// There is no conversion webhook (strategy `None`, as upstream): a `v1alpha2` read returns
+/// the stored object relabelled, a `v1alpha2` write is stored as written. The `v1alpha2`
+/// schema keeps whatever `spec` and `status` hold (and, for DeviceStatus, whose `v1alpha2` is
+/// a placeholder upstream, a top-level `twins` list), so clients of the older version read and
+/// write without the API server pruning their fields. The controllers use `v1beta1` only.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
-        without_status_subresource(Device::crd()),
-        DeviceModel::crd(),
-        without_status_subresource(DeviceStatus::crd()),
+        with_legacy_version(without_status_subresource(Device::crd()), false),
+        with_legacy_version(DeviceModel::crd(), false),
+        with_legacy_version(without_status_subresource(DeviceStatus::crd()), true),
     ]
+}
+
+/// Adds the served, non-storage [`LEGACY_VERSION`] in front of the derived version.
+fn with_legacy_version(
+    mut crd: CustomResourceDefinition,
+    top_level_twins: bool,
+) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceDefinitionVersion, CustomResourceValidation, JSONSchemaProps,
+    };
+    let kept = || JSONSchemaProps {
+        type_: Some("object".into()),
+        x_kubernetes_preserve_unknown_fields: Some(true),
+        ..JSONSchemaProps::default()
+    };
+    let mut properties =
+        BTreeMap::from([("spec".to_owned(), kept()), ("status".to_owned(), kept())]);
+    if top_level_twins {
+        properties.insert(
+            "twins".to_owned(),
+            JSONSchemaProps {
+                type_: Some("array".into()),
+                items: Some(
+                    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(
+                        Box::new(kept()),
+                    ),
+                ),
+                ..JSONSchemaProps::default()
+            },
+        );
+    }
+    let legacy = CustomResourceDefinitionVersion {
+        name: LEGACY_VERSION.into(),
+        served: true,
+        storage: false,
+        schema: Some(CustomResourceValidation {
+            open_api_v3_schema: Some(JSONSchemaProps {
+                description: Some(format!(
+                    "{} of {GROUP}/{LEGACY_VERSION}, served for older clients; stored as {VERSION}",
+                    crd.spec.names.kind
+                )),
+                type_: Some("object".into()),
+                properties: Some(properties),
+                ..JSONSchemaProps::default()
+            }),
+        }),
+        ..CustomResourceDefinitionVersion::default()
+    };
+    crd.spec.versions.insert(0, legacy);
+    crd
 }
 
 #[cfg(test)]
@@ -557,6 +618,36 @@ mod tests {
     }
 
     #[test]
+    fn every_device_crd_serves_v1alpha2_and_stores_v1beta1() {
+        for crd in crds() {
+            let versions: Vec<(&str, bool, bool)> = crd
+                .spec
+                .versions
+                .iter()
+                .map(|v| (v.name.as_str(), v.served, v.storage))
+                .collect();
+            assert_eq!(
+                versions,
+                [("v1alpha2", true, false), ("v1beta1", true, true)],
+                "{:?}",
+                crd.metadata.name
+            );
+            assert!(crd.spec.conversion.is_none(), "no conversion webhook");
+            let legacy = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+            for field in ["spec", "status"] {
+                assert_eq!(
+                    legacy["openAPIV3Schema"]["properties"][field]["x-kubernetes-preserve-unknown-fields"],
+                    true,
+                    "{legacy}"
+                );
+            }
+            let twins = &legacy["openAPIV3Schema"]["properties"]["twins"];
+            let is_status = crd.spec.names.kind == "DeviceStatus";
+            assert_eq!(twins.is_object(), is_status, "{legacy}");
+        }
+    }
+
+    #[test]
     fn crds_have_upstream_names_and_no_status_subresource() {
         let crds = crds();
         let names: Vec<_> = crds
@@ -573,9 +664,10 @@ mod tests {
         );
         assert!(
             crds.iter()
-                .all(|c| c.spec.versions[0].subresources.is_none())
+                .flat_map(|c| &c.spec.versions)
+                .all(|v| v.subresources.is_none())
         );
-        let schema = serde_json::to_value(&crds[0].spec.versions[0].schema).unwrap();
+        let schema = serde_json::to_value(&crds[0].spec.versions[1].schema).unwrap();
         let config = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["protocol"]["properties"]
             ["configData"];
         assert_eq!(

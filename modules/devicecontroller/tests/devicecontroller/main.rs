@@ -8,4 +8,5 @@ mod support;
 
 mod authorization;
 mod devices;
+mod legacy_version;
 mod permissions;

@@ -45,6 +45,9 @@ pub use cloudhub;
 #[cfg(feature = "cloudstream")]
 #[doc(inline)]
 pub use cloudstream;
+#[cfg(feature = "csrapprover")]
+#[doc(inline)]
+pub use csrapprover;
 #[cfg(feature = "devicecontroller")]
 #[doc(inline)]
 pub use devicecontroller;

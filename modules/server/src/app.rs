@@ -342,6 +342,12 @@ impl CloudCore {
                 lifecycles.push(tm.lifecycle());
                 bus.register(tm)?;
             }
+            if config.require_authorization() {
+                let approver = csrapprover::CsrApprover::new(client.clone());
+                metrics::csrapprover(metrics, approver.metrics());
+                lifecycles.push(approver.lifecycle());
+                bus.register(approver)?;
+            }
             if m.sync_controller.enable {
                 let sc = synccontroller::SyncController::new(
                     m.sync_controller.clone(),

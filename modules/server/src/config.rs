@@ -160,6 +160,11 @@ pub struct ReplicasConfig {
     pub address: String,
 }
 
+/// KubeEdge's feature gate for authorization on the edge (`featureGates.requireAuthorization`):
+/// the edge metaServer serves HTTPS with a certificate the CSR approver approves, and decides
+/// requests with the ServiceAccountAccesses the policycontroller sends.
+pub const REQUIRE_AUTHORIZATION: &str = "requireAuthorization";
+
 /// The environment variable naming this replica's address when `replicas.address` is empty.
 pub const POD_IP_ENV: &str = "POD_IP";
 
@@ -245,7 +250,8 @@ pub struct CloudCoreConfig {
     pub kube_api_config: KubeApiConfig,
     /// Settings shared by modules.
     pub common_config: CommonConfig,
-    /// Feature gates (accepted; none changes behaviour here).
+    /// Feature gates: [`REQUIRE_AUTHORIZATION`] starts the CSR approver; others are accepted
+    /// and change nothing.
     pub feature_gates: BTreeMap<String, bool>,
     /// Leader election (Rust addition).
     pub leader_election: LeaderElectionConfig,
@@ -361,6 +367,14 @@ impl CloudCoreConfig {
         }
         config.validate()?;
         Ok(config)
+    }
+
+    /// True when `featureGates.requireAuthorization` is set (KubeEdge's default: off).
+    pub fn require_authorization(&self) -> bool {
+        self.feature_gates
+            .get(REQUIRE_AUTHORIZATION)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// This replica's address: `replicas.address`, else `$POD_IP`, else
@@ -487,7 +501,12 @@ impl CloudCoreConfig {
         let (tm, dtm) = (&m.task_manager, &dm.task_manager);
         let k = &self.kube_api_config;
         let checks: [(&'static str, bool); 19] = [
-            ("featureGates", !self.feature_gates.is_empty()),
+            (
+                "featureGates",
+                self.feature_gates
+                    .keys()
+                    .any(|g| g != REQUIRE_AUTHORIZATION),
+            ),
             (
                 "kubeAPIConfig.contentType",
                 k.content_type != d.kube_api_config.content_type,
@@ -632,6 +651,7 @@ impl CloudCoreConfig {
             || m.sync_controller.enable
             || m.dynamic_controller.enable
             || m.task_manager.enable
+            || self.require_authorization()
     }
 
     /// The full default configuration as YAML (`--defaultconfig`).
@@ -847,7 +867,7 @@ mod tests {
             c.ignored_settings()
         );
         let c = CloudCoreConfig::from_yaml(
-            "featureGates: {requireAuthorization: true}\nkubeAPIConfig: {qps: 50, burst: 100, contentType: application/json}\nmodules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    quic: {enable: true}\n    unixsocket: {enable: true}\n    authorization: {modes: []}\n  edgeController: {buffer: {podEvent: 5}}\n  deviceController: {buffer: {deviceStatusEvent: 5}}\n",
+            "featureGates: {requireAuthorization: true, moduleRestart: true}\nkubeAPIConfig: {qps: 50, burst: 100, contentType: application/json}\nmodules:\n  cloudHub:\n    advertiseAddress: [1.2.3.4]\n    quic: {enable: true}\n    unixsocket: {enable: true}\n    authorization: {modes: []}\n  edgeController: {buffer: {podEvent: 5}}\n  deviceController: {buffer: {deviceStatusEvent: 5}}\n",
         )
         .unwrap();
         assert_eq!(
@@ -864,6 +884,17 @@ mod tests {
                 "modules.deviceController.buffer.deviceStatusEvent",
             ]
         );
+    }
+
+    #[test]
+    fn require_authorization_is_a_gate_that_counts() {
+        let c = CloudCoreConfig::from_yaml(
+            "featureGates: {requireAuthorization: true}\nmodules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n",
+        )
+        .unwrap();
+        assert!(c.require_authorization());
+        assert!(c.ignored_settings().iter().all(|s| *s != "featureGates"));
+        assert!(!CloudCoreConfig::default().require_authorization());
     }
 
     #[test]

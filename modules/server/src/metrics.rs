@@ -183,6 +183,11 @@ pub fn taskmanager(metrics: &Metrics, tm: taskmanager::TaskManagerMetrics) {
     metrics.register(|r| tm.register(r));
 }
 
+/// Approved and pending certificate requests of the CSR approver.
+pub fn csrapprover(metrics: &Metrics, approver: csrapprover::CsrApproverMetrics) {
+    metrics.register(|r| approver.register(r));
+}
+
 /// Reconcile counters of the synccontroller.
 pub fn synccontroller(metrics: &Metrics, sc: synccontroller::SyncControllerMetrics) {
     metrics.register(|r| sc.register(r));

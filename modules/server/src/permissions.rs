@@ -199,6 +199,31 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
         p.extend(each(&["get", "create"], "", "configmaps", KUBEEDGE, ""));
         p.extend(each(&["update"], "", "configmaps", KUBEEDGE, "tunnelport"));
     }
+    if config.require_authorization() {
+        // The CSR approver.
+        p.extend(each(
+            READ,
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            "",
+            "",
+        ));
+        p.extend(each(
+            &["update"],
+            "certificates.k8s.io",
+            "certificatesigningrequests/approval",
+            "",
+            "",
+        ));
+        p.extend(each(
+            &["approve"],
+            "certificates.k8s.io",
+            "signers",
+            "",
+            csrapprover::rules::KUBELET_SERVING_SIGNER,
+        ));
+        p.extend(each(&["get"], "", "nodes", "", ""));
+    }
     let mut seen = Vec::with_capacity(p.len());
     for x in p {
         if !seen.contains(&x) {

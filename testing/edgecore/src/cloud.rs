@@ -127,6 +127,10 @@ pub struct CloudSpec {
     /// (the Nodes' `cloudcore` annotation and the `cloudcore@<address>` User-Agent). `None`:
     /// not rendered (the advertised address is used).
     pub replica_address: Option<String>,
+    /// Settings merged over the rendered configuration, key by key (objects merge, anything
+    /// else replaces), e.g. `{"featureGates": {"requireAuthorization": true}}` or
+    /// `{"modules": {"router": {"enable": true, "port": 9443}}}`. `Null`: nothing.
+    pub extra: serde_json::Value,
 }
 
 impl CloudSpec {
@@ -146,6 +150,7 @@ impl CloudSpec {
             dynamic_controller: true,
             task_manager: true,
             replica_address: None,
+            extra: serde_json::Value::Null,
         })
     }
 
@@ -214,7 +219,21 @@ impl CloudSpec {
         if let Some(address) = &self.replica_address {
             doc["replicas"] = json!({"address": address});
         }
+        merge(&mut doc, &self.extra);
         serde_saphyr::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
+    }
+}
+
+/// Merges `extra` into `doc`: objects key by key, anything else replaces (`null` leaves `doc`).
+fn merge(doc: &mut serde_json::Value, extra: &serde_json::Value) {
+    match (doc, extra) {
+        (_, serde_json::Value::Null) => {}
+        (serde_json::Value::Object(d), serde_json::Value::Object(e)) => {
+            for (k, v) in e {
+                merge(d.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (d, e) => *d = e.clone(),
     }
 }
 
@@ -422,13 +441,17 @@ mod tests {
             dynamic_controller: false,
             task_manager: true,
             replica_address: Some("127.0.0.11".into()),
+            extra: json!({"featureGates": {"requireAuthorization": true},
+                          "modules": {"cloudHub": {"keepaliveInterval": 7}}}),
         };
         let v: serde_json::Value = serde_saphyr::from_str(&spec.render().unwrap()).unwrap();
         let hub = &v["modules"]["cloudHub"];
         assert_eq!(hub["websocket"]["port"], 1);
         assert_eq!(hub["authorization"]["enable"], true);
         assert_eq!(hub["authorization"]["debug"], false);
-        assert_eq!(hub["keepaliveInterval"], 9);
+        assert_eq!(hub["keepaliveInterval"], 7, "extra wins");
+        assert_eq!(hub["websocket"]["port"], 1, "extra merges, keeps the rest");
+        assert_eq!(v["featureGates"]["requireAuthorization"], true);
         assert_eq!(v["modules"]["dynamicController"]["enable"], false);
         assert_eq!(v["modules"]["taskManager"]["enable"], true);
         assert_eq!(hub["tlsCAFile"], "/c/ca/rootCA.crt");

@@ -272,6 +272,11 @@ async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
             "{family} missing from /metrics:\n{metrics}"
         );
     }
+    // Off by default (featureGates.requireAuthorization): the modules of the gate do not run.
+    assert!(
+        !metrics.contains("csrapprover_"),
+        "csrapprover with the gate off:\n{metrics}"
+    );
 
     // With Kubernetes the CA lives in Secret kubeedge/casecret (created at first start).
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =

@@ -768,6 +768,37 @@ const IPTABLES_MANAGER_NEEDS: &[Need] = &[
     },
 ];
 
+/// What `featureGates.requireAuthorization` adds (`manifests/optional/require-authorization.yaml`,
+/// one ClusterRole): the CSR approver's watch and approval.
+const REQUIRE_AUTHORIZATION_NEEDS: &[Need] = &[
+    Need {
+        namespace: CLUSTER,
+        group: "certificates.k8s.io",
+        resources: &["certificatesigningrequests"],
+        names: &[],
+        verbs: &["list", "watch"],
+        used_at: &[
+            "csrapprover/src/approver.rs: let api: Api<CertificateSigningRequest> = Api::all(client);",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "certificates.k8s.io",
+        resources: &["certificatesigningrequests/approval"],
+        names: &[],
+        verbs: &["update"],
+        used_at: &["csrapprover/src/approver.rs: .replace_subresource(\"approval\""],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "certificates.k8s.io",
+        resources: &["signers"],
+        names: &["kubernetes.io/kubelet-serving"],
+        verbs: &["approve"],
+        used_at: &["csrapprover/src/rules.rs: pub const KUBELET_SERVING_SIGNER"],
+    },
+];
+
 /// One permission: (namespace of the role or empty, group, resource, resource names, verb).
 type Grant = (String, String, String, Vec<String>, String);
 
@@ -864,6 +895,86 @@ fn every_iptables_manager_rule_is_one_it_uses() {
     assert_roles_are("iptables-manager", IPTABLES_MANAGER_NEEDS);
 }
 
+/// The ClusterRole of `manifests/optional/<file>`, and that its binding names cloudcore.
+fn optional_cluster_role(file: &str) -> ClusterRole {
+    let docs = documents(&read(&manifests().join("optional").join(file)));
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .expect("a ClusterRoleBinding")
+        .clone();
+    assert_eq!(binding["subjects"][0]["name"], "cloudcore", "{file}");
+    let role = docs
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("a ClusterRole");
+    assert_eq!(
+        binding["roleRef"]["name"], role["metadata"]["name"],
+        "{file}"
+    );
+    serde_json::from_value(role).expect("ClusterRole")
+}
+
+#[test]
+fn every_require_authorization_rule_is_one_its_modules_use() {
+    let role = optional_cluster_role("require-authorization.yaml");
+    let granted = grants_of("", role.rules.as_deref().unwrap_or_default());
+    let needed = needed_grants(REQUIRE_AUTHORIZATION_NEEDS);
+    assert_eq!(
+        granted.difference(&needed).collect::<Vec<_>>(),
+        Vec::<&Grant>::new(),
+        "granted but not used"
+    );
+    assert_eq!(
+        needed.difference(&granted).collect::<Vec<_>>(),
+        Vec::<&Grant>::new(),
+        "used but not granted"
+    );
+    for n in REQUIRE_AUTHORIZATION_NEEDS {
+        for place in n.used_at {
+            let (file, text) = place.split_once(": ").expect("\"file: text\"");
+            assert!(
+                read(&root().join("modules").join(file)).contains(text),
+                "{file} no longer contains {text:?}; re-derive the rule from the code"
+            );
+        }
+    }
+}
+
+/// Whether `grants` allow `p` (a resource name in a grant limits it to that object).
+fn covers(grants: &BTreeSet<Grant>, p: &cloudcore_server::permissions::Permission) -> bool {
+    grants.iter().any(|(ns, group, resource, names, verb)| {
+        (ns.is_empty() || ns == p.namespace)
+            && group == p.group
+            && resource == p.resource
+            && verb == p.verb
+            && (names.is_empty() || names.iter().any(|n| n == p.name))
+    })
+}
+
+#[test]
+fn the_main_and_optional_roles_grant_what_the_start_up_check_asks_with_the_gate_on() {
+    let mut config = CloudCoreConfig::default();
+    config
+        .feature_gates
+        .insert(cloudcore_server::config::REQUIRE_AUTHORIZATION.into(), true);
+    let cluster: ClusterRole = object("ClusterRole", "cloudcore");
+    let role: Role = object("Role", "cloudcore");
+    let mut granted = grants_of("", cluster.rules.as_deref().unwrap_or_default());
+    granted.extend(grants_of(
+        "kubeedge",
+        role.rules.as_deref().unwrap_or_default(),
+    ));
+    let optional = optional_cluster_role("require-authorization.yaml");
+    granted.extend(grants_of("", optional.rules.as_deref().unwrap_or_default()));
+    let missing: Vec<String> = cloudcore_server::permissions::required(&config)
+        .iter()
+        .filter(|p| !covers(&granted, p))
+        .map(|p| p.to_string())
+        .collect();
+    assert!(missing.is_empty(), "not granted: {missing:#?}");
+}
+
 /// Asks the API server whether `user` may do `verb` on the resource (`resource/sub` for a
 /// subresource) named `name` in `namespace`.
 async fn allowed(
@@ -949,13 +1060,15 @@ async fn the_api_server_accepts_the_manifests_and_grants_exactly_what_is_needed(
     kubectl(&["apply", "--dry-run=server", "-k", dir.to_str().unwrap()]);
     let file = manifests().join("cloudcore.yaml");
     kubectl(&["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
-    let optional = manifests().join("optional/impersonation.yaml");
-    kubectl(&[
-        "apply",
-        "--dry-run=server",
-        "-f",
-        optional.to_str().unwrap(),
-    ]);
+    for file in ["impersonation.yaml", "require-authorization.yaml"] {
+        let optional = manifests().join("optional").join(file);
+        kubectl(&[
+            "apply",
+            "--dry-run=server",
+            "-f",
+            optional.to_str().unwrap(),
+        ]);
+    }
 
     // Installed for real (no controllers run here, so nothing starts), the roles grant what
     // the table lists, by name where it names objects, and nothing around it.

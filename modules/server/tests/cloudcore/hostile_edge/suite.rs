@@ -77,6 +77,8 @@ fn start_cloud() -> Cloudcore {
         let mut spec = CloudSpec::for_testenv(&dir).expect("cloud spec");
         spec.impersonate = super::IMPERSONATE;
         spec.replica_address = Some(crate::support::replica_address());
+        // The optional modules whose edge-facing messages the suite attacks too.
+        spec.extra = json!({"featureGates": {"requireAuthorization": true}});
         let mut core = Cloudcore::start(&spec)
             .await
             .unwrap_or_else(|e| panic!("cloudcore did not start: {e}"));
@@ -2720,3 +2722,12 @@ mod metaserver;
 #[allow(clippy::duplicate_mod)]
 #[path = "node_jobs.rs"]
 mod node_jobs;
+
+// ---------------------------------------------------------------------------------------------
+// The edge metaServer's serving certificate (csrapprover)
+// ---------------------------------------------------------------------------------------------
+
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
+#[allow(clippy::duplicate_mod)]
+#[path = "csrapprover.rs"]
+mod csrapprover;

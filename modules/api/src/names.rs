@@ -41,12 +41,14 @@ pub const SOURCE_EDGEHUB: &str = "websocket";
 
 /// Sources that only cloud modules may use: an upstream message claiming one is dropped, so
 /// an edge cannot impersonate a cloud module.
-pub const CLOUD_SOURCES: [&str; 5] = [
+pub const CLOUD_SOURCES: [&str; 6] = [
     CLOUDHUB,
     CLOUDSTREAM,
     DEVICECONTROLLER,
     EDGECONTROLLER,
     SYNCCONTROLLER,
+    // edgecontroller writes rule status only for messages of this source.
+    ROUTER,
 ];
 
 /// The namespace token of cluster-scoped objects in resource paths.

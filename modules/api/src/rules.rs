@@ -81,6 +81,68 @@ pub struct RuleEndpointSpec {
     pub properties: BTreeMap<String, String>,
 }
 
+/// The keys of `sourceResource`, `targetResource` and `properties` (exact, as upstream).
+pub mod keys {
+    /// REST source: the path under `/<node>/<namespace>/`.
+    pub const PATH: &str = "path";
+    /// Eventbus source and target: the MQTT topic (under the rule's namespace for a source).
+    pub const TOPIC: &str = "topic";
+    /// Eventbus and servicebus source: the edge node.
+    pub const NODE_NAME: &str = "node_name";
+    /// Servicebus source: the URL edge applications call.
+    pub const TARGET_URL: &str = "target_url";
+    /// REST target: the URL messages are POSTed to.
+    pub const RESOURCE: &str = "resource";
+    /// Servicebus endpoint property: the edge-local port of the service.
+    pub const SERVICE_PORT: &str = "service_port";
+}
+
+/// What the router reports after delivering messages for a rule (Go's `ExecResult`: no JSON
+/// tags, so capitalised keys). Sent as the content of `node/nodeid/<ns>/rulestatus/<name>`
+/// `update` to edgecontroller, which adds it to the Rule's status.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecResult {
+    /// The rule's name.
+    #[serde(rename = "RuleID", alias = "ruleID", default)]
+    pub rule_id: String,
+    /// The rule's namespace.
+    #[serde(rename = "ProjectID", alias = "projectID", default)]
+    pub project_id: String,
+    /// `SUCCESS` or `FAIL`.
+    #[serde(rename = "Status", alias = "status", default)]
+    pub status: String,
+    /// The failure (zero for a success).
+    #[serde(rename = "Error", alias = "error", default)]
+    pub error: ExecError,
+    /// How many deliveries this result stands for (Rust extension: the router coalesces its
+    /// results; absent, as from KubeEdge's router, means one).
+    #[serde(rename = "Count", default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+/// The failure detail of an [`ExecResult`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecError {
+    /// What went wrong.
+    #[serde(rename = "Detail", alias = "detail", default)]
+    pub detail: String,
+    /// When (RFC 3339; Go's zero time for a success).
+    #[serde(rename = "Timestamp", alias = "timestamp", default)]
+    pub timestamp: String,
+}
+
+impl ExecResult {
+    /// `SUCCESS`.
+    pub const SUCCESS: &'static str = "SUCCESS";
+    /// `FAIL`.
+    pub const FAIL: &'static str = "FAIL";
+
+    /// The number of deliveries, at least one.
+    pub fn deliveries(&self) -> i64 {
+        i64::from(self.count.unwrap_or(1).max(1))
+    }
+}
+
 /// The router CRDs as upstream installs them (no status subresource).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![without_status_subresource(Rule::crd()), RuleEndpoint::crd()]
@@ -105,6 +167,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.spec.rule_endpoint_type, "servicebus");
+    }
+
+    #[test]
+    fn exec_results_read_go_keys_and_count_one_without_a_count() {
+        let go: ExecResult = serde_json::from_str(
+            r#"{"RuleID":"r","ProjectID":"ns","Status":"FAIL","Error":{"Detail":"x","Timestamp":"2026-01-01T00:00:00Z"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                go.status.as_str(),
+                go.error.detail.as_str(),
+                go.deliveries()
+            ),
+            ("FAIL", "x", 1)
+        );
+        let mut ours = go.clone();
+        ours.count = Some(7);
+        let text = serde_json::to_string(&ours).unwrap();
+        assert!(text.contains(r#""Count":7"#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<ExecResult>(&text)
+                .unwrap()
+                .deliveries(),
+            7
+        );
     }
 
     #[test]

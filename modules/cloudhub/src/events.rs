@@ -1,5 +1,6 @@
-//! `connected` / `disconnected` events to group `edgecontroller` and modules `dynamiccontroller`
-//! and `synccontroller`, published in the order sessions report them.
+//! `connected` / `disconnected` events to group `edgecontroller` and modules
+//! `dynamiccontroller`, `synccontroller` and `router`, published in the order sessions report
+//! them.
 
 use std::sync::Mutex;
 
@@ -22,12 +23,14 @@ enum Destination {
     Module(&'static str),
 }
 
-const DESTINATIONS: [Destination; 3] = [
+const DESTINATIONS: [Destination; 4] = [
     Destination::Group(names::EDGECONTROLLER),
     // dynamiccontroller resumes a reconnected node's watches; synccontroller brings it up to
-    // date (and, with several replicas, takes over what a node that moved here missed).
+    // date (and, with several replicas, takes over what a node that moved here missed); the
+    // router sends the node its rules' subscriptions again.
     Destination::Module(names::DYNAMICCONTROLLER),
     Destination::Module(names::SYNCCONTROLLER),
+    Destination::Module(names::ROUTER),
 ];
 
 /// The event queues shared by every session.
@@ -187,7 +190,7 @@ mod tests {
         assert!(!log.contains("queue full"), "{log}");
         assert_eq!(
             log.matches("hub stopping, event not published").count(),
-            3,
+            DESTINATIONS.len(),
             "{log}"
         );
         assert!(!log.contains("WARN"), "{log}");
@@ -202,7 +205,7 @@ mod tests {
         let log = logged(|| events.disconnected("edge-1"));
         assert_eq!(
             log.matches("event queue full, event dropped").count(),
-            3,
+            DESTINATIONS.len(),
             "{log}"
         );
         assert!(log.contains("WARN"), "{log}");

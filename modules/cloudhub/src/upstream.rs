@@ -65,6 +65,16 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
     if is_volume_resource(&msg.route.resource) {
         return Upstream::VolumeReply(msg);
     }
+    // An edge servicebus answers a router request with the request's id as parent: `upload`
+    // when its service answered, no operation at all when it could not call it (KubeEdge
+    // sends the latter to edgecontroller, where it is lost and the caller waits).
+    if msg.route.group == names::GROUP_USER
+        && !msg.header.parent_id.is_empty()
+        && operation != op::RESPONSE
+    {
+        msg.route.resource = with_node(node, &msg.route.resource).into();
+        return Upstream::ToModule(names::ROUTER, msg);
+    }
     if operation == op::RESPONSE {
         return Upstream::Ack(msg);
     }
@@ -150,6 +160,13 @@ mod tests {
         ));
         match route("e", m("eventbus", "user", "r/x", "upload")) {
             Upstream::ToModule("router", msg) => assert_eq!(msg.route.resource, "node/e/r/x"),
+            other => panic!("{other:?}"),
+        }
+        let mut answer = Message::with_parent(beehive::Id::new_v4());
+        answer.route.source = "servicebus".into();
+        answer.route.group = "user".into();
+        match route("e", answer) {
+            Upstream::ToModule("router", msg) => assert_eq!(msg.route.resource, "node/e/"),
             other => panic!("{other:?}"),
         }
         match route("e", m("edged", "taskmanager", "task/t/node/x", "upgrade")) {

@@ -64,6 +64,9 @@ pub enum StartError {
     /// The configuration names files that do not fit together.
     #[error("invalid configuration: {0}")]
     Config(#[from] ConfigError),
+    /// The router could not start.
+    #[error("router: {0}")]
+    Router(#[from] router::Error),
     /// A key file cloudhub holds is unusable.
     #[error("cloudhub key: {0}")]
     Key(#[from] pki::Error),
@@ -141,6 +144,8 @@ pub struct Addresses {
     pub tunnel: Option<SocketAddr>,
     /// cloudstream stream server.
     pub stream: Option<SocketAddr>,
+    /// The router's REST listener.
+    pub router: Option<SocketAddr>,
 }
 
 /// The running modules of one cloudcore.
@@ -221,6 +226,7 @@ impl CloudCore {
             }
         }
         let bus = Bus::new();
+        let mut addresses = Addresses::default();
         let mut hub = None;
         let mut synced = None;
         let mut lifecycles: Vec<kubeedge_api::lifecycle::Lifecycle> = Vec::new();
@@ -294,6 +300,7 @@ impl CloudCore {
                 if !replica.is_empty() {
                     ec = ec.with_cloudcore_ip(replica.clone());
                 }
+                ec = ec.with_router(m.router.enable);
                 metrics::edgecontroller(metrics, ec.metrics());
                 let ec_metrics = ec.metrics();
                 denials.push((
@@ -341,6 +348,19 @@ impl CloudCore {
                 denials.push((names::TASKMANAGER, Box::new(move || tm_metrics.denied())));
                 lifecycles.push(tm.lifecycle());
                 bus.register(tm)?;
+            }
+            if m.router.enable {
+                let module = router::Router::new(
+                    m.router.clone(),
+                    bus.endpoint(names::ROUTER),
+                    client.clone(),
+                    ownership.clone(),
+                )?;
+                let handle = module.handle();
+                metrics::router(metrics, handle.metrics());
+                lifecycles.push(handle.lifecycle());
+                addresses.router = Some(handle.local_addr());
+                bus.register(module)?;
             }
             if config.require_authorization() {
                 let approver = csrapprover::CsrApprover::new(client.clone());
@@ -418,7 +438,6 @@ impl CloudCore {
         }
         metrics::bus(metrics, bus.endpoint("metrics"));
         bus.start()?;
-        let mut addresses = Addresses::default();
         if let Some(hub) = &hub {
             let addrs = hub.start_servers()?;
             addresses.websocket = addrs.websocket;

@@ -225,8 +225,8 @@ pub struct Modules {
     pub cloud_stream: cloudstream::CloudStreamConfig,
     /// DNAT of the kubelet port to the stream server.
     pub iptables_manager: cloudstream::IptablesManagerConfig,
-    /// Not implemented.
-    pub router: UnsupportedModule,
+    /// Rules connecting cloud REST calls with edge MQTT topics and HTTP services.
+    pub router: router::RouterConfig,
     /// The edge metaServer's list, get, write and watch requests.
     pub dynamic_controller: dynamiccontroller::DynamicControllerConfig,
     /// Node jobs: NodeUpgradeJob, ImagePrePullJob, ConfigUpdateJob (and their controller).
@@ -471,8 +471,18 @@ impl CloudCoreConfig {
                 "needs retryPeriod < renewDeadline < leaseDuration",
             ));
         }
+        if m.router.enable {
+            m.router
+                .validate()
+                .map_err(|e| invalid("modules.router", e))?;
+            if !m.edge_controller.enable {
+                return Err(invalid(
+                    "modules.router.enable",
+                    "the router learns its rules from modules.edgeController, which is disabled",
+                ));
+            }
+        }
         for (field, module) in [
-            ("modules.router.enable", &m.router),
             (
                 "modules.nodeUpgradeJobController.enable",
                 &m.node_upgrade_job_controller,
@@ -651,6 +661,7 @@ impl CloudCoreConfig {
             || m.sync_controller.enable
             || m.dynamic_controller.enable
             || m.task_manager.enable
+            || m.router.enable
             || self.require_authorization()
     }
 
@@ -713,7 +724,7 @@ mod tests {
     /// A file of `k` scalars under an anchor and `k` aliases of it: about `k * k` nodes.
     fn alias_square(k: usize) -> String {
         format!(
-            "modules:\n  router:\n    a: &a [{}]\n    b: [{}]\n",
+            "modules:\n  nodeUpgradeJobController:\n    a: &a [{}]\n    b: [{}]\n",
             "x,".repeat(k),
             "*a,".repeat(k)
         )
@@ -744,12 +755,12 @@ mod tests {
         assert!(err.to_string().contains("expands to more than"), "{err}");
         // Anchors that repeat a few settings still load.
         let text = format!(
-            "{}\n  router:\n    a: &a {{x: 1, y: [1, 2]}}\n    b: *a\n    c: [*a, *a]\n",
+            "{}\n  nodeUpgradeJobController:\n    a: &a {{x: 1, y: [1, 2]}}\n    b: *a\n    c: [*a, *a]\n",
             CloudCoreConfig::min_yaml().trim_end()
         );
         assert!(text.contains("modules:"), "{text}");
         let config = CloudCoreConfig::from_yaml(&text).unwrap();
-        assert_eq!(config.modules.router.other.len(), 3);
+        assert_eq!(config.modules.node_upgrade_job_controller.other.len(), 3);
         // Other errors keep naming their field.
         let err = CloudCoreConfig::from_yaml("modules:\n  cloudHub:\n    nodeLimit: x\n")
             .unwrap_err()
@@ -950,20 +961,50 @@ mod tests {
 
     #[test]
     fn unsupported_modules_load_disabled_but_cannot_be_enabled() {
-        let ok = "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: false, address: 0.0.0.0, port: 9443}\n";
+        let ok = "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  nodeUpgradeJobController: {enable: false, buffer: 1}\n";
         assert!(CloudCoreConfig::from_yaml(ok).is_ok());
         let err = CloudCoreConfig::from_yaml(
-            "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: true}\n",
+            "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  nodeUpgradeJobController: {enable: true}\n",
         )
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "modules.router.enable: this module is not available in this cloudcore"
+            "modules.nodeUpgradeJobController.enable: this module is not available in this cloudcore"
         );
-        let err = CloudCoreConfig::from_yaml("modules:\n  router: {enable: maybe}\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("modules.router.enable: "), "{err}");
+        let err =
+            CloudCoreConfig::from_yaml("modules:\n  nodeUpgradeJobController: {enable: maybe}\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.starts_with("modules.nodeUpgradeJobController.enable: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_router_reads_kubeedge_keys_and_needs_the_edgecontroller() {
+        let c = CloudCoreConfig::from_yaml(
+            "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: true, address: 127.0.0.1, port: 9444, restTimeout: 5}\n",
+        )
+        .unwrap();
+        assert_eq!(c.modules.router.listen_address(), "127.0.0.1:9444");
+        assert!(c.needs_kubernetes());
+        let err = CloudCoreConfig::from_yaml(
+            "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  edgeController: {enable: false}\n  router: {enable: true}\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("modules.router.enable: "),
+            "{err}"
+        );
+        let err = CloudCoreConfig::from_yaml(
+            "modules:\n  cloudHub: {advertiseAddress: [1.2.3.4]}\n  router: {enable: true, port: 70000}\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("modules.router: port"), "{err}");
+        let err = CloudCoreConfig::from_yaml("modules:\n  router: {enable: true, colour: red}\n")
+            .unwrap_err();
+        assert_eq!(err.to_string(), "unknown field: modules.router.colour");
     }
 
     #[test]

@@ -183,6 +183,11 @@ pub fn taskmanager(metrics: &Metrics, tm: taskmanager::TaskManagerMetrics) {
     metrics.register(|r| tm.register(r));
 }
 
+/// REST calls, edge messages and rules of the router.
+pub fn router(metrics: &Metrics, router: router::RouterMetrics) {
+    metrics.register(|r| router.register(r));
+}
+
 /// Approved and pending certificate requests of the CSR approver.
 pub fn csrapprover(metrics: &Metrics, approver: csrapprover::CsrApproverMetrics) {
     metrics.register(|r| approver.register(r));

@@ -199,6 +199,10 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
         p.extend(each(&["get", "create"], "", "configmaps", KUBEEDGE, ""));
         p.extend(each(&["update"], "", "configmaps", KUBEEDGE, "tunnelport"));
     }
+    if m.router.enable {
+        // Which nodes are edge nodes (REST calls name one).
+        p.extend(each(WATCH, "", "nodes", "", ""));
+    }
     if config.require_authorization() {
         // The CSR approver.
         p.extend(each(

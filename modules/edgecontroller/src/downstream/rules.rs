@@ -1,5 +1,7 @@
-//! Rules and RuleEndpoints for the router module: added → `insert`, deleted →
-//! `delete`, modified → ignored, as KubeEdge does.
+//! Rules and RuleEndpoints for the router module: added → `insert`, deleted → `delete`, as
+//! KubeEdge does; modified → `delete` of the old object then `insert` of the new one (KubeEdge
+//! drops modifications, so a changed rule took effect only after delete and re-create; its
+//! router understands the pair too).
 
 use beehive::constants::{operation, resource_type};
 use kube::Resource;
@@ -27,20 +29,23 @@ impl Downstream {
     }
 
     async fn router_change<K: Resource + Serialize>(&self, kind: &str, change: Change<K>) {
-        let op = match &change {
-            Change::Added(_) => operation::INSERT,
-            Change::Deleted(_) => operation::DELETE,
-            Change::Modified { new, .. } => {
-                debug!(kind, name = ?new.meta().name, "router object modified: ignored, as upstream");
-                return;
+        match &change {
+            Change::Added(obj) => self.to_router(kind, operation::INSERT, &**obj).await,
+            Change::Deleted(obj) => self.to_router(kind, operation::DELETE, &**obj).await,
+            Change::Modified { old, new } => {
+                debug!(kind, name = ?new.meta().name, "router object modified: replaced");
+                self.to_router(kind, operation::DELETE, &**old).await;
+                self.to_router(kind, operation::INSERT, &**new).await;
             }
-        };
-        let obj = change.object();
+        }
+    }
+
+    async fn to_router<K: Resource + Serialize>(&self, kind: &str, op: &str, obj: &K) {
         // Router resources carry no namespace: `rule/<name>` (it goes to module `router`).
         let resource = format!("{kind}/{}", obj.meta().name.as_deref().unwrap_or_default());
         let rv = obj.meta().resource_version.as_deref().unwrap_or_default();
         self.out
-            .send(reply::push(resource, op, reply::json(&**obj), rv))
+            .send(reply::push(resource, op, reply::json(obj), rv))
             .await;
     }
 }

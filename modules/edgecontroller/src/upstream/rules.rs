@@ -4,35 +4,20 @@
 use beehive::Message;
 use kube::api::{GetParams, Patch, PatchParams};
 use kubeedge_api::client::Identity;
-use kubeedge_api::rules::Rule;
+use kubeedge_api::rules::{ExecResult, Rule};
 use kubeedge_api::status::StatusError;
-use serde::Deserialize;
 use serde_json::json;
 use tracing::debug;
 
 use super::{Outcome, Upstream, api, parts};
 
-/// The router's `ExecResult` (no JSON tags upstream: capitalised keys).
-#[derive(Debug, Deserialize)]
-struct ExecResult {
-    #[serde(rename = "Status", alias = "status", default)]
-    status: String,
-    #[serde(rename = "Error", alias = "error", default)]
-    error: ErrorMsg,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct ErrorMsg {
-    #[serde(rename = "Detail", alias = "detail", default)]
-    detail: String,
-}
-
 /// Retries when the Rule changed between read and write.
 const CONFLICT_RETRIES: usize = 3;
 
 impl Upstream {
-    /// Counts a delivery on the Rule: `SUCCESS` → `successMessages` + 1; `FAIL` →
-    /// `failMessages` + 1 and `errors` = the detail. As cloudcore; never answered.
+    /// Counts deliveries on the Rule: `SUCCESS` → `successMessages` + n; `FAIL` →
+    /// `failMessages` + n and `errors` = the detail, where n is the result's count (one
+    /// without, as KubeEdge's router sends). As cloudcore; never answered.
     pub(crate) async fn rule_status(&self, msg: &Message) -> Outcome {
         match self.count_rule_result(msg).await {
             Ok(()) => Outcome::Ok,
@@ -55,10 +40,11 @@ impl Upstream {
             let get = api::<Rule>(Some(&r.namespace)).get(&r.name, &GetParams::default());
             let rule: Rule = self.kube.request(Identity::Cloudcore, get).await?;
             let mut status = rule.status.unwrap_or_default();
+            let n = result.deliveries();
             match result.status.as_str() {
-                "SUCCESS" => status.success_messages += 1,
-                "FAIL" => {
-                    status.fail_messages += 1;
+                ExecResult::SUCCESS => status.success_messages += n,
+                ExecResult::FAIL => {
+                    status.fail_messages += n;
                     status.errors = vec![result.error.detail.clone()];
                 }
                 _ => return Ok(()),

@@ -492,7 +492,7 @@ async fn at_start_existing_pods_configmaps_and_the_node_are_sent_without_a_reque
 }
 
 #[actix_rt::test]
-async fn rules_go_to_the_router_on_add_and_delete_only() {
+async fn rules_go_to_the_router_added_replaced_and_deleted() {
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let client = k8s_testenv::client().await;
     let env = {
@@ -533,19 +533,45 @@ async fn rules_go_to_the_router_on_add_and_delete_only() {
         )
         .await
         .unwrap();
-    rules.delete(&name, &DeleteParams::default()).await.unwrap();
+    // A modification replaces the rule: the old one deleted, the new one inserted.
     router
         .wait_for(WAIT, |m| {
-            m.route.resource == resource && m.route.operation == "delete"
+            m.route.resource == resource
+                && m.route.operation == "insert"
+                && body(m)["spec"]["target"] == "c"
         })
         .await
-        .expect("rule delete at the router");
-    let ops: Vec<_> = router
-        .matching(|m| m.route.resource == resource)
-        .iter()
-        .map(|m| m.route.operation.clone())
-        .collect();
-    assert_eq!(ops, ["insert", "delete"], "the modification sent nothing");
+        .expect("the changed rule at the router");
+    rules.delete(&name, &DeleteParams::default()).await.unwrap();
+    let ops = || -> Vec<(String, String)> {
+        router
+            .matching(|m| m.route.resource == resource)
+            .iter()
+            .map(|m| {
+                (
+                    m.route.operation.to_string(),
+                    body(m)["spec"]["target"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while ops().len() < 4 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let want: Vec<(String, String)> = [
+        ("insert", "b"),
+        ("delete", "b"),
+        ("insert", "c"),
+        ("delete", "c"),
+    ]
+    .iter()
+    .map(|(o, t)| ((*o).to_owned(), (*t).to_owned()))
+    .collect();
+    assert_eq!(ops(), want);
     assert!(
         env.edge
             .matching(|m| m.route.resource.contains(&name))

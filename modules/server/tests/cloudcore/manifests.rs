@@ -383,6 +383,7 @@ const NEEDS: &[Need] = &[
             "synccontroller/src/reconciler.rs: Api::<PartialObjectMeta<Node>>::all(",
             "taskmanager/src/select.rs: nodes.get_opt(name)",
             "taskmanager/src/select.rs: .list(&ListParams::default().labels(&selector))",
+            "router/src/nodes.rs: let api: Api<PartialObjectMeta<Node>> = Api::all(client);",
         ],
     },
     Need {

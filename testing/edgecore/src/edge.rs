@@ -41,6 +41,12 @@ pub struct EdgeConfig {
     /// task manager pulls images through (edgecore reads it whether edged runs or not);
     /// `None` keeps edgecore's default.
     pub container_runtime_endpoint: Option<String>,
+    /// The MQTT broker edgecore's eventBus uses (`modules.eventBus`, external broker mode 2,
+    /// `mqttServerExternal: tcp://<this>`); `None` turns eventBus off.
+    pub event_bus: Option<SocketAddr>,
+    /// Where edgecore's serviceBus serves edge applications (`modules.serviceBus.server` and
+    /// `port`; edgecore's default is 127.0.0.1:9060); `None` turns serviceBus off.
+    pub service_bus: Option<SocketAddr>,
 }
 
 impl EdgeConfig {
@@ -60,6 +66,8 @@ impl EdgeConfig {
             meta_server: Some(meta_server_port()),
             task_manager: false,
             container_runtime_endpoint: None,
+            event_bus: None,
+            service_bus: None,
         }
     }
 
@@ -116,6 +124,24 @@ impl EdgeConfig {
                 set(modules, &["edgeStream", "server"], addr.to_string())?;
             }
             None => set(modules, &["edgeStream", "enable"], false)?,
+        }
+        set(modules, &["eventBus", "enable"], self.event_bus.is_some())?;
+        if let Some(broker) = self.event_bus {
+            set(modules, &["eventBus", "mqttMode"], 2u64)?;
+            set(
+                modules,
+                &["eventBus", "mqttServerExternal"],
+                format!("tcp://{broker}"),
+            )?;
+        }
+        set(
+            modules,
+            &["serviceBus", "enable"],
+            self.service_bus.is_some(),
+        )?;
+        if let Some(addr) = self.service_bus {
+            set(modules, &["serviceBus", "server"], addr.ip().to_string())?;
+            set(modules, &["serviceBus", "port"], u64::from(addr.port()))?;
         }
         serde_saphyr::to_string(&doc).map_err(|e| Error::Config(e.to_string()))
     }
@@ -401,10 +427,20 @@ modules:
             on["modules"]["edged"]["tailoredKubeletConfig"]["containerRuntimeEndpoint"],
             "unix:///tmp/c.sock"
         );
+        assert_eq!(m["eventBus"]["enable"], false);
+        assert_eq!(m["serviceBus"]["enable"], false);
         c.meta_server = None;
-        let off: Value =
+        c.event_bus = Some("127.0.0.1:21883".parse().unwrap());
+        c.service_bus = Some("127.0.0.1:29060".parse().unwrap());
+        let v: Value =
             serde_saphyr::from_str(&c.render(TEMPLATE, Path::new("/h")).unwrap()).unwrap();
-        assert_eq!(off["modules"]["metaManager"]["metaServer"]["enable"], false);
+        let m = &v["modules"];
+        assert_eq!(m["metaManager"]["metaServer"]["enable"], false);
+        assert_eq!(m["eventBus"]["enable"], true);
+        assert_eq!(m["eventBus"]["mqttMode"], 2);
+        assert_eq!(m["eventBus"]["mqttServerExternal"], "tcp://127.0.0.1:21883");
+        assert_eq!(m["serviceBus"]["enable"], true);
+        assert_eq!(m["serviceBus"]["port"], 29060);
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct InteropBuilder {
     dynamic_controller: bool,
     edge_task_manager: bool,
     container_runtime_endpoint: Option<String>,
+    event_bus: Option<std::net::SocketAddr>,
+    service_bus: Option<std::net::SocketAddr>,
+    cloud_extra: serde_json::Value,
 }
 
 impl InteropBuilder {
@@ -67,6 +70,24 @@ impl InteropBuilder {
     /// `unix:///run/x/containerd.sock`).
     pub fn container_runtime_endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.container_runtime_endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// Runs edgecore's eventBus against the MQTT broker at `broker` (e.g. a [`crate::Mosquitto`]).
+    pub fn with_event_bus(mut self, broker: std::net::SocketAddr) -> Self {
+        self.event_bus = Some(broker);
+        self
+    }
+
+    /// Runs edgecore's serviceBus (its own server on a free loopback port).
+    pub fn with_service_bus(mut self) -> Self {
+        self.service_bus = Some(crate::edge::meta_server_port());
+        self
+    }
+
+    /// Merges `extra` over cloudcore's configuration ([`CloudSpec::extra`]).
+    pub fn cloud_config(mut self, extra: serde_json::Value) -> Self {
+        self.cloud_extra = extra;
         self
     }
 
@@ -141,6 +162,7 @@ impl InteropBuilder {
         };
         spec.keepalive_interval = self.keepalive_interval;
         spec.dynamic_controller = self.dynamic_controller;
+        spec.extra = self.cloud_extra.clone();
         let kubelet = match self.kubelet {
             true => Some(FakeKubelet::start_on_kubelet_port().await?),
             false => None,
@@ -156,6 +178,8 @@ impl InteropBuilder {
             home,
             kubelet,
             meta_server,
+            event_bus: self.event_bus,
+            service_bus: self.service_bus,
             spec,
             node: self.node,
             heartbeat: self.heartbeat,
@@ -239,6 +263,8 @@ pub struct Interop {
     home: EdgeHome,
     kubelet: Option<FakeKubelet>,
     meta_server: std::net::SocketAddr,
+    event_bus: Option<std::net::SocketAddr>,
+    service_bus: Option<std::net::SocketAddr>,
     spec: CloudSpec,
     node: String,
     heartbeat: u32,
@@ -262,6 +288,9 @@ impl Interop {
             dynamic_controller: true,
             edge_task_manager: false,
             container_runtime_endpoint: None,
+            event_bus: None,
+            service_bus: None,
+            cloud_extra: serde_json::Value::Null,
         }
     }
 
@@ -330,6 +359,8 @@ impl Interop {
         c.meta_server = Some(self.meta_server);
         c.task_manager = self.edge_task_manager;
         c.container_runtime_endpoint = self.container_runtime_endpoint.clone();
+        c.event_bus = self.event_bus;
+        c.service_bus = self.service_bus;
         c
     }
 

@@ -17,3 +17,4 @@
 mod interop_edgecore;
 mod least_privilege;
 mod node_jobs;
+mod router;

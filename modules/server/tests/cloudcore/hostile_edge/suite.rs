@@ -78,7 +78,12 @@ fn start_cloud() -> Cloudcore {
         spec.impersonate = super::IMPERSONATE;
         spec.replica_address = Some(crate::support::replica_address());
         // The optional modules whose edge-facing messages the suite attacks too.
-        spec.extra = json!({"featureGates": {"requireAuthorization": true}});
+        let router_port = edgecore_interop::listen_ports(1).expect("a port for the router")[0];
+        spec.extra = json!({
+            "featureGates": {"requireAuthorization": true},
+            "modules": {"router": {"enable": true, "address": "127.0.0.1", "port": router_port,
+                                   "restTimeout": 10}},
+        });
         let mut core = Cloudcore::start(&spec)
             .await
             .unwrap_or_else(|e| panic!("cloudcore did not start: {e}"));
@@ -2731,3 +2736,12 @@ mod node_jobs;
 #[allow(clippy::duplicate_mod)]
 #[path = "csrapprover.rs"]
 mod csrapprover;
+
+// ---------------------------------------------------------------------------------------------
+// Rules: eventbus uploads, servicebus answers, rule status (router)
+// ---------------------------------------------------------------------------------------------
+
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
+#[allow(clippy::duplicate_mod)]
+#[path = "router.rs"]
+mod router;

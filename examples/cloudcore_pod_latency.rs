@@ -44,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
     hub.tls_ca_key_file = dir.join("ca/rootCA.key");
     hub.tls_cert_file = dir.join("certs/server.crt");
     hub.tls_private_key_file = dir.join("certs/server.key");
+    hub.unixsocket.address = format!("unix://{}", dir.join("kubeedge.sock").display());
     config.modules.device_controller.enable = false;
     let core = CloudCore::start(&config, Some(client.clone()), &Metrics::default()).await?;
     let (ws, https) = (

@@ -78,6 +78,9 @@ pub use synccontroller;
 #[cfg(feature = "taskmanager")]
 #[doc(inline)]
 pub use taskmanager;
+#[cfg(feature = "udsserver")]
+#[doc(inline)]
+pub use udsserver;
 
 /// cloudcore itself: the modules composed from a CloudCore YAML file (crate `cloudcore-server`).
 #[cfg(feature = "server")]

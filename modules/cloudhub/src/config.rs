@@ -240,7 +240,7 @@ impl Default for QuicConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct UnixSocketConfig {
-    /// Default true upstream; this implementation has no UDS bridge and logs that.
+    /// Default true, as upstream: the composition serves the socket (crate `udsserver`).
     pub enable: bool,
     /// Default `unix:///var/lib/kubeedge/kubeedge.sock`.
     pub address: String,

@@ -140,7 +140,8 @@ impl HubHandle {
     }
 
     /// Starts the enabled listeners on the running actix system (call from it) and returns
-    /// their addresses. QUIC and the unix socket are not implemented: enabling them is logged.
+    /// their addresses. QUIC is not implemented: enabling it is logged. The unix socket
+    /// (`unixsocket`) is served by the crate `udsserver`, which the composition starts.
     pub fn start_servers(&self) -> Result<ServerAddrs> {
         let hub = &self.0;
         let c = &hub.config;
@@ -149,9 +150,6 @@ impl HubHandle {
             error!(
                 "quic is enabled but not supported (gQUIC, unauthenticated); edges must use websocket"
             );
-        }
-        if c.unixsocket.enable {
-            info!(address = %c.unixsocket.address, "the unix socket CSI bridge is not implemented; not listening");
         }
         let server = &hub.material.server;
         if c.https.enable {

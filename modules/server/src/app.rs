@@ -64,6 +64,11 @@ pub enum StartError {
     /// The configuration names files that do not fit together.
     #[error("invalid configuration: {0}")]
     Config(#[from] ConfigError),
+    /// The Unix socket of `modules.cloudHub.unixsocket` could not be set up.
+    #[error(
+        "modules.cloudHub.unixsocket.address {0}: {1} (set modules.cloudHub.unixsocket.enable: false when no CSI driver uses it)"
+    )]
+    UnixSocket(String, #[source] udsserver::BindError),
     /// The router could not start.
     #[error("router: {0}")]
     Router(#[from] router::Error),
@@ -281,6 +286,15 @@ impl CloudCore {
             .await?;
             hub = Some(module.handle());
             bus.register(module)?;
+            let uds = &m.cloud_hub.unixsocket;
+            if uds.enable {
+                let server =
+                    udsserver::UdsServer::bind(&uds.address, bus.endpoint(udsserver::UDSSERVER))
+                        .map_err(|e| StartError::UnixSocket(uds.address.clone(), e))?;
+                metrics::udsserver(metrics, server.metrics());
+                lifecycles.push(server.lifecycle());
+                bus.register(server)?;
+            }
         }
         let mut denials: Vec<metrics::Denials> = Vec::new();
         if let Some(client) = kube.clone() {

@@ -500,8 +500,7 @@ impl CloudCoreConfig {
     }
 
     /// Settings that load but change nothing here, by path, each listed only when it differs
-    /// from its default (for `modules.cloudHub.unixsocket`: when enabled, KubeEdge's default,
-    /// since no socket is served). Logged once at startup so an operator is not misled.
+    /// from its default. Logged once at startup so an operator is not misled.
     pub fn ignored_settings(&self) -> Vec<&'static str> {
         let d = CloudCoreConfig::default();
         let (m, dm) = (&self.modules, &d.modules);
@@ -510,7 +509,7 @@ impl CloudCoreConfig {
         let (dc, ddc) = (&m.device_controller.buffer, &dm.device_controller.buffer);
         let (tm, dtm) = (&m.task_manager, &dm.task_manager);
         let k = &self.kube_api_config;
-        let checks: [(&'static str, bool); 19] = [
+        let checks: [(&'static str, bool); 18] = [
             (
                 "featureGates",
                 self.feature_gates
@@ -532,10 +531,6 @@ impl CloudCoreConfig {
                 self.common_config.monitor_server.enable_profiling,
             ),
             ("modules.cloudHub.quic", hub.quic != dhub.quic),
-            (
-                "modules.cloudHub.unixsocket",
-                hub.enable && hub.unixsocket.enable,
-            ),
             (
                 "modules.cloudHub.authorization.modes",
                 hub.authorization.modes != dhub.authorization.modes,
@@ -870,8 +865,7 @@ mod tests {
 
     #[test]
     fn ignored_settings_are_listed_only_when_set() {
-        let mut c = CloudCoreConfig::default();
-        c.modules.cloud_hub.unixsocket.enable = false;
+        let c = CloudCoreConfig::default();
         assert!(
             c.ignored_settings().is_empty(),
             "{:?}",
@@ -889,7 +883,6 @@ mod tests {
                 "kubeAPIConfig.qps",
                 "kubeAPIConfig.burst",
                 "modules.cloudHub.quic",
-                "modules.cloudHub.unixsocket",
                 "modules.cloudHub.authorization.modes",
                 "modules.edgeController.buffer.podEvent",
                 "modules.deviceController.buffer.deviceStatusEvent",

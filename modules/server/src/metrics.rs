@@ -183,6 +183,11 @@ pub fn taskmanager(metrics: &Metrics, tm: taskmanager::TaskManagerMetrics) {
     metrics.register(|r| tm.register(r));
 }
 
+/// Volume requests on the Unix socket.
+pub fn udsserver(metrics: &Metrics, uds: udsserver::UdsMetrics) {
+    metrics.register(|r| uds.register(r));
+}
+
 /// REST calls, edge messages and rules of the router.
 pub fn router(metrics: &Metrics, router: router::RouterMetrics) {
     metrics.register(|r| router.register(r));

@@ -80,6 +80,7 @@ fn config(
     hub.tls_ca_key_file = dir.join("ca/rootCA.key");
     hub.tls_cert_file = dir.join("certs/server.crt");
     hub.tls_private_key_file = dir.join("certs/server.key");
+    hub.unixsocket.address = format!("unix://{}", dir.join("kubeedge.sock").display());
     let s = &mut c.modules.cloud_stream;
     s.enable = true;
     s.tunnel_port = u32::from(ports.tunnel);
@@ -277,6 +278,12 @@ async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
         !metrics.contains("csrapprover_"),
         "csrapprover with the gate off:\n{metrics}"
     );
+    // KubeEdge's default `unixsocket.enable: true`: the CSI driver's socket, owner only.
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let socket = std::fs::metadata(cloud.dir.path().join("kubeedge.sock")).expect("the socket");
+    assert!(socket.file_type().is_socket());
+    assert_eq!(socket.permissions().mode() & 0o777, 0o600);
+    assert!(metrics.contains("udsserver_requests_total{outcome=\"answered\"} 0"));
 
     // With Kubernetes the CA lives in Secret kubeedge/casecret (created at first start).
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
@@ -355,8 +362,12 @@ fn bad_configuration_files_are_refused_naming_the_field() {
             "modules.cloudHub: advertiseAddress must not be empty",
         ),
         (
-            "modules:\n  cloudHub: {advertiseAddress: [127.0.0.1]}\n  router: {enable: true}\n",
-            "modules.router.enable: this module is not available",
+            "modules:\n  cloudHub: {advertiseAddress: [127.0.0.1]}\n  taskManager: {enable: true}\n",
+            "modules.taskManager.enable: this module is not available",
+        ),
+        (
+            "modules:\n  cloudHub: {advertiseAddress: [127.0.0.1]}\n  edgeController: {enable: false}\n  router: {enable: true}\n",
+            "modules.router.enable: the router learns its rules from modules.edgeController",
         ),
         ("kind: EdgeCore\n", "kind: must be CloudCore"),
         ("[1, 2]\n", "expected mapping start"),

@@ -22,6 +22,7 @@ pub(crate) fn testenv_config(dir: &Path) -> CloudCoreConfig {
     hub.tls_ca_key_file = dir.join("ca/rootCA.key");
     hub.tls_cert_file = dir.join("certs/server.crt");
     hub.tls_private_key_file = dir.join("certs/server.key");
+    hub.unixsocket.address = format!("unix://{}", dir.join("kubeedge.sock").display());
     let s = &mut c.modules.cloud_stream;
     s.enable = true;
     s.tunnel_port = 0;

@@ -18,3 +18,4 @@ mod interop_edgecore;
 mod least_privilege;
 mod node_jobs;
 mod router;
+mod udsserver;

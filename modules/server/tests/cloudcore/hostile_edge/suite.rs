@@ -79,10 +79,14 @@ fn start_cloud() -> Cloudcore {
         spec.replica_address = Some(crate::support::replica_address());
         // The optional modules whose edge-facing messages the suite attacks too.
         let router_port = edgecore_interop::listen_ports(1).expect("a port for the router")[0];
+        let socket = format!("unix://{}", dir.join("kubeedge.sock").display());
         spec.extra = json!({
             "featureGates": {"requireAuthorization": true},
-            "modules": {"router": {"enable": true, "address": "127.0.0.1", "port": router_port,
-                                   "restTimeout": 10}},
+            "modules": {
+                "router": {"enable": true, "address": "127.0.0.1", "port": router_port,
+                           "restTimeout": 10},
+                "cloudHub": {"unixsocket": {"enable": true, "address": socket}},
+            },
         });
         let mut core = Cloudcore::start(&spec)
             .await
@@ -2745,3 +2749,12 @@ mod csrapprover;
 #[allow(clippy::duplicate_mod)]
 #[path = "router.rs"]
 mod router;
+
+// ---------------------------------------------------------------------------------------------
+// Volume answers to the CSI driver's Unix socket (udsserver)
+// ---------------------------------------------------------------------------------------------
+
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
+#[allow(clippy::duplicate_mod)]
+#[path = "udsserver.rs"]
+mod udsserver;

@@ -69,6 +69,9 @@ pub use kubeedge_wire as wire;
 #[cfg(feature = "pki")]
 #[doc(inline)]
 pub use pki;
+#[cfg(feature = "policycontroller")]
+#[doc(inline)]
+pub use policycontroller;
 #[cfg(feature = "router")]
 #[doc(inline)]
 pub use router;

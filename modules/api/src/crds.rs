@@ -5,12 +5,13 @@ use kube::CustomResourceExt;
 
 use crate::reliablesyncs::{ClusterObjectSync, ObjectSync};
 
-/// All CRDs, in a stable order: reliablesyncs, devices, rules, operations.
+/// All CRDs, in a stable order: reliablesyncs, devices, rules, operations, policy.
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut all = vec![ObjectSync::crd(), ClusterObjectSync::crd()];
     all.extend(crate::devices::crds());
     all.extend(crate::rules::crds());
     all.extend(crate::operations::crds());
+    all.extend(crate::policy::crds());
     all
 }
 

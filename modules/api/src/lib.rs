@@ -10,8 +10,8 @@
 //! module and group names messages are routed by. [`application`] is the edge metaServer's request envelope; [`access`] asks the API server what a node may do. Controllers share [`watch`] (watch caches
 //! that survive relists), [`client`] (calls made as an edge node), [`queue`] (bounded request
 //! queues) and [`lifecycle`] (background tasks and graceful stop: a `CancellationToken` and a `TaskTracker`); servers share [`listener`] (admission
-//! limits for edge-facing listeners) and [`metrics`] (their Prometheus families); [`replicas`] says which replica holds which node; [`devices`], [`rules`] and
-//! [`operations`] (node jobs) hold the KubeEdge CRDs; [`validation`] checks names from the wire before they reach a URL; `testing` (feature) has a fake edge and a fault-injecting client.
+//! limits for edge-facing listeners) and [`metrics`] (their Prometheus families); [`replicas`] says which replica holds which node; [`devices`], [`rules`],
+//! [`operations`] (node jobs) and [`policy`] hold the KubeEdge CRDs; [`validation`] checks names from the wire before they reach a URL; `testing` (feature) has a fake edge and a fault-injecting client.
 //!
 //! ```
 //! use kubeedge_api::{NodeResource, trim_node};
@@ -29,6 +29,7 @@ pub mod listener;
 pub mod metrics;
 pub mod names;
 pub mod operations;
+pub mod policy;
 pub mod queue;
 pub mod reliablesyncs;
 pub mod replicas;

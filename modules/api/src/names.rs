@@ -41,7 +41,7 @@ pub const SOURCE_EDGEHUB: &str = "websocket";
 
 /// Sources that only cloud modules may use: an upstream message claiming one is dropped, so
 /// an edge cannot impersonate a cloud module.
-pub const CLOUD_SOURCES: [&str; 6] = [
+pub const CLOUD_SOURCES: [&str; 7] = [
     CLOUDHUB,
     CLOUDSTREAM,
     DEVICECONTROLLER,
@@ -49,6 +49,7 @@ pub const CLOUD_SOURCES: [&str; 6] = [
     SYNCCONTROLLER,
     // edgecontroller writes rule status only for messages of this source.
     ROUTER,
+    POLICYCONTROLLER,
 ];
 
 /// The namespace token of cluster-scoped objects in resource paths.

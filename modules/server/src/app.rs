@@ -223,7 +223,10 @@ impl CloudCore {
                     "devicestatuses.devices.kubeedge.io",
                 ]);
             }
-            if m.cloud_hub.enable || m.sync_controller.enable {
+            if config.require_authorization() {
+                crds.push("serviceaccountaccesses.policy.kubeedge.io");
+            }
+            if m.cloud_hub.enable || m.sync_controller.enable || config.require_authorization() {
                 require_crds(client, &crds).await?;
             }
             if m.task_manager.enable {
@@ -381,6 +384,13 @@ impl CloudCore {
                 metrics::csrapprover(metrics, approver.metrics());
                 lifecycles.push(approver.lifecycle());
                 bus.register(approver)?;
+                let pc = policycontroller::PolicyController::new(
+                    bus.endpoint(names::POLICYCONTROLLER),
+                    client.clone(),
+                );
+                metrics::policycontroller(metrics, pc.metrics());
+                lifecycles.push(pc.lifecycle());
+                bus.register(pc)?;
             }
             if m.sync_controller.enable {
                 let sc = synccontroller::SyncController::new(

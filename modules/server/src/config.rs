@@ -233,7 +233,8 @@ pub struct Modules {
     pub task_manager: taskmanager::TaskManagerConfig,
     /// Not implemented.
     pub node_upgrade_job_controller: UnsupportedModule,
-    /// Not implemented.
+    /// KubeEdge has no such section: its policycontroller runs with
+    /// `featureGates.requireAuthorization`, as here. Accepted; enabling it is an error.
     pub policy_controller: UnsupportedModule,
 }
 
@@ -482,19 +483,22 @@ impl CloudCoreConfig {
                 ));
             }
         }
-        for (field, module) in [
-            (
-                "modules.nodeUpgradeJobController.enable",
-                &m.node_upgrade_job_controller,
-            ),
-            ("modules.policyController.enable", &m.policy_controller),
-        ] {
+        for (field, module) in [(
+            "modules.nodeUpgradeJobController.enable",
+            &m.node_upgrade_job_controller,
+        )] {
             if module.enable {
                 return Err(invalid(
                     field,
                     "this module is not available in this cloudcore",
                 ));
             }
+        }
+        if m.policy_controller.enable {
+            return Err(invalid(
+                "modules.policyController.enable",
+                "the policycontroller runs with featureGates.requireAuthorization (KubeEdge has no modules.policyController)",
+            ));
         }
         Ok(())
     }

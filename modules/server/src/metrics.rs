@@ -193,6 +193,11 @@ pub fn router(metrics: &Metrics, router: router::RouterMetrics) {
     metrics.register(|r| router.register(r));
 }
 
+/// Reconciles and messages of the policycontroller.
+pub fn policycontroller(metrics: &Metrics, pc: policycontroller::PolicyControllerMetrics) {
+    metrics.register(|r| pc.register(r));
+}
+
 /// Approved and pending certificate requests of the CSR approver.
 pub fn csrapprover(metrics: &Metrics, approver: csrapprover::CsrApproverMetrics) {
     metrics.register(|r| approver.register(r));

@@ -227,6 +227,33 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
             csrapprover::rules::KUBELET_SERVING_SIGNER,
         ));
         p.extend(each(&["get"], "", "nodes", "", ""));
+        // The policycontroller: its accesses, and what they are computed from (all from watch
+        // caches, so no `get`).
+        p.extend(each(
+            &["list", "watch", "create", "update", "delete"],
+            kubeedge_api::policy::GROUP,
+            "serviceaccountaccesses",
+            "",
+            "",
+        ));
+        p.extend(each(
+            &["update"],
+            kubeedge_api::policy::GROUP,
+            "serviceaccountaccesses/status",
+            "",
+            "",
+        ));
+        for r in ["serviceaccounts", "pods", "nodes"] {
+            p.extend(each(WATCH, "", r, "", ""));
+        }
+        for r in [
+            "roles",
+            "clusterroles",
+            "rolebindings",
+            "clusterrolebindings",
+        ] {
+            p.extend(each(WATCH, "rbac.authorization.k8s.io", r, "", ""));
+        }
     }
     let mut seen = Vec::with_capacity(p.len());
     for x in p {

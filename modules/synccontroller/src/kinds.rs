@@ -2,8 +2,8 @@
 //! resource-type string and message source.
 
 use kube::core::GroupVersionKind;
-use kubeedge_api::devices;
-use kubeedge_api::names::{DEVICECONTROLLER, EDGECONTROLLER};
+use kubeedge_api::names::{DEVICECONTROLLER, EDGECONTROLLER, POLICYCONTROLLER};
+use kubeedge_api::{devices, policy};
 
 /// Splits `v1` → (``, `v1`) and `devices.kubeedge.io/v1beta1` → (`devices.kubeedge.io`, `v1beta1`).
 pub(crate) fn gvk(api_version: &str, kind: &str) -> Option<GroupVersionKind> {
@@ -46,13 +46,23 @@ pub(crate) fn plural_of(kind: &str) -> String {
 
 /// The module an update of this group is sent as: devicecontroller for device kinds, so
 /// the edge hands it to devicetwin (KubeEdge sends everything as
-/// edgecontroller, so resynced devices reach edged instead); edgecontroller otherwise.
+/// edgecontroller, so resynced devices reach edged instead); policycontroller for
+/// ServiceAccountAccesses (the edge stores them without telling edged); edgecontroller
+/// otherwise.
 pub(crate) fn source_for(group: &str) -> &'static str {
     if group == devices::GROUP {
         DEVICECONTROLLER
+    } else if group == policy::GROUP {
+        POLICYCONTROLLER
     } else {
         EDGECONTROLLER
     }
+}
+
+/// Whether an object of this group goes to the edge without its status (a
+/// ServiceAccountAccess's `status.nodeList` names other nodes).
+pub(crate) fn without_status(group: &str) -> bool {
+    group == policy::GROUP
 }
 
 #[cfg(test)]
@@ -83,6 +93,8 @@ mod tests {
         assert_eq!(plural_of("Endpoints"), "endpoints");
         assert_eq!(type_name("PersistentVolumeClaim"), "persistentvolumeclaim");
         assert_eq!(source_for("devices.kubeedge.io"), "devicecontroller");
+        assert_eq!(source_for("policy.kubeedge.io"), "policycontroller");
         assert_eq!(source_for(""), "edgecontroller");
+        assert!(without_status("policy.kubeedge.io") && !without_status(""));
     }
 }

@@ -808,6 +808,11 @@ impl Reconciler {
             api_version: s.resource.api_version.clone(),
             kind: s.resource.kind.clone(),
         });
+        if kinds::without_status(&s.resource.group)
+            && let Some(map) = obj.data.as_object_mut()
+        {
+            map.insert("status".into(), serde_json::json!({}));
+        }
         let rv = obj.metadata.resource_version.clone().unwrap_or_default();
         let Ok(content) = Content::json(&obj) else {
             return;

@@ -55,6 +55,7 @@ pub struct InteropBuilder {
     event_bus: Option<std::net::SocketAddr>,
     service_bus: Option<std::net::SocketAddr>,
     cloud_extra: serde_json::Value,
+    optional_rbac: Vec<String>,
 }
 
 impl InteropBuilder {
@@ -70,6 +71,13 @@ impl InteropBuilder {
     /// `unix:///run/x/containerd.sock`).
     pub fn container_runtime_endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.container_runtime_endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// With [`InteropBuilder::service_account`]: also applies `manifests/optional/<file>`
+    /// (e.g. `require-authorization.yaml`) before cloudcore starts.
+    pub fn optional_rbac(mut self, file: &str) -> Self {
+        self.optional_rbac.push(file.to_owned());
         self
     }
 
@@ -157,7 +165,13 @@ impl InteropBuilder {
         let mut spec = CloudSpec::for_testenv(&dir)?;
         spec.kubeconfig = match (&self.kubeconfig, self.service_account) {
             (Some(path), _) => path.clone(),
-            (None, true) => crate::rbac::service_account_kubeconfig(&dir.join("sa")).await?,
+            (None, true) => {
+                let kubeconfig = crate::rbac::service_account_kubeconfig(&dir.join("sa")).await?;
+                for file in &self.optional_rbac {
+                    crate::rbac::apply_optional(file, &kubeconfig).await?;
+                }
+                kubeconfig
+            }
             (None, false) => env.kubeconfig(),
         };
         spec.keepalive_interval = self.keepalive_interval;
@@ -291,6 +305,7 @@ impl Interop {
             event_bus: None,
             service_bus: None,
             cloud_extra: serde_json::Value::Null,
+            optional_rbac: Vec::new(),
         }
     }
 

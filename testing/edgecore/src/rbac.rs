@@ -90,6 +90,43 @@ pub async fn service_account_kubeconfig(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Applies `manifests/optional/<file>` and waits until the API server's authorizer grants its
+/// first ClusterRole rule to the ServiceAccount of `kubeconfig`.
+///
+/// # Errors
+/// When kubectl fails, the file has no ClusterRole rule, or the rule does not take effect
+/// within 30 s.
+pub async fn apply_optional(file: &str, kubeconfig: &Path) -> Result<()> {
+    let path = manifests_dir().join("optional").join(file);
+    kubectl_ok(&["apply", "-f", &path.display().to_string()], None).await?;
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).map_err(|e| Error::Config(e.to_string()))?;
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .and_then(|d| d["rules"].get(0).cloned())
+        .ok_or_else(|| Error::Config(format!("{file} has no ClusterRole rule")))?;
+    let first = |key: &str| rule[key][0].as_str().unwrap_or_default().to_owned();
+    let sa = client_of(kubeconfig).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (verb, group, resource, name) = (
+        first("verbs"),
+        first("apiGroups"),
+        first("resources"),
+        first("resourceNames"),
+    );
+    while !may_named(&sa, &verb, &group, &resource, "", &name).await? {
+        if Instant::now() > deadline {
+            return Err(Error::Timeout(format!(
+                "{file}: may {verb} {group}/{resource} is still not granted after 30 s"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 /// A client with the identity of `kubeconfig`.
 ///
 /// # Errors

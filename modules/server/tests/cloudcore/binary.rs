@@ -274,10 +274,12 @@ async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
         );
     }
     // Off by default (featureGates.requireAuthorization): the modules of the gate do not run.
-    assert!(
-        !metrics.contains("csrapprover_"),
-        "csrapprover with the gate off:\n{metrics}"
-    );
+    for module in ["csrapprover_", "policycontroller_"] {
+        assert!(
+            !metrics.contains(module),
+            "{module}* with the gate off:\n{metrics}"
+        );
+    }
     // KubeEdge's default `unixsocket.enable: true`: the CSI driver's socket, owner only.
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let socket = std::fs::metadata(cloud.dir.path().join("kubeedge.sock")).expect("the socket");

@@ -770,7 +770,8 @@ const IPTABLES_MANAGER_NEEDS: &[Need] = &[
 ];
 
 /// What `featureGates.requireAuthorization` adds (`manifests/optional/require-authorization.yaml`,
-/// one ClusterRole): the CSR approver's watch and approval.
+/// one ClusterRole): the CSR approver's watch and approval, the policycontroller's accesses and
+/// watches.
 const REQUIRE_AUTHORIZATION_NEEDS: &[Need] = &[
     Need {
         namespace: CLUSTER,
@@ -797,6 +798,64 @@ const REQUIRE_AUTHORIZATION_NEEDS: &[Need] = &[
         names: &["kubernetes.io/kubelet-serving"],
         verbs: &["approve"],
         used_at: &["csrapprover/src/rules.rs: pub const KUBELET_SERVING_SIGNER"],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "policy.kubeedge.io",
+        resources: &["serviceaccountaccesses"],
+        names: &[],
+        verbs: &["list", "watch", "create", "update", "delete"],
+        used_at: &[
+            "policycontroller/src/watches.rs: let mut accesses = all::<ServiceAccountAccess>(",
+            "policycontroller/src/reconcile.rs: api.create(&PostParams::default(), &saa)",
+            "policycontroller/src/reconcile.rs: api.replace(name, &PostParams::default(), &current)",
+            "policycontroller/src/reconcile.rs: api.delete(name, &DeleteParams::default())",
+            "synccontroller/src/kinds.rs: group == policy::GROUP",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "policy.kubeedge.io",
+        resources: &["serviceaccountaccesses/status"],
+        names: &[],
+        verbs: &["update"],
+        used_at: &[
+            "policycontroller/src/reconcile.rs: .replace_status(name, &PostParams::default(),",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "",
+        resources: &["serviceaccounts"],
+        names: &[],
+        verbs: &["list", "watch"],
+        used_at: &["policycontroller/src/watches.rs: let mut accounts = all::<ServiceAccount>("],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "rbac.authorization.k8s.io",
+        resources: &[
+            "roles",
+            "clusterroles",
+            "rolebindings",
+            "clusterrolebindings",
+        ],
+        names: &[],
+        verbs: &["list", "watch"],
+        used_at: &[
+            "policycontroller/src/watches.rs: let mut roles = all::<Role>(",
+            "policycontroller/src/watches.rs: let mut cluster_roles = all::<ClusterRole>(",
+            "policycontroller/src/watches.rs: let mut bindings = all::<RoleBinding>(",
+            "policycontroller/src/watches.rs: let mut cluster_bindings = all::<ClusterRoleBinding>(",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "apiextensions.k8s.io",
+        resources: &["customresourcedefinitions"],
+        names: &["serviceaccountaccesses.policy.kubeedge.io"],
+        verbs: &["get"],
+        used_at: &["server/src/app.rs: crds.push(\"serviceaccountaccesses.policy.kubeedge.io\")"],
     },
 ];
 

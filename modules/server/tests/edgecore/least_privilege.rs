@@ -7,7 +7,9 @@
 //! check does not ask about, and of the uses it sees only through the dynamiccontroller) through
 //! the WebSocket, or the metaServer's Applications, with the rule (or verb) and without it: it
 //! succeeds, then the API server refuses cloudcore's identity and shows nothing changed.
-//! (`interop_edgecore` runs every real-edgecore scenario with the same ServiceAccount.)
+//! (`interop_edgecore` runs every real-edgecore scenario with the same ServiceAccount.) With
+//! `featureGates.requireAuthorization`, each rule of `manifests/optional/require-authorization.yaml`
+//! is shown the same way: without it cloudcore exits at start naming it.
 //!
 //! Run: `cargo test -p cloudcore-server --test edgecore least_privilege`.
 
@@ -108,8 +110,35 @@ fn rbac_documents() -> Result<Vec<serde_json::Value>> {
 }
 
 fn rbac_rules() -> Result<Vec<Rule>> {
+    rules_of(rbac_documents()?)
+}
+
+/// The documents of `manifests/optional/require-authorization.yaml` (featureGates.requireAuthorization).
+fn gate_documents() -> Result<Vec<serde_json::Value>> {
+    let text =
+        std::fs::read_to_string(manifests_dir().join("optional/require-authorization.yaml"))?;
+    Ok(serde_saphyr::from_multiple(&text)?)
+}
+
+/// That file without `rule` (a rule of its ClusterRole).
+fn gate_without(rule: &Rule) -> Result<String> {
+    let mut out = String::new();
+    for mut doc in gate_documents()? {
+        if doc["kind"] == "ClusterRole" {
+            doc["rules"]
+                .as_array_mut()
+                .context("rules")?
+                .remove(rule.index);
+        }
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&doc)?);
+    }
+    Ok(out)
+}
+
+fn rules_of(documents: Vec<serde_json::Value>) -> Result<Vec<Rule>> {
     let mut rules = Vec::new();
-    for doc in rbac_documents()? {
+    for doc in documents {
         let kind = doc["kind"].as_str().unwrap_or_default();
         if kind != "ClusterRole" && kind != "Role" {
             continue;
@@ -666,6 +695,101 @@ async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_
     for row in &table {
         println!("{row}");
     }
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_require_authorization_each_rule_of_its_optional_role_is_named_at_start_when_missing()
+-> Result<()> {
+    let _serial = Serial::acquire()?;
+    k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
+    let dir = std::env::temp_dir().join(format!("cloudcore-gate-rules-{}", std::process::id()));
+    let kubeconfig = service_account_kubeconfig(&dir.join("sa")).await?;
+    let file = manifests_dir().join("optional/require-authorization.yaml");
+    apply_file(&file).await?;
+    let gate_rules = rules_of(gate_documents()?)?;
+    ensure!(gate_rules.len() >= 6, "only {} rules", gate_rules.len());
+    let mut all = rbac_rules()?;
+    // Indexes of the gate's rules stay their own: kept apart from the main ClusterRole's.
+    all.extend(gate_rules.iter().cloned().map(|mut r| {
+        r.kind = "GateClusterRole".into();
+        r
+    }));
+    let gated = |dir: &Path| -> Result<CloudSpec> {
+        let mut spec = CloudSpec::for_testenv(dir)?;
+        spec.kubeconfig = kubeconfig.clone();
+        spec.extra = json!({"featureGates": {"requireAuthorization": true}});
+        Ok(spec)
+    };
+    // With the whole role, cloudcore starts.
+    let sa = client_of(&kubeconfig).await?;
+    let first = &gate_rules[0];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !may(
+        &sa,
+        &first.verbs[0],
+        &first.groups[0],
+        &first.resources[0],
+        "",
+    )
+    .await?
+    {
+        ensure!(
+            Instant::now() < deadline,
+            "the gate's role not in effect after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut core = Cloudcore::start(&gated(&dir.join("whole"))?)
+        .await
+        .context("cloudcore with the whole optional role")?;
+    core.stop().await;
+    let mut failures = Vec::new();
+    for (i, rule) in gate_rules.iter().enumerate() {
+        apply_yaml(&gate_without(rule)?).await?;
+        let mut as_gate = rule.clone();
+        as_gate.kind = "GateClusterRole".into();
+        let (verb, group, resource, name) = probe(&as_gate, &all)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while may_named(&sa, verb, group, resource, "", name).await? {
+            ensure!(
+                Instant::now() < deadline,
+                "{verb} {resource} still allowed 30 s after removing {}",
+                rule.label()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let spec = gated(&dir.join(format!("gate-rule-{i}")))?;
+        match Cloudcore::start(&spec).await {
+            Ok(mut core) => {
+                core.stop().await;
+                failures.push(format!("{}: cloudcore starts without it", rule.label()));
+            }
+            Err(e) => {
+                let log = std::fs::read_to_string(spec.log_file())?;
+                let named: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("missing permission") || l.contains("checking CRD"))
+                    .collect();
+                let named = named.join("\n");
+                if !names_rule(&named, rule) {
+                    failures.push(format!(
+                        "{}: exits naming something else: {e}",
+                        rule.label()
+                    ));
+                }
+            }
+        }
+        apply_file(&file).await?;
+    }
+    // Back to the manifests without the optional role.
+    kubectl_ok(
+        &["delete", "-f", file.to_str().context("utf-8 path")?],
+        None,
+    )
+    .await?;
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

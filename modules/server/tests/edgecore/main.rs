@@ -17,5 +17,6 @@
 mod interop_edgecore;
 mod least_privilege;
 mod node_jobs;
+mod policycontroller;
 mod router;
 mod udsserver;

@@ -2758,3 +2758,12 @@ mod router;
 #[allow(clippy::duplicate_mod)]
 #[path = "udsserver.rs"]
 mod udsserver;
+
+// ---------------------------------------------------------------------------------------------
+// ServiceAccountAccesses (policycontroller)
+// ---------------------------------------------------------------------------------------------
+
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
+#[allow(clippy::duplicate_mod)]
+#[path = "policycontroller.rs"]
+mod policycontroller;

@@ -228,9 +228,9 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
         ));
         p.extend(each(&["get"], "", "nodes", "", ""));
         // The policycontroller: its accesses, and what they are computed from (all from watch
-        // caches, so no `get`).
+        // caches, so no `get` but the synccontroller's, which reads a tracked access).
         p.extend(each(
-            &["list", "watch", "create", "update", "delete"],
+            &["get", "list", "watch", "create", "update", "delete"],
             kubeedge_api::policy::GROUP,
             "serviceaccountaccesses",
             "",

@@ -804,9 +804,10 @@ const REQUIRE_AUTHORIZATION_NEEDS: &[Need] = &[
         group: "policy.kubeedge.io",
         resources: &["serviceaccountaccesses"],
         names: &[],
-        verbs: &["list", "watch", "create", "update", "delete"],
+        verbs: &["get", "list", "watch", "create", "update", "delete"],
         used_at: &[
             "policycontroller/src/watches.rs: let mut accesses = all::<ServiceAccountAccess>(",
+            "synccontroller/src/reconciler.rs: Some(ns) => Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &s.resource),",
             "policycontroller/src/reconcile.rs: api.create(&PostParams::default(), &saa)",
             "policycontroller/src/reconcile.rs: api.replace(name, &PostParams::default(), &current)",
             "policycontroller/src/reconcile.rs: api.delete(name, &DeleteParams::default())",

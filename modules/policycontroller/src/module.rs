@@ -106,6 +106,7 @@ impl Actor for PolicyController {
             caches: self.caches.clone(),
             endpoint: self.endpoint.clone(),
             metrics: self.metrics.clone(),
+            sent: Default::default(),
         };
         self.life
             .spawn(crate::watches::work(reconciler, self.queue.clone(), stop));

@@ -1,7 +1,8 @@
 //! One reconcile: what a ServiceAccountAccess must hold and which edge nodes must hold it, the
 //! writes that make it so, and the messages that tell the nodes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use beehive::{Content, Endpoint, Message};
 use k8s_openapi::api::core::v1::Pod;
@@ -35,6 +36,7 @@ pub(crate) struct Reconciler {
     pub(crate) caches: Caches,
     pub(crate) endpoint: Endpoint,
     pub(crate) metrics: PolicyControllerMetrics,
+    pub(crate) sent: Arc<Sent>,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -121,8 +123,13 @@ impl Reconciler {
         spec(sa, role_bindings, cluster_bindings)
     }
 
-    /// Brings `namespace/name` to what the caches say. API errors are returned (the key is
-    /// tried again after a back-off).
+    /// Brings `namespace/name` to what the caches say, then tells each edge node what it
+    /// lacks. API errors are returned (the key is tried again after a back-off).
+    ///
+    /// What a node is sent depends on what this replica sent it ([`Sent`]), not on the stored
+    /// node list: with several replicas every one reconciles, the first writes, and the one
+    /// holding a node's session must still send it (cloudhub drops what it sends to nodes held
+    /// elsewhere, and what a node already acknowledged).
     pub(crate) async fn reconcile(&self, key: &str) -> Result<(), kube::Error> {
         let Some((namespace, name)) = key.split_once('/') else {
             return Ok(());
@@ -143,24 +150,30 @@ impl Reconciler {
         let (Some(sa), false) = (sa, nodes.is_empty()) else {
             // The account is gone, or no edge node runs it any more.
             if let Some(saa) = stored
-                && saa.metadata.deletion_timestamp.is_none()
+                .as_ref()
+                .filter(|s| s.metadata.deletion_timestamp.is_none())
             {
-                let was = status_nodes(&saa);
                 info!(key, "service account access no longer needed: deleting it");
                 match api.delete(name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
                     Err(e) => return Err(e),
                 }
-                self.send(&saa, "delete", &was).await;
+                let mut told = status_nodes(saa);
+                told.extend(self.sent.nodes(key));
+                self.send(saa, "delete", &dedup(told)).await;
+            } else if let Some(last) = self.sent.last(key) {
+                // Deleted by another replica: the nodes this one told learn it from it.
+                self.send(&last, "delete", &self.sent.nodes(key)).await;
             }
+            self.sent.forget(key);
             return Ok(());
         };
         let desired = self.desired(namespace, &sa);
         let status = AccessStatus {
             node_list: nodes.clone(),
         };
-        match stored {
+        let current = match &stored {
             None => {
                 let saa = ServiceAccountAccess {
                     metadata: ObjectMeta {
@@ -171,25 +184,25 @@ impl Reconciler {
                     spec: desired,
                     status: None,
                 };
-                let mut created = api.create(&PostParams::default(), &saa).await?;
+                let mut created = match api.create(&PostParams::default(), &saa).await {
+                    Ok(created) => created,
+                    // Another replica was first: its object's watch event brings this key
+                    // back, with the object in the cache.
+                    Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+                    Err(e) => return Err(e),
+                };
                 created.status = Some(status);
                 let written = api
                     .replace_status(name, &PostParams::default(), &created)
                     .await?;
                 info!(key, nodes = ?nodes, "service account access created");
-                self.send(&written, "insert", &nodes).await;
+                written
             }
-            Some(saa) if saa.metadata.deletion_timestamp.is_some() => {}
+            Some(saa) if saa.metadata.deletion_timestamp.is_some() => return Ok(()),
             Some(saa) => {
-                let was = status_nodes(&saa);
-                let removed: Vec<String> =
-                    was.iter().filter(|n| !nodes.contains(n)).cloned().collect();
-                let added: Vec<String> =
-                    nodes.iter().filter(|n| !was.contains(n)).cloned().collect();
-                self.send(&saa, "delete", &removed).await;
-                let mut current = (*saa).clone();
-                let spec_changed = current.spec != desired;
-                if spec_changed {
+                let mut current = (**saa).clone();
+                if current.spec != desired {
+                    debug!(key, "service account access changed");
                     current.spec = desired;
                     current.metadata.managed_fields = None;
                     current = api.replace(name, &PostParams::default(), &current).await?;
@@ -200,14 +213,25 @@ impl Reconciler {
                         .replace_status(name, &PostParams::default(), &current)
                         .await?;
                 }
-                if spec_changed {
-                    debug!(key, nodes = ?nodes, "service account access changed");
-                    self.send(&current, "update", &nodes).await;
-                } else {
-                    self.send(&current, "insert", &added).await;
-                }
+                current
             }
-        }
+        };
+        // Nodes that held it and no longer should.
+        let mut gone = status_nodes(stored_or(&stored, &current));
+        gone.extend(self.sent.nodes(key));
+        let gone: Vec<String> = dedup(gone)
+            .into_iter()
+            .filter(|n| !nodes.contains(n))
+            .collect();
+        let last = self.sent.last(key).unwrap_or_else(|| current.clone());
+        self.send(&last, "delete", &gone).await;
+        self.sent.drop_nodes(key, &gone);
+        // Nodes that lack this version of the spec: a first send is an insert, a newer spec
+        // an update (a status change alone sends nothing).
+        let (insert, update) = self.sent.due(key, &current, &nodes);
+        self.send(&current, "insert", &insert).await;
+        self.send(&current, "update", &update).await;
+        self.sent.record(key, &current, &nodes);
         Ok(())
     }
 
@@ -241,6 +265,103 @@ impl Reconciler {
                 Ok(()) => self.metrics.sent(operation),
                 Err(e) => warn!(node, %e, "service account access not sent"),
             }
+        }
+    }
+}
+
+fn stored_or<'a>(
+    stored: &'a Option<std::sync::Arc<ServiceAccountAccess>>,
+    current: &'a ServiceAccountAccess,
+) -> &'a ServiceAccountAccess {
+    stored.as_deref().unwrap_or(current)
+}
+
+fn dedup(mut nodes: Vec<String>) -> Vec<String> {
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+/// What this replica sent, per access: the object last sent (the content of a later delete)
+/// and, per node, the spec generation it was sent.
+#[derive(Debug, Default)]
+pub(crate) struct Sent {
+    by_key: Mutex<HashMap<String, SentAccess>>,
+}
+
+#[derive(Debug)]
+struct SentAccess {
+    last: ServiceAccountAccess,
+    nodes: HashMap<String, i64>,
+}
+
+fn generation(saa: &ServiceAccountAccess) -> i64 {
+    saa.metadata.generation.unwrap_or_default()
+}
+
+impl Sent {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, SentAccess>> {
+        self.by_key.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn nodes(&self, key: &str) -> Vec<String> {
+        self.map()
+            .get(key)
+            .map(|s| s.nodes.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn last(&self, key: &str) -> Option<ServiceAccountAccess> {
+        self.map().get(key).map(|s| s.last.clone())
+    }
+
+    fn forget(&self, key: &str) {
+        self.map().remove(key);
+    }
+
+    fn drop_nodes(&self, key: &str, nodes: &[String]) {
+        if let Some(s) = self.map().get_mut(key) {
+            for n in nodes {
+                s.nodes.remove(n);
+            }
+        }
+    }
+
+    /// Of `nodes`, those never sent `current` (a new object, or a new node) and those sent an
+    /// older spec.
+    fn due(
+        &self,
+        key: &str,
+        current: &ServiceAccountAccess,
+        nodes: &[String],
+    ) -> (Vec<String>, Vec<String>) {
+        let map = self.map();
+        let sent = map
+            .get(key)
+            .filter(|s| s.last.metadata.uid == current.metadata.uid);
+        let (mut insert, mut update) = (Vec::new(), Vec::new());
+        for node in nodes {
+            match sent.and_then(|s| s.nodes.get(node)) {
+                None => insert.push(node.clone()),
+                Some(g) if *g != generation(current) => update.push(node.clone()),
+                Some(_) => {}
+            }
+        }
+        (insert, update)
+    }
+
+    fn record(&self, key: &str, current: &ServiceAccountAccess, nodes: &[String]) {
+        let mut map = self.map();
+        let entry = map.entry(key.to_owned()).or_insert_with(|| SentAccess {
+            last: current.clone(),
+            nodes: HashMap::new(),
+        });
+        if entry.last.metadata.uid != current.metadata.uid {
+            entry.nodes.clear();
+        }
+        entry.last = current.clone();
+        for node in nodes {
+            entry.nodes.insert(node.clone(), generation(current));
         }
     }
 }

@@ -388,3 +388,33 @@ async fn deleting_the_account_deletes_its_access_everywhere_and_missing_roles_ar
     w.gone("worker").await;
     assert_eq!(w.nth(&e1, "worker", 2).await.route.operation, "delete");
 }
+
+#[actix_rt::test]
+async fn a_replica_that_finds_the_access_written_by_another_still_tells_the_nodes() {
+    let _turn = TURN.lock().await;
+    // The first replica writes the access and its node list.
+    let w = World::new().await;
+    let e1 = w.node(true).await;
+    w.account("shared").await;
+    w.pod("p", "shared", &e1).await;
+    w.access_where("shared", "written", |a| {
+        a.status
+            .as_ref()
+            .is_some_and(|s| s.node_list == [e1.clone()])
+    })
+    .await;
+    w.nth(&e1, "shared", 1).await;
+    // A second replica starts: nothing is left to write, yet it sends the access (its cloudhub
+    // delivers it when the node's session is there, and drops it otherwise).
+    let bus = Bus::new();
+    let hub = FakeEdge::register(&bus, "cloudhub");
+    let pc = PolicyController::new(bus.endpoint("policycontroller"), w.client.clone());
+    bus.register(pc).unwrap();
+    bus.start().unwrap();
+    let resource = w.resource(&e1, "shared");
+    let got = hub
+        .wait_for(WAIT, |m| m.route.resource == resource)
+        .await
+        .expect("the second replica sends the access");
+    assert_eq!(got.route.operation, "insert");
+}

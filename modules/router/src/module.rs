@@ -45,8 +45,9 @@ pub enum Error {
 /// * **Rules** come from edgecontroller (`rule/<name>`, `ruleendpoint/<name>`; `insert` and
 ///   `delete`, a change as both). A rule whose endpoints are not known yet becomes active
 ///   when they arrive.
-/// * **REST → eventbus / servicebus**: see [`crate::rest`]'s grammar; an eventbus target
-///   answers `200 message delivered` once cloudhub has the message; a servicebus target
+/// * **REST → eventbus / servicebus**: `<METHOD> /<edge node>/<namespace>/<rule path>…` on the
+///   listener; an eventbus target answers `200 message delivered` once cloudhub has the
+///   message; a servicebus target
 ///   answers with the edge service's status, headers and body, or `504` after
 ///   `restTimeout`. A call for a node another replica holds is passed to it.
 /// * **Eventbus → REST**: an upload from node N on topic T is POSTed for the rules whose

@@ -202,7 +202,8 @@ async fn klog_verbosity_ignored_settings_and_the_kube_ca_through_the_binary() {
     let dir = TempDir::new();
     let p = ports();
     let path = config(&dir.0, &p, |c| {
-        c.feature_gates.insert("requireAuthorization".into(), true);
+        // A gate of KubeEdge's that changes nothing here (requireAuthorization does).
+        c.feature_gates.insert("moduleRestart".into(), true);
         c.kube_api_config.qps = 50.0;
         c.modules.cloud_hub.quic.enable = true;
     });

@@ -1,9 +1,10 @@
 //! Finding, unpacking and verifying the edgecore binary, and finding our cloudcore binary.
 //!
 //! The edgecore is, in order: `$EDGECORE_BIN` (an unpacked binary, e.g. `edge/edgecore` from
-//! KubeEdge's official release archive), `$EDGECORE_XZ`, or the one `edgecore-*.xz` in the
-//! `shared/peers/edgecore` folder beside the repository (where the development machines keep
-//! the build the suite is written against).
+//! KubeEdge's official release archive), `$EDGECORE_XZ`, or the newest `edgecore-*.xz` in the
+//! `shared/peers/edgecore` folder beside the repository (where the project's development
+//! machines keep the build the suite is written against); the lookup is
+//! [`test_tiers::edgecore_source`], which the tests' tier check uses too.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -23,58 +24,19 @@ pub const EDGECORE_SHA256: &str =
 /// The edgecore version string that binary reports (`edgecoreVersion` in its config).
 pub const EDGECORE_VERSION: &str = "v1.23.0-beta.0.150+16cd8548eedb81";
 
-/// The repository root (`/work/main`), from this crate's manifest folder.
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Where the peer files live: the folder of `$EDGECORE_XZ`, else `shared/peers/edgecore` beside
-/// the repository.
+/// Where peer files live: the folder of `$EDGECORE_XZ`, else `shared/peers/edgecore` beside
+/// the repository ([`test_tiers::peer_dir`]).
 pub fn peer_dir() -> PathBuf {
-    match std::env::var_os("EDGECORE_XZ") {
-        Some(xz) => PathBuf::from(xz)
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default(),
-        None => repo_root().join("../shared/peers/edgecore"),
-    }
+    test_tiers::peer_dir()
 }
 
-/// The compressed binary: `$EDGECORE_XZ`, else the one `edgecore-*.xz` in [`peer_dir`].
+/// The compressed binary: `$EDGECORE_XZ`, else the newest `edgecore-*.xz` in [`peer_dir`]
+/// ([`test_tiers::edgecore_archive`]).
+///
+/// # Errors
+/// [`Error::EdgecoreMissing`] saying where to get one.
 pub fn archive() -> Result<PathBuf> {
-    if let Some(xz) = std::env::var_os("EDGECORE_XZ") {
-        let xz = PathBuf::from(xz);
-        return match xz.is_file() {
-            true => Ok(xz),
-            false => Err(Error::EdgecoreMissing(format!(
-                "EDGECORE_XZ={} is not a file",
-                xz.display()
-            ))),
-        };
-    }
-    let dir = peer_dir();
-    let entries = std::fs::read_dir(&dir).map_err(|e| {
-        Error::EdgecoreMissing(format!(
-            "{}: {e} (set EDGECORE_BIN to an edgecore binary, or EDGECORE_XZ to an \
-             edgecore-*.xz; CONTRIBUTING.md, \"The real edgecore\", says where to get one)",
-            dir.display()
-        ))
-    })?;
-    let mut found: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("edgecore-") && n.ends_with(".xz"))
-        })
-        .collect();
-    found.sort();
-    found.pop().ok_or_else(|| {
-        Error::EdgecoreMissing(format!(
-            "no edgecore-*.xz in {} (set EDGECORE_BIN or EDGECORE_XZ; see CONTRIBUTING.md, \"The real edgecore\")",
-            dir.display()
-        ))
-    })
+    test_tiers::edgecore_archive().map_err(Error::EdgecoreMissing)
 }
 
 /// The config template (`edgecore.yaml`, with `@EDGECORE_HOME@` and `@TOKEN@`): the one beside
@@ -348,6 +310,7 @@ mod tests {
 
     #[test]
     fn the_peer_archive_unpacks_to_the_expected_binary() {
+        test_tiers::require!(Edgecore);
         let dir =
             std::env::temp_dir().join(format!("edgecore-interop-real-{}", std::process::id()));
         let target = match std::env::var_os("EDGECORE_BIN") {
@@ -372,6 +335,7 @@ mod tests {
 
     #[test]
     fn a_wrong_checksum_is_refused_and_leaves_no_file() {
+        test_tiers::require!(Edgecore);
         let dir = std::env::temp_dir().join(format!("edgecore-interop-xz-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let plain = dir.join("bin");

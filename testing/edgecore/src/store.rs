@@ -125,6 +125,7 @@ mod tests {
 
     #[test]
     fn reads_what_sqlite_holds_and_nothing_when_the_file_is_absent() {
+        test_tiers::require!(Edgecore);
         let dir = std::env::temp_dir().join(format!("edgecore-store-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let db = dir.join("edge.db");

@@ -6,8 +6,9 @@
 //! ```
 //!
 //! Start with [`client`] and [`namespace`]. When the environment cannot be started the call
-//! panics with the reason (missing Go toolchain, failed build, server log tail): e2e tests fail
-//! loudly, they are never skipped.
+//! panics with the reason (missing Go toolchain, failed build, server log tail). A test that
+//! uses it names the `apiserver` tier first (`test_tiers::require!(ApiServer)`), which skips it
+//! on a machine that cannot run `scripts/k8s-testenv` at all, and fails it there in CI.
 //!
 //! ```no_run
 //! # async fn demo() {

@@ -17,6 +17,7 @@ async fn crds() {
 
 #[actix_rt::test]
 async fn acknowledgements_are_recorded_as_objectsyncs_on_the_apiserver() {
+    test_tiers::require!(ApiServer);
     crds().await;
     let client = k8s_testenv::client().await;
     let ns = k8s_testenv::namespace("hub-os").await;
@@ -98,6 +99,7 @@ async fn acknowledgements_are_recorded_as_objectsyncs_on_the_apiserver() {
 
 #[actix_rt::test]
 async fn node_check_answers_found_not_found_and_apiserver_errors() {
+    test_tiers::require!(ApiServer);
     let client = k8s_testenv::client().await;
     let node = Node {
         metadata: ObjectMeta {
@@ -164,6 +166,7 @@ async fn node_check_answers_found_not_found_and_apiserver_errors() {
 
 #[actix_rt::test]
 async fn secrets_are_created_once_reused_on_restart_and_the_token_is_refreshed() {
+    test_tiers::require!(ApiServer);
     let client = k8s_testenv::client().await;
     let secrets = Api::<Secret>::namespaced(client.clone(), "kubeedge");
     for name in ["casecret", "cloudcoresecret", "tokensecret"] {
@@ -230,6 +233,7 @@ async fn secrets_are_created_once_reused_on_restart_and_the_token_is_refreshed()
 /// acknowledged version stays.
 #[actix_rt::test]
 async fn an_ensured_record_never_overwrites_an_acknowledgement_written_meanwhile() {
+    test_tiers::require!(ApiServer);
     use cloudhub::{ObjectSyncStore, SyncKey, SyncSpec};
     crds().await;
     let client = k8s_testenv::client().await;

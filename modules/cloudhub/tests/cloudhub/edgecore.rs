@@ -15,6 +15,7 @@ const NODE: &str = "edge-node-1";
 
 #[actix_rt::test]
 async fn real_edgecore_bootstraps_connects_keeps_alive_and_acknowledges() {
+    test_tiers::require!(Edgecore);
     // One edgecore at a time on this machine (its metaServer port is fixed).
     let _serial = Serial::acquire().unwrap();
     let mut h = Harness::start().await;

@@ -164,6 +164,7 @@ fn node(name: &str) -> Node {
 
 #[actix_rt::test]
 async fn deleting_a_node_revokes_its_certificates_across_a_hub_restart() {
+    test_tiers::require!(ApiServer);
     let client = k8s_testenv::client().await;
     let name = format!("hub-revoke-{}", &beehive::new_id()[..8]);
     let nodes = Api::<Node>::all(client.clone());
@@ -236,6 +237,7 @@ async fn deleting_a_node_revokes_its_certificates_across_a_hub_restart() {
 
 #[actix_rt::test]
 async fn a_cloud_node_deletion_and_an_edge_label_removal_revoke_nothing() {
+    test_tiers::require!(ApiServer);
     let client = k8s_testenv::client().await;
     let id = &beehive::new_id()[..8];
     let (edge_name, cloud_name) = (format!("hub-relabel-{id}"), format!("hub-cloud-{id}"));

@@ -21,6 +21,7 @@ async fn secret_token(client: &kube::Client) -> Option<String> {
 
 #[actix_rt::test]
 async fn an_unwritable_token_file_does_not_skip_the_secret() {
+    test_tiers::require!(ApiServer);
     init_tracing();
     let client = k8s_testenv::client().await;
     let dir = TempDir::new("cloudhub-token");

@@ -172,6 +172,7 @@ fn kubectl() -> tokio::process::Command {
 
 #[actix_rt::test]
 async fn kubectl_logs_should_return_the_edge_body_unchanged() {
+    test_tiers::require!(ApiServer);
     let e = setup().await;
     let out = tokio::time::timeout(
         Duration::from_secs(60),
@@ -217,6 +218,7 @@ async fn kubectl_logs_should_return_the_edge_body_unchanged() {
 
 #[actix_rt::test]
 async fn kubectl_logs_follow_should_stream_lines_and_end_the_edge_request_on_interrupt() {
+    test_tiers::require!(ApiServer);
     let e = setup().await;
     let mut child = kubectl()
         .args(["logs", "-f", "-n", &e.ns, "web"])
@@ -253,6 +255,7 @@ async fn kubectl_logs_follow_should_stream_lines_and_end_the_edge_request_on_int
 
 #[actix_rt::test]
 async fn kubectl_exec_should_relay_stdin_stdout_stderr_and_the_exit_code() {
+    test_tiers::require!(ApiServer);
     let e = setup().await;
     let input: &[u8] = b"hello \xff\xfe\x00 edge\n";
     let mut child = kubectl()
@@ -306,6 +309,7 @@ async fn kubectl_exec_should_relay_stdin_stdout_stderr_and_the_exit_code() {
 
 #[actix_rt::test]
 async fn failed_node_update_should_send_close_connect_and_close_the_tunnel() {
+    test_tiers::require!(ApiServer);
     support::init_tracing();
     let client = k8s_testenv::client().await;
     let edge_ca = Pki::new("kubeedge-ca");
@@ -401,6 +405,7 @@ async fn cloudcore_pod_lifecycle(
 /// One test owns the cluster-wide `kubeedge/tunnelport` ConfigMap.
 #[actix_rt::test]
 async fn tunnel_port_negotiation_and_cloudcore_pod_deletion_should_keep_the_record() {
+    test_tiers::require!(ApiServer);
     support::init_tracing();
     let client = k8s_testenv::client().await;
     let ns: Namespace =

@@ -206,6 +206,7 @@ fn assert_forbidden(status: u16, body: &str, node: &str) {
 
 #[actix_rt::test]
 async fn the_api_servers_identity_and_users_with_rbac_should_pass_and_others_get_403() {
+    test_tiers::require!(ApiServer);
     let env = setup(StreamAuthorizationConfig::default()).await;
     let logs = env.logs();
 
@@ -285,6 +286,7 @@ async fn the_api_servers_identity_and_users_with_rbac_should_pass_and_others_get
 
 #[actix_rt::test]
 async fn answers_should_be_cached_for_their_ttl() {
+    test_tiers::require!(ApiServer);
     let env = setup(StreamAuthorizationConfig {
         mode: Some(StreamAuthorizationMode::Webhook),
         cache_authorized_ttl_seconds: 300,
@@ -336,6 +338,7 @@ async fn answers_should_be_cached_for_their_ttl() {
 
 #[actix_rt::test]
 async fn always_allow_should_be_explicit_and_webhook_should_need_a_client() {
+    test_tiers::require!(ApiServer);
     let env = setup(StreamAuthorizationConfig {
         mode: Some(StreamAuthorizationMode::AlwaysAllow),
         ..StreamAuthorizationConfig::default()

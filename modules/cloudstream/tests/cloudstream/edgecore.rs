@@ -38,6 +38,7 @@ fn start_edgecore(cloud: &Cloud, home: &EdgeHome) -> Edgecore {
 
 #[actix_rt::test]
 async fn a_real_edgecore_should_serve_logs_metrics_and_exec_through_our_tunnel() {
+    test_tiers::require!(Edgecore);
     // edgecore relays to what the CONNECT URL names: 127.0.0.1:10350, as upstream's cloud
     // sends; one stand-in on that port at a time on this machine.
     let kubelet = FakeKubelet::start_on_kubelet_port().await.unwrap();

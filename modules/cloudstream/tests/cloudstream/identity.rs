@@ -185,6 +185,7 @@ async fn create_node(client: &kube::Client, name: &str, addresses: &[&str]) {
 
 #[actix_rt::test]
 async fn with_kubernetes_the_ip_should_be_the_peer_or_one_of_the_nodes_addresses() {
+    test_tiers::require!(ApiServer);
     support::init_tracing();
     let client = k8s_testenv::client().await;
     let ns = k8s_testenv::namespace("csid").await;

@@ -67,6 +67,7 @@ fn record(entries: &[(&str, u16)]) -> TunnelPortRecord {
 
 #[tokio::test]
 async fn iptables_manager_should_keep_the_tunnel_port_chain_equal_to_the_record() {
+    test_tiers::require!(Root);
     let ns = Netns::new("ipt");
     let mut m = IptablesManager::new(Arc::new(SystemRunner::in_netns(&ns.0)), 10003);
     m.probe().await.unwrap();
@@ -123,6 +124,7 @@ async fn iptables_manager_should_keep_the_tunnel_port_chain_equal_to_the_record(
 
 #[tokio::test]
 async fn iptables_manager_should_say_it_is_unavailable_without_a_binary_or_root() {
+    test_tiers::require!(Root);
     let mut missing = IptablesManager::new(Arc::new(SystemRunner::new()), 10003)
         .with_programs("/nonexistent/iptables", "/nonexistent/ip6tables");
     assert!(matches!(

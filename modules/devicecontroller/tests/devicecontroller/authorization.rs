@@ -239,6 +239,7 @@ fn reported(status: &DeviceStatus) -> Vec<String> {
 
 #[actix_rt::test]
 async fn twin_reports_are_written_only_for_devices_bound_to_the_node() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (e1, e2) = (unique("e1"), unique("e2"));
     env.model("m1").await;
@@ -287,6 +288,7 @@ async fn twin_reports_are_written_only_for_devices_bound_to_the_node() {
 
 #[actix_rt::test]
 async fn state_reports_are_written_only_for_devices_bound_to_the_node() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (e1, e2) = (unique("e1"), unique("e2"));
     env.model("m1").await;
@@ -320,6 +322,7 @@ async fn state_reports_are_written_only_for_devices_bound_to_the_node() {
 
 #[actix_rt::test]
 async fn malformed_device_names_are_refused_before_any_request_is_made() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     env.model("m1").await;
@@ -351,6 +354,7 @@ async fn malformed_device_names_are_refused_before_any_request_is_made() {
 
 #[actix_rt::test]
 async fn membership_detail_is_answered_and_unknown_requests_are_refused_unanswered() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (e1, e2) = (unique("e1"), unique("e2"));
     env.model("m1").await;
@@ -417,6 +421,7 @@ async fn membership_detail_is_answered_and_unknown_requests_are_refused_unanswer
 
 #[actix_rt::test]
 async fn before_the_device_cache_has_listed_a_device_is_read_once() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty_client(k8s_testenv::config().await);
     // Holds the cluster-wide Device list back; single-device reads are not held.
     faults.delay_next(
@@ -481,6 +486,7 @@ async fn allow_node_to_patch_device_statuses(client: &kube::Client, node: &str) 
 
 #[actix_rt::test]
 async fn with_impersonation_reports_are_written_as_the_node_and_still_decided_first() {
+    test_tiers::require!(ApiServer);
     let _shared = ALONE.read().await;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

@@ -154,6 +154,7 @@ fn twin_report(node: &str, ns: &str, device: &str, twin: Value) -> Message {
 
 #[actix_rt::test]
 async fn a_bound_device_gets_its_status_and_membership_model_device_in_order() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     env.model("m1").await;
@@ -211,6 +212,7 @@ async fn a_bound_device_gets_its_status_and_membership_model_device_in_order() {
 
 #[actix_rt::test]
 async fn a_second_device_with_the_same_model_sends_no_second_model() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     env.model("m1").await;
@@ -228,6 +230,7 @@ async fn a_second_device_with_the_same_model_sends_no_second_model() {
 
 #[actix_rt::test]
 async fn moving_a_device_removes_it_from_one_node_and_adds_it_to_the_other() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (e1, e2) = (unique("e1"), unique("e2"));
     env.model("m1").await;
@@ -272,6 +275,7 @@ async fn moving_a_device_removes_it_from_one_node_and_adds_it_to_the_other() {
 
 #[actix_rt::test]
 async fn a_property_change_sends_model_then_device_and_a_label_change_nothing() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     env.model("m1").await;
@@ -306,6 +310,7 @@ async fn a_property_change_sends_model_then_device_and_a_label_change_nothing() 
 
 #[actix_rt::test]
 async fn a_first_twin_report_is_written_with_its_values_and_confirmed() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     env.model("m1").await;
@@ -350,6 +355,7 @@ async fn a_first_twin_report_is_written_with_its_values_and_confirmed() {
 
 #[actix_rt::test]
 async fn a_state_report_sets_state_and_last_online_time() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     env.model("m1").await;
@@ -397,6 +403,7 @@ async fn a_state_report_sets_state_and_last_online_time() {
 
 #[actix_rt::test]
 async fn membership_detail_is_confirmed_and_answered_with_the_nodes_devices() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (e1, other) = (unique("e1"), unique("other"));
     env.model("m1").await;
@@ -458,6 +465,7 @@ async fn membership_detail_is_confirmed_and_answered_with_the_nodes_devices() {
 
 #[actix_rt::test]
 async fn a_model_change_reaches_every_node_using_it() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (e1, e2) = (unique("e1"), unique("e2"));
     env.model("m1").await;
@@ -491,6 +499,7 @@ async fn a_model_change_reaches_every_node_using_it() {
 
 #[actix_rt::test]
 async fn a_device_whose_status_cannot_be_created_is_retried_until_it_can() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty_client(k8s_testenv::config().await);
     let env = start_with(client, true).await;
     let e1 = unique("e1");

@@ -49,6 +49,7 @@ async fn client_as(user: &str) -> kube::Client {
 
 #[actix_rt::test]
 async fn devices_reach_the_edge_without_permission_on_devicestatuses() {
+    test_tiers::require!(ApiServer);
     // Other tests' controllers would create DeviceStatuses for this test's device.
     let _alone = ALONE.write().await;
     let _ = tracing_subscriber::fmt()

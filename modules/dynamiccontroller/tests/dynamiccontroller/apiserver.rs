@@ -48,6 +48,7 @@ fn request(node: &str, verb: &str, key: &str) -> Message {
 
 #[actix_rt::test]
 async fn a_type_cloudcore_cannot_list_is_refused_in_time_while_other_nodes_are_served() {
+    test_tiers::require!(ApiServer);
     let admin = k8s_testenv::client().await;
     let id = &beehive::new_id()[..8];
     let user = format!("dc-test-{id}");

@@ -9,6 +9,7 @@ use serde_json::json;
 
 #[actix_rt::test]
 async fn a_pod_bound_to_an_edge_node_yields_exactly_one_insert() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -39,6 +40,7 @@ async fn a_pod_bound_to_an_edge_node_yields_exactly_one_insert() {
 
 #[actix_rt::test]
 async fn pods_of_nodes_without_the_exact_edge_label_are_not_sent() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let ns = k8s_testenv::namespace("ec").await;
     let (plain, labelled_true, e1) = (unique("plain"), unique("edgetrue"), unique("e1"));
@@ -69,6 +71,7 @@ async fn pods_of_nodes_without_the_exact_edge_label_are_not_sent() {
 
 #[actix_rt::test]
 async fn status_only_changes_send_no_pod_update_but_label_changes_do() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -117,6 +120,7 @@ async fn status_only_changes_send_no_pod_update_but_label_changes_do() {
 
 #[actix_rt::test]
 async fn graceful_delete_sends_an_update_then_a_delete_with_the_uid() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -142,6 +146,7 @@ async fn graceful_delete_sends_an_update_then_a_delete_with_the_uid() {
 
 #[actix_rt::test]
 async fn a_pod_already_terminating_at_start_is_announced_as_update() {
+    test_tiers::require!(ApiServer);
     let client = k8s_testenv::client().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&client, &e1).await;
@@ -161,6 +166,7 @@ async fn a_pod_already_terminating_at_start_is_announced_as_update() {
 
 #[actix_rt::test]
 async fn a_mounted_configmap_update_reaches_its_node_once() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -186,6 +192,7 @@ async fn a_mounted_configmap_update_reaches_its_node_once() {
 
 #[actix_rt::test]
 async fn a_configmap_used_on_two_nodes_yields_one_message_per_node() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1, e2, e3) = (
         k8s_testenv::namespace("ec").await,
@@ -231,6 +238,7 @@ async fn a_configmap_used_on_two_nodes_yields_one_message_per_node() {
 
 #[actix_rt::test]
 async fn an_unreferenced_configmap_is_never_sent() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -259,6 +267,7 @@ async fn an_unreferenced_configmap_is_never_sent() {
 
 #[actix_rt::test]
 async fn an_image_pull_secret_is_sent_as_update_when_created() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -283,6 +292,7 @@ async fn an_image_pull_secret_is_sent_as_update_when_created() {
 
 #[actix_rt::test]
 async fn deleting_an_env_secret_sends_one_delete() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -305,6 +315,7 @@ async fn deleting_an_env_secret_sends_one_delete() {
 
 #[actix_rt::test]
 async fn projected_and_env_from_configmaps_reach_the_node() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -334,6 +345,7 @@ async fn projected_and_env_from_configmaps_reach_the_node() {
 
 #[actix_rt::test]
 async fn after_the_last_user_pod_is_deleted_the_configmap_is_no_longer_sent() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -369,6 +381,7 @@ async fn after_the_last_user_pod_is_deleted_the_configmap_is_no_longer_sent() {
 
 #[actix_rt::test]
 async fn a_deleted_then_recreated_configmap_reaches_the_nodes_still_using_it() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -392,6 +405,7 @@ async fn a_deleted_then_recreated_configmap_reaches_the_nodes_still_using_it() {
 
 #[actix_rt::test]
 async fn labelling_a_node_as_edge_sends_it_and_then_its_pods() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e3) = (k8s_testenv::namespace("ec").await, unique("e3"));
     node_with_labels(&env.client, &e3, &[]).await;
@@ -423,6 +437,7 @@ async fn labelling_a_node_as_edge_sends_it_and_then_its_pods() {
 
 #[actix_rt::test]
 async fn removing_the_edge_label_sends_a_delete_and_stops_forwarding() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e3) = (k8s_testenv::namespace("ec").await, unique("e3"));
     edge_node(&env.client, &e3).await;
@@ -446,6 +461,7 @@ async fn removing_the_edge_label_sends_a_delete_and_stops_forwarding() {
 
 #[actix_rt::test]
 async fn deleting_an_edge_node_sends_a_delete_with_null_content() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e3) = (k8s_testenv::namespace("ec").await, unique("e3"));
     edge_node(&env.client, &e3).await;
@@ -464,6 +480,7 @@ async fn deleting_an_edge_node_sends_a_delete_with_null_content() {
 
 #[actix_rt::test]
 async fn at_start_existing_pods_configmaps_and_the_node_are_sent_without_a_request() {
+    test_tiers::require!(ApiServer);
     let client = k8s_testenv::client().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&client, &e1).await;
@@ -493,6 +510,7 @@ async fn at_start_existing_pods_configmaps_and_the_node_are_sent_without_a_reque
 
 #[actix_rt::test]
 async fn rules_go_to_the_router_added_replaced_and_deleted() {
+    test_tiers::require!(ApiServer);
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let client = k8s_testenv::client().await;
     let env = {

@@ -23,6 +23,7 @@ fn code(m: &Message) -> Option<u64> {
 
 #[actix_rt::test]
 async fn an_unreachable_api_server_is_answered_with_a_complete_500() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty().await;
     let env = start_with(client, EdgeControllerConfig::default(), |ec| ec).await;
     let e1 = unique("e1");
@@ -72,6 +73,7 @@ async fn an_unreachable_api_server_is_answered_with_a_complete_500() {
 
 #[actix_rt::test]
 async fn watches_recover_after_the_api_server_was_down() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty().await;
     let env = start_with(client, EdgeControllerConfig::default(), |ec| {
         ec.with_watch_timeout(Duration::from_secs(1))
@@ -95,6 +97,7 @@ async fn watches_recover_after_the_api_server_was_down() {
 
 #[actix_rt::test]
 async fn a_lost_watch_relists_and_sends_only_what_changed() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty().await;
     let env = start_with(client, EdgeControllerConfig::default(), |ec| {
         ec.with_watch_timeout(Duration::from_secs(1))
@@ -165,6 +168,7 @@ async fn a_lost_watch_relists_and_sends_only_what_changed() {
 
 #[actix_rt::test]
 async fn conflicting_status_writes_are_retried_then_reported() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty().await;
     let env = start_with(client, EdgeControllerConfig::default(), |ec| ec).await;
     let e1 = unique("e1");
@@ -201,6 +205,7 @@ async fn conflicting_status_writes_are_retried_then_reported() {
 
 #[actix_rt::test]
 async fn objects_deleted_mid_flight_get_404_and_are_not_recreated() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty().await;
     let env = start_with(client, EdgeControllerConfig::default(), |ec| ec).await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
@@ -270,6 +275,7 @@ async fn objects_deleted_mid_flight_get_404_and_are_not_recreated() {
 
 #[actix_rt::test]
 async fn reads_of_objects_no_pod_of_the_node_uses_are_forbidden() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1, e2) = (
         k8s_testenv::namespace("ec").await,
@@ -348,6 +354,7 @@ async fn reads_of_objects_no_pod_of_the_node_uses_are_forbidden() {
 
 #[actix_rt::test]
 async fn malformed_requests_are_answered_400_and_write_nothing() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     // The node and its pod exist, so every request passes node authorization and fails
@@ -433,6 +440,7 @@ async fn malformed_requests_are_answered_400_and_write_nothing() {
 
 #[actix_rt::test]
 async fn a_full_queue_answers_429_while_other_kinds_keep_flowing() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty().await;
     let mut config = EdgeControllerConfig::default();
     config.buffer.patch_node = 1;
@@ -490,6 +498,7 @@ async fn a_full_queue_answers_429_while_other_kinds_keep_flowing() {
 
 #[actix_rt::test]
 async fn impersonated_requests_are_decided_by_the_api_server_as_the_node_too() {
+    test_tiers::require!(ApiServer);
     // A persistent volume is fetched before cloudcore's own rule looks at its claim: with
     // impersonation the API server's Node authorizer refuses the read first, in its words
     // ("at the cluster scope"), and cloudcore's counter does not move; without impersonation
@@ -547,6 +556,7 @@ async fn impersonated_requests_are_decided_by_the_api_server_as_the_node_too() {
 
 #[actix_rt::test]
 async fn stopping_lets_in_flight_handlers_finish_and_refuses_queued_requests() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty().await;
     let mut config = EdgeControllerConfig::default();
     config.load.patch_node_workers = 1;
@@ -599,6 +609,7 @@ async fn stopping_lets_in_flight_handlers_finish_and_refuses_queued_requests() {
 /// same kind are still taken and written.
 #[actix_rt::test]
 async fn a_flooding_node_is_held_to_its_share_while_another_node_keeps_being_answered() {
+    test_tiers::require!(ApiServer);
     let (client, faults) = faulty().await;
     let mut config = EdgeControllerConfig::default();
     config.buffer.patch_node = 64;
@@ -687,6 +698,7 @@ async fn a_flooding_node_is_held_to_its_share_while_another_node_keeps_being_ans
 /// the node can run pods is refused whole with `413` before anything is read or written.
 #[actix_rt::test]
 async fn a_legacy_pod_status_list_longer_than_the_node_can_run_is_refused_whole() {
+    test_tiers::require!(ApiServer);
     let admin = k8s_testenv::client().await;
     let (ns, e1, big) = (
         k8s_testenv::namespace("ec").await,

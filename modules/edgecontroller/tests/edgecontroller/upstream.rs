@@ -21,6 +21,7 @@ fn keys(v: &serde_json::Value) -> Vec<String> {
 
 #[actix_rt::test]
 async fn nodepatch_writes_the_status_and_answers_object_resp() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     edge_node(&env.client, &e1).await;
@@ -65,6 +66,7 @@ async fn nodepatch_writes_the_status_and_answers_object_resp() {
 
 #[actix_rt::test]
 async fn nodepatch_for_a_missing_node_answers_404_in_err() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let ghost = unique("ghost");
     let resource = format!("node/{ghost}/null/nodepatch/{ghost}");
@@ -85,6 +87,7 @@ async fn nodepatch_for_a_missing_node_answers_404_in_err() {
 
 #[actix_rt::test]
 async fn node_registration_takes_the_name_from_the_resource_and_keeps_all_labels() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e9 = unique("e9");
     // The annotation naming another replica is the edge's claim, not the replicas' word.
@@ -127,6 +130,7 @@ async fn node_registration_takes_the_name_from_the_resource_and_keeps_all_labels
 
 #[actix_rt::test]
 async fn registering_an_existing_node_answers_409_and_changes_nothing() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     let before = edge_node(&env.client, &e1).await;
@@ -149,6 +153,7 @@ async fn registering_an_existing_node_answers_409_and_changes_nothing() {
 
 #[actix_rt::test]
 async fn configmap_query_answers_the_raw_object_with_its_version() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -171,6 +176,7 @@ async fn configmap_query_answers_the_raw_object_with_its_version() {
 
 #[actix_rt::test]
 async fn query_of_a_missing_secret_answers_a_raw_404_status() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -200,6 +206,7 @@ async fn query_of_a_missing_secret_answers_a_raw_404_status() {
 
 #[actix_rt::test]
 async fn service_account_token_query_returns_a_token() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -237,6 +244,7 @@ async fn service_account_token_query_returns_a_token() {
 
 #[actix_rt::test]
 async fn persistent_volume_query_reads_the_cluster_scoped_object() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1, pv) = (
         k8s_testenv::namespace("ec").await,
@@ -280,6 +288,7 @@ async fn persistent_volume_query_reads_the_cluster_scoped_object() {
 
 #[actix_rt::test]
 async fn podpatch_applies_to_the_status_and_answers_the_pod() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -306,6 +315,7 @@ async fn podpatch_applies_to_the_status_and_answers_the_pod() {
 
 #[actix_rt::test]
 async fn pod_delete_honours_the_uid_precondition_and_always_says_ok() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -339,6 +349,7 @@ async fn pod_delete_honours_the_uid_precondition_and_always_says_ok() {
 
 #[actix_rt::test]
 async fn pod_insert_creates_a_mirror_pod() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -368,6 +379,7 @@ async fn pod_insert_creates_a_mirror_pod() {
 
 #[actix_rt::test]
 async fn node_update_adds_labels_and_keeps_everything_else() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     let nodes = Api::<Node>::all(env.client.clone());
@@ -411,6 +423,7 @@ async fn node_update_adds_labels_and_keeps_everything_else() {
 
 #[actix_rt::test]
 async fn leases_are_created_updated_and_queried_with_object_resp() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     edge_node(&env.client, &e1).await;
@@ -444,6 +457,7 @@ async fn leases_are_created_updated_and_queried_with_object_resp() {
 
 #[actix_rt::test]
 async fn an_event_is_created_and_not_answered() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -480,6 +494,7 @@ async fn an_event_is_created_and_not_answered() {
 
 #[actix_rt::test]
 async fn legacy_pod_status_is_written_and_keeps_unchanged_transition_times() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -513,6 +528,7 @@ async fn legacy_pod_status_is_written_and_keeps_unchanged_transition_times() {
 
 #[actix_rt::test]
 async fn legacy_pod_status_for_another_uid_deletes_the_edge_copy_only() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
@@ -552,6 +568,7 @@ async fn legacy_pod_status_for_another_uid_deletes_the_edge_copy_only() {
 
 #[actix_rt::test]
 async fn legacy_node_status_keeps_volumes_attached_and_the_tunnel_port() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     let nodes = Api::<Node>::all(env.client.clone());
@@ -619,6 +636,7 @@ async fn legacy_node_status_keeps_volumes_attached_and_the_tunnel_port() {
 
 #[actix_rt::test]
 async fn connection_events_unknown_types_and_bad_bodies_write_nothing_and_break_nothing() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     let before = edge_node(&env.client, &e1).await;
@@ -683,6 +701,7 @@ async fn connection_events_unknown_types_and_bad_bodies_write_nothing_and_break_
 
 #[actix_rt::test]
 async fn a_waiting_request_of_an_unknown_type_is_answered_400() {
+    test_tiers::require!(ApiServer);
     let env = start().await;
     let e1 = unique("e1");
     let resp = env

@@ -247,6 +247,7 @@ fn tls_handshake(port: u16, client: Arc<rustls::ClientConfig>) -> Result<(), Str
 
 #[tokio::test]
 async fn the_binary_starts_against_the_api_server_and_serves_all_its_ports() {
+    test_tiers::require!(ApiServer);
     let cloud = Cloudcore::start().await;
     let (status, body) = cloud.get("/healthz").expect("healthz");
     assert_eq!((status, body.as_str()), (200, "ok"));
@@ -435,6 +436,7 @@ fn the_demo_completes_its_flow() {
 
 #[tokio::test]
 async fn sigterm_stops_within_5s_without_losing_an_acknowledged_message() {
+    test_tiers::require!(ApiServer);
     let mut cloud = Cloudcore::start().await;
     let client = k8s_testenv::client().await;
     let node_name = format!("edge-{}", &beehive::new_id()[..8]);
@@ -696,6 +698,7 @@ fn closed_by_server(sock: &mut TcpStream, limit: Duration) -> bool {
 
 #[tokio::test]
 async fn listener_limits_from_the_config_file_hold_and_show_in_metrics() {
+    test_tiers::require!(ApiServer);
     let cloud = Cloudcore::start_with(|c| {
         let per_ip = kubeedge_api::listener::ListenerLimits {
             max_unauthenticated_per_ip: 2,
@@ -767,6 +770,7 @@ async fn listener_limits_from_the_config_file_hold_and_show_in_metrics() {
 /// request in flight).
 #[tokio::test]
 async fn requests_in_flight_together_share_one_connection_to_the_api_server() {
+    test_tiers::require!(ApiServer);
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{ListParams, WatchParams};

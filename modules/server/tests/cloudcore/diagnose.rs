@@ -207,6 +207,7 @@ impl Cloud {
 
 #[actix_rt::test]
 async fn a_node_not_connected_should_be_blamed_on_the_edge_hub_connection() {
+    test_tiers::require!(ApiServer);
     let cloud = Cloud::start("nohub").await;
     // Only node names are looked up: anything else is refused before it reaches an API path.
     for path in [
@@ -241,6 +242,7 @@ async fn a_node_not_connected_should_be_blamed_on_the_edge_hub_connection() {
 
 #[actix_rt::test]
 async fn a_hub_session_without_a_tunnel_should_be_blamed_on_edgestream() {
+    test_tiers::require!(ApiServer);
     let cloud = Cloud::start("notunnel").await;
     let node = "diagnose-no-tunnel";
     cloud.create_node(node).await;
@@ -263,6 +265,7 @@ async fn a_hub_session_without_a_tunnel_should_be_blamed_on_edgestream() {
 
 #[actix_rt::test]
 async fn a_connected_node_should_be_ok_until_its_node_advertises_another_port() {
+    test_tiers::require!(ApiServer);
     let cloud = Cloud::start("ok").await;
     let node = "diagnose-ok";
     cloud.create_node(node).await;
@@ -319,6 +322,7 @@ async fn a_connected_node_should_be_ok_until_its_node_advertises_another_port() 
 /// Needs root, as the other iptables tests do.
 #[actix_rt::test]
 async fn a_missing_dnat_rule_in_internal_mode_should_be_named() {
+    test_tiers::require!(ApiServer, Root);
     support::require("ip", "iproute2");
     support::require("iptables", "iptables");
     let ns = format!("cc-diag-{}", std::process::id());

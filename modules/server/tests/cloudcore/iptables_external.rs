@@ -196,6 +196,7 @@ async fn create_edge_node(client: &kube::Client, name: &str) {
 
 #[actix_rt::test]
 async fn external_mode_should_record_the_port_and_the_iptables_manager_should_keep_its_rule() {
+    test_tiers::require!(ApiServer, Root);
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),

@@ -18,6 +18,7 @@ fn config(ns: &str) -> LeaderElectionConfig {
 
 #[tokio::test]
 async fn only_one_replica_leads_and_the_other_takes_over_when_it_stops_renewing() {
+    test_tiers::require!(ApiServer);
     let ns = k8s_testenv::namespace("leader").await;
     let a = LeaderElector::new(k8s_testenv::client().await, &config(&ns), "replica-a");
     let b = LeaderElector::new(k8s_testenv::client().await, &config(&ns), "replica-b");

@@ -81,6 +81,7 @@ fn kubectl(args: &[&str]) -> Output {
 
 #[test]
 fn the_bundle_is_the_kustomize_output() {
+    test_tiers::require!(ApiServer);
     let out = kubectl(&["kustomize", "manifests"]);
     let rendered = documents(&String::from_utf8_lossy(&out.stdout));
     let bundle = bundle();
@@ -1114,6 +1115,7 @@ const IPTABLES_SA: &str = "system:serviceaccount:kubeedge:iptables-manager";
 
 #[tokio::test]
 async fn the_api_server_accepts_the_manifests_and_grants_exactly_what_is_needed() {
+    test_tiers::require!(ApiServer);
     // A server-side dry run creates nothing, so objects in the namespace need it to exist.
     let namespace_file = manifests().join("namespace.yaml");
     kubectl(&["apply", "-f", namespace_file.to_str().unwrap()]);

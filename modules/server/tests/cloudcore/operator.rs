@@ -198,6 +198,7 @@ fn der_certs(pem: &[u8]) -> Vec<Vec<u8>> {
 
 #[tokio::test]
 async fn klog_verbosity_ignored_settings_and_the_kube_ca_through_the_binary() {
+    test_tiers::require!(ApiServer);
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let dir = TempDir::new();
     let p = ports();
@@ -235,6 +236,7 @@ async fn klog_verbosity_ignored_settings_and_the_kube_ca_through_the_binary() {
 
 #[tokio::test]
 async fn short_v_starts_and_a_pkcs8_server_key_serves_hub_and_tunnel() {
+    test_tiers::require!(ApiServer);
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let dir = TempDir::new();
     // The server certificate and a PKCS#8 key as `openssl genpkey` (and cert-manager) write it;

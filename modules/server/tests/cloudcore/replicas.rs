@@ -694,6 +694,7 @@ async fn sites(cluster: &Cluster, replicas: &Replicas) -> Vec<Site> {
 
 #[tokio::test]
 async fn each_node_gets_every_version_once_and_only_its_holder_records_it() {
+    test_tiers::require!(ApiServer);
     let replicas = Replicas::start("once").await;
     let cluster = Cluster::new("replicas-once").await;
     let mut sites = sites(&cluster, &replicas).await;
@@ -737,6 +738,7 @@ async fn each_node_gets_every_version_once_and_only_its_holder_records_it() {
 
 #[tokio::test]
 async fn a_killed_replicas_nodes_move_to_the_others_and_nothing_is_lost_or_repeated() {
+    test_tiers::require!(ApiServer);
     let mut replicas = Replicas::start("failover").await;
     let cluster = Cluster::new("replicas-failover").await;
     let mut sites = sites(&cluster, &replicas).await;
@@ -902,6 +904,7 @@ async fn a_killed_replicas_nodes_move_to_the_others_and_nothing_is_lost_or_repea
 
 #[tokio::test]
 async fn kubectl_logs_and_exec_reach_nodes_on_every_replica() {
+    test_tiers::require!(ApiServer);
     let replicas = Replicas::start("stream").await;
     let cluster = Cluster::new("replicas-stream").await;
     // One node per replica: the API server dials a node's InternalIP (127.0.0.1, the only
@@ -1008,6 +1011,7 @@ async fn logs(ns: &str, pod: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_real_edgecore_moves_with_its_node_when_its_replica_is_killed() {
+    test_tiers::require!(ApiServer, Edgecore);
     // This binary's edgecore scenarios take turns; the kubelet stand-in's port is fixed.
     let _serial = Serial::acquire().expect("this binary's edgecore turn");
     let kubelet = FakeKubelet::start_on_kubelet_port()

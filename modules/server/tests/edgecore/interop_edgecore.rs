@@ -242,6 +242,7 @@ fn count(log: &str, needle: &str) -> usize {
 
 #[tokio::test]
 async fn bootstrap_uses_our_token_and_a_wrong_token_or_ca_hash_is_refused() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     let mut it = cloud_as_deployed("interop-boot").start_cloud().await?;
     let client = it.client();
     let token = it.token()?;
@@ -346,6 +347,7 @@ async fn bootstrap_uses_our_token_and_a_wrong_token_or_ca_hash_is_refused() -> R
 #[tokio::test]
 async fn keepalive_holds_the_session_and_a_lost_edge_is_detected_within_the_timeout() -> Result<()>
 {
+    test_tiers::require!(ApiServer, Edgecore);
     const HEARTBEAT: u64 = 3;
     const KEEPALIVE: u64 = 8;
     let node = "interop-keepalive";
@@ -428,6 +430,7 @@ async fn keepalive_holds_the_session_and_a_lost_edge_is_detected_within_the_time
 
 #[tokio::test]
 async fn downstream_objects_reach_the_edge_store_and_acks_advance_object_sync() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     let node = "interop-downstream";
     let mut it = cloud_as_deployed(node).start().await?;
     let client = it.client();
@@ -665,6 +668,7 @@ async fn change_while_away(ns: &str, node: &str) -> Result<()> {
 
 #[tokio::test]
 async fn an_edge_killed_mid_changes_and_restarted_converges_with_the_api_server() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     let node = "interop-restart";
     let mut it = cloud_as_deployed(node).heartbeat(5).start().await?;
     let ns = k8s_testenv::namespace("interop-restart").await;
@@ -722,6 +726,7 @@ async fn an_edge_killed_mid_changes_and_restarted_converges_with_the_api_server(
 
 #[tokio::test]
 async fn after_a_cloud_restart_edgecore_reconnects_by_itself_and_converges() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     let node = "interop-cloud-restart";
     // The template's 15 s heartbeat: a real edge waits 2 × heartbeat before it redials.
     let mut it = cloud_as_deployed(node).start().await?;
@@ -761,6 +766,7 @@ async fn after_a_cloud_restart_edgecore_reconnects_by_itself_and_converges() -> 
 
 #[tokio::test]
 async fn kubectl_logs_and_exec_reach_the_edge_kubelet_through_our_tunnel() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     let node = "interop-stream";
     let it = cloud_as_deployed(node).with_kubelet().start().await?;
     let kubelet = it.kubelet().context("kubelet stand-in")?.clone();
@@ -886,6 +892,7 @@ async fn node_record(
 /// comes back, stays connected, and gets what is scheduled to it afterwards.
 #[tokio::test]
 async fn a_node_recreated_while_away_keeps_its_edge_connected_and_served() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     let node = "interop-recreated";
     let mut it = cloud_as_deployed(node).heartbeat(5).start().await?;
     let client = it.client();
@@ -1144,6 +1151,7 @@ async fn create_service(ns: &str, name: &str) -> Result<()> {
 
 #[tokio::test]
 async fn edge_applications_list_and_watch_the_cluster_through_the_metaserver() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     let node = "interop-metaserver";
     let mut it = cloud_as_deployed(node).start().await?;
     let ns = k8s_testenv::namespace("interop-meta").await;
@@ -1359,6 +1367,7 @@ async fn timed_meta_get(
 
 #[tokio::test]
 async fn without_a_cloud_answer_the_metaserver_falls_back_to_the_edge_store() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     // KubeEdge's default (module off): every request waits for the edge's 10 s timeout.
     let it = cloud_as_deployed("interop-meta-off")
         .without_dynamic_controller()

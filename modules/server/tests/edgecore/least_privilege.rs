@@ -441,6 +441,7 @@ async fn delivered(it: &mut Interop, client: &kube::Client, ns: &str) -> Result<
 
 #[tokio::test]
 async fn cloudcore_runs_an_edge_through_the_manifests_service_account() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     let admin = k8s_testenv::client().await;
     // The core scenario through cloudcore with only those permissions: bootstrap, the node
     // connects, a pod and its ConfigMap reach the edge and their acknowledgements advance
@@ -567,6 +568,7 @@ fn names_rule(named: &str, rule: &Rule) -> bool {
 #[tokio::test]
 async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_rule() -> Result<()>
 {
+    test_tiers::require!(ApiServer);
     // The interop scenarios hold this lock too: none of them may see the reduced role.
     let _serial = Serial::acquire()?;
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
@@ -1473,6 +1475,7 @@ impl EdgeWorld {
 
 #[tokio::test]
 async fn edge_only_rules_and_verbs_are_each_needed_by_an_edge_request() -> Result<()> {
+    test_tiers::require!(ApiServer);
     let _serial = Serial::acquire()?;
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let dir = std::env::temp_dir().join(format!("cloudcore-edge-rules-{}", std::process::id()));

@@ -157,6 +157,7 @@ fn body(m: &Message) -> Value {
 
 #[actix_rt::test]
 async fn a_newer_pod_is_resent_and_an_acknowledged_one_is_not() {
+    test_tiers::require!(ApiServer);
     let env = start(5).await;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
@@ -197,6 +198,7 @@ async fn a_newer_pod_is_resent_and_an_acknowledged_one_is_not() {
 /// a record that stays without a status counts as never acknowledged and its object is sent.
 #[actix_rt::test]
 async fn a_record_without_a_status_sends_nothing_at_first_then_the_object() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let started = tokio::time::Instant::now();
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
@@ -235,6 +237,7 @@ async fn a_record_without_a_status_sends_nothing_at_first_then_the_object() {
 
 #[actix_rt::test]
 async fn a_gone_object_gets_a_delete_again_and_again_until_the_record_goes() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
@@ -267,6 +270,7 @@ async fn a_gone_object_gets_a_delete_again_and_again_until_the_record_goes() {
 /// or hostile) gets it less and less often from the periodic pass, and at once when it connects.
 #[actix_rt::test]
 async fn an_unacknowledged_delete_is_resent_less_and_less_often_and_at_once_on_connect() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
@@ -304,6 +308,7 @@ async fn an_unacknowledged_delete_is_resent_less_and_less_often_and_at_once_on_c
 
 #[actix_rt::test]
 async fn a_recreated_object_gets_a_delete_with_the_old_uid_and_no_update() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
@@ -347,6 +352,7 @@ async fn a_recreated_object_gets_a_delete_with_the_old_uid_and_no_update() {
 
 #[actix_rt::test]
 async fn endpoint_slices_are_not_resent_unfiltered() {
+    test_tiers::require!(ApiServer);
     // What a node sees of a slice depends on the node (dynamiccontroller filters it), so the
     // sync loop leaves its newer versions to dynamiccontroller.
     let env = start(1).await;
@@ -379,6 +385,7 @@ async fn endpoint_slices_are_not_resent_unfiltered() {
 
 #[actix_rt::test]
 async fn a_cluster_object_sync_of_a_node_resends_the_node() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let e1 = unique("e1");
     let n = node(&env.client, &e1).await;
@@ -408,6 +415,7 @@ where
 
 #[actix_rt::test]
 async fn deleting_a_node_deletes_its_records_only() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let ns = k8s_testenv::namespace("sc").await;
     let base = unique("gc");
@@ -471,6 +479,7 @@ async fn deleting_a_node_deletes_its_records_only() {
 
 #[actix_rt::test]
 async fn records_of_missing_nodes_are_deleted_at_start_before_any_resend() {
+    test_tiers::require!(ApiServer);
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let client = k8s_testenv::client().await;
     let (ns, ghost) = (k8s_testenv::namespace("sc").await, unique("ghost"));
@@ -501,6 +510,7 @@ async fn records_of_missing_nodes_are_deleted_at_start_before_any_resend() {
 /// created just before its first record, absent from a stale node list, keeps its records.
 #[actix_rt::test]
 async fn a_record_of_a_node_missing_from_a_stale_node_list_is_kept() {
+    test_tiers::require!(ApiServer);
     let (controller, faults) = faulty_client(k8s_testenv::config().await);
     // The controller's node list is taken now (before the node exists) but answered late.
     faults.delay_next(
@@ -537,6 +547,7 @@ async fn a_record_of_a_node_missing_from_a_stale_node_list_is_kept() {
 
 #[actix_rt::test]
 async fn a_non_numeric_acknowledged_version_never_stops_the_loop() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
@@ -560,6 +571,7 @@ async fn a_non_numeric_acknowledged_version_never_stops_the_loop() {
 
 #[actix_rt::test]
 async fn device_records_are_resent_as_devicecontroller() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
@@ -592,6 +604,7 @@ async fn device_records_are_resent_as_devicecontroller() {
 
 #[actix_rt::test]
 async fn a_cluster_scoped_object_recorded_under_a_namespace_is_found_by_name() {
+    test_tiers::require!(ApiServer);
     let env = start(1).await;
     let e1 = unique("e1");
     node(&env.client, &e1).await;
@@ -625,6 +638,7 @@ async fn a_cluster_scoped_object_recorded_under_a_namespace_is_found_by_name() {
 
 #[actix_rt::test]
 async fn object_changes_are_reconciled_at_once_without_waiting_for_a_pass() {
+    test_tiers::require!(ApiServer);
     let env = start(3600).await;
     let (ns, e1) = (k8s_testenv::namespace("sc").await, unique("e1"));
     node(&env.client, &e1).await;
@@ -664,6 +678,7 @@ async fn object_changes_are_reconciled_at_once_without_waiting_for_a_pass() {
 /// way and replaces the old one by name: the old record is dropped and no delete is sent.
 #[actix_rt::test]
 async fn a_recreated_configmap_whose_new_copy_is_recorded_gets_no_delete() {
+    test_tiers::require!(ApiServer);
     use k8s_openapi::api::core::v1::ConfigMap;
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let client = k8s_testenv::client().await;
@@ -725,6 +740,7 @@ async fn a_recreated_configmap_whose_new_copy_is_recorded_gets_no_delete() {
 /// appear.
 #[actix_rt::test]
 async fn a_recreated_configmap_not_sent_to_the_node_gets_its_old_copy_deleted_after_a_grace() {
+    test_tiers::require!(ApiServer);
     use k8s_openapi::api::core::v1::ConfigMap;
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let client = k8s_testenv::client().await;
@@ -771,6 +787,7 @@ async fn a_recreated_configmap_not_sent_to_the_node_gets_its_old_copy_deleted_af
 /// again on every pass.
 #[actix_rt::test]
 async fn a_recreated_node_drops_the_old_record_and_sends_no_delete() {
+    test_tiers::require!(ApiServer);
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let client = k8s_testenv::client().await;
     let (e1, e2) = (unique("e1"), unique("e2"));
@@ -854,6 +871,7 @@ fn connected(node: &str) -> Message {
 /// is not sent again.
 #[actix_rt::test]
 async fn only_nodes_held_here_are_reconciled_and_a_moved_node_gets_its_unrecorded_pods() {
+    test_tiers::require!(ApiServer);
     use kubeedge_api::replicas::Ownership;
     let ownership = Ownership::new("10.0.0.1");
     let env = start_replica(1, k8s_testenv::client().await, Some(ownership.clone())).await;
@@ -921,6 +939,7 @@ async fn only_nodes_held_here_are_reconciled_and_a_moved_node_gets_its_unrecorde
 /// exactly its own unrecorded pods.
 #[actix_rt::test]
 async fn a_burst_of_moved_nodes_each_gets_its_own_unrecorded_pods() {
+    test_tiers::require!(ApiServer);
     use kubeedge_api::replicas::Ownership;
     let ownership = Ownership::new("10.0.0.1");
     let env = start_replica(1, k8s_testenv::client().await, Some(ownership.clone())).await;

@@ -19,6 +19,7 @@ fn edge_node(name: &str) -> Node {
 
 #[tokio::test]
 async fn an_edge_node_can_be_created_selected_and_its_status_patched() {
+    test_tiers::require!(ApiServer);
     let client = k8s_testenv::client().await;
     let nodes: Api<Node> = Api::all(client);
     nodes
@@ -65,6 +66,7 @@ async fn an_edge_node_can_be_created_selected_and_its_status_patched() {
 
 #[tokio::test]
 async fn the_project_crds_register_and_objectsync_status_is_a_subresource() {
+    test_tiers::require!(ApiServer);
     k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
     let ns = k8s_testenv::namespace("crd").await;
     let api: Api<ObjectSync> = Api::namespaced(k8s_testenv::client().await, &ns);
@@ -93,6 +95,7 @@ async fn the_project_crds_register_and_objectsync_status_is_a_subresource() {
 
 #[tokio::test]
 async fn a_pod_bound_to_the_edge_node_is_seen_by_a_field_selected_watch() {
+    test_tiers::require!(ApiServer);
     let client = k8s_testenv::client().await;
     let ns = k8s_testenv::namespace("watch").await;
     let pods: Api<Pod> = Api::namespaced(client, &ns);
@@ -122,6 +125,7 @@ async fn a_pod_bound_to_the_edge_node_is_seen_by_a_field_selected_watch() {
 
 #[tokio::test]
 async fn the_controllers_watch_streams_cache_objects_without_managed_fields() {
+    test_tiers::require!(ApiServer);
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::runtime::watcher::Event;
     let client = k8s_testenv::client().await;
@@ -157,6 +161,7 @@ async fn the_controllers_watch_streams_cache_objects_without_managed_fields() {
 
 #[test]
 fn kubectl_works_against_the_environment() {
+    test_tiers::require!(ApiServer);
     let env = k8s_testenv::env();
     let run = |args: &[&str], stdin: Option<&str>| {
         use std::io::Write;

@@ -111,6 +111,7 @@ async fn service(s: &Scenario, name: &str, labels: Value) -> Service {
 
 #[tokio::test]
 async fn metaserver_lists_gets_and_discovery_are_answered_for_the_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-read").await;
     let app_label = unique("app");
     let a = service(&s, "svc-a", json!({"app": app_label})).await;
@@ -178,6 +179,7 @@ async fn metaserver_lists_gets_and_discovery_are_answered_for_the_node() {
 
 #[tokio::test]
 async fn metaserver_reads_beyond_the_node_are_rejected_with_403() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-deny").await;
     let secret: Secret =
         from(json!({"metadata": {"name": "private", "namespace": s.ns}, "stringData": {"k": "v"}}));
@@ -223,6 +225,7 @@ async fn metaserver_reads_beyond_the_node_are_rejected_with_403() {
 
 #[tokio::test]
 async fn metaserver_writes_are_made_as_the_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-write").await;
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "planted"}, "data": {"a": "b"}});
     s.edge
@@ -283,6 +286,7 @@ async fn metaserver_writes_are_made_as_the_node() {
 
 #[tokio::test]
 async fn malformed_metaserver_requests_are_rejected_400_at_once() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-bad").await;
     let started = std::time::Instant::now();
     let a = s
@@ -343,6 +347,7 @@ async fn malformed_metaserver_requests_are_rejected_400_at_once() {
 
 #[tokio::test]
 async fn watch_events_follow_the_selection() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-watch").await;
     let app_label = unique("app");
     let watch = s
@@ -391,6 +396,7 @@ async fn watch_events_follow_the_selection() {
 
 #[tokio::test]
 async fn a_watch_sync_registers_only_the_edges_own_watches() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-sync").await;
     let app_label = unique("app");
     let key = format!("/core/v1/services/{}/null", s.ns);
@@ -432,6 +438,7 @@ async fn a_watch_sync_registers_only_the_edges_own_watches() {
 
 #[tokio::test]
 async fn a_nodes_watches_are_recorded_and_dropped_with_the_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-gone").await;
     s.edge
         .apply(application(
@@ -497,6 +504,7 @@ fn item_names(list: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn lists_page_with_continue_and_large_lists_arrive_whole() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-page").await;
     grant_nodes(&s, "", &["configmaps"], &["get", "list", "watch"]).await;
     let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.ns);
@@ -557,6 +565,7 @@ async fn lists_page_with_continue_and_large_lists_arrive_whole() {
 
 #[tokio::test]
 async fn objects_of_a_crd_created_after_start_are_listed_and_watched() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-crd").await;
     let group = format!("{}.metaserver.test", short_id());
     let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
@@ -623,6 +632,7 @@ async fn objects_of_a_crd_created_after_start_are_listed_and_watched() {
 
 #[tokio::test]
 async fn node_group_topology_limits_the_endpoints_a_node_sees() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-topo").await;
     grant_nodes(
         &s,
@@ -736,6 +746,7 @@ async fn node_group_topology_limits_the_endpoints_a_node_sees() {
 
 #[tokio::test]
 async fn identical_watches_share_one_listener() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-same").await;
     let key = format!("/core/v1/services/{}/null", s.ns);
     let watch = application("watch", &key, Some(json!({"watch": true})), None);
@@ -768,6 +779,7 @@ async fn identical_watches_share_one_listener() {
 
 #[tokio::test]
 async fn update_updatestatus_and_delete_go_to_the_api_server_as_the_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("meta-rw").await;
     let nodes: Api<Node> = Api::all(s.client.clone());
     let key = format!("/core/v1/nodes/null/{}", s.node);
@@ -858,6 +870,7 @@ async fn update_updatestatus_and_delete_go_to_the_api_server_as_the_node() {
 
 #[tokio::test]
 async fn a_flooding_node_is_refused_429_while_others_are_served() {
+    test_tiers::require!(ApiServer);
     let (flooder, other) = (
         Scenario::new("meta-flood").await,
         Scenario::new("meta-calm").await,

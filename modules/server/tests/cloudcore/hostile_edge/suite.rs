@@ -750,6 +750,7 @@ fn mirror_pod(ns: &str, name: &str, node: &Node, extra: Value) -> Value {
 
 #[tokio::test]
 async fn an_edge_patches_its_own_node_status() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("np").await;
     let patch =
         r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"}]}}"#;
@@ -778,6 +779,7 @@ async fn an_edge_patches_its_own_node_status() {
 
 #[tokio::test]
 async fn an_edge_cannot_patch_another_nodes_status() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("npx").await;
     let other = s.other_node().await;
     let nodes = s.all::<Node>();
@@ -802,6 +804,7 @@ async fn an_edge_cannot_patch_another_nodes_status() {
 /// Node's `cloudcore` annotation is refused whole, and the annotation stays.
 #[tokio::test]
 async fn an_edge_cannot_rewrite_which_replica_holds_it() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("npa").await;
     let nodes = s.all::<Node>();
     let before = s.own_node().await;
@@ -823,6 +826,7 @@ async fn an_edge_cannot_rewrite_which_replica_holds_it() {
 
 #[tokio::test]
 async fn an_edge_reads_its_own_node_but_not_another() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nq").await;
     let other = s.other_node().await;
     let own = s
@@ -845,6 +849,7 @@ async fn an_edge_reads_its_own_node_but_not_another() {
 
 #[tokio::test]
 async fn an_edge_updates_labels_of_its_own_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nu").await;
     let node = s.own_node().await;
     let mut wanted = to_value(&node);
@@ -859,6 +864,7 @@ async fn an_edge_updates_labels_of_its_own_node() {
 
 #[tokio::test]
 async fn an_edge_cannot_relabel_another_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nux").await;
     let other = s.other_node().await;
     let nodes = s.all::<Node>();
@@ -878,6 +884,7 @@ async fn an_edge_cannot_relabel_another_node() {
 
 #[tokio::test]
 async fn an_edge_cannot_set_node_restriction_labels_on_its_own_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nur").await;
     let nodes = s.all::<Node>();
     for (key, value) in [
@@ -928,6 +935,7 @@ async fn label_as_admin(s: &Scenario, labels: Value) -> Node {
 
 #[tokio::test]
 async fn an_edge_updates_its_own_node_keeping_labels_an_administrator_set() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nua").await;
     let node = label_as_admin(
         &s,
@@ -950,6 +958,7 @@ async fn an_edge_updates_its_own_node_keeping_labels_an_administrator_set() {
 
 #[tokio::test]
 async fn an_edge_cannot_change_node_restriction_labels_an_administrator_set() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nuc").await;
     let node = label_as_admin(
         &s,
@@ -968,6 +977,7 @@ async fn an_edge_cannot_change_node_restriction_labels_an_administrator_set() {
 
 #[tokio::test]
 async fn an_edge_registers_its_own_node_with_kubelet_labels() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::unregistered("nr").await;
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": s.node, "labels": {
         "kubernetes.io/hostname": s.node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
@@ -992,6 +1002,7 @@ async fn an_edge_registers_its_own_node_with_kubelet_labels() {
 
 #[tokio::test]
 async fn an_edge_cannot_register_another_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nrx").await;
     let victim = unique("victim");
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": victim,
@@ -1009,6 +1020,7 @@ async fn an_edge_cannot_register_another_node() {
 
 #[tokio::test]
 async fn an_edge_cannot_register_itself_with_node_restriction_labels() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::unregistered("nrl").await;
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": s.node, "labels": {
         "kubernetes.io/hostname": s.node, EDGE_LABEL: "",
@@ -1040,6 +1052,7 @@ fn legacy_node_status(reason: &str) -> Value {
 
 #[tokio::test]
 async fn an_edge_writes_the_legacy_status_of_its_own_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("ns").await;
     let reply = s
         .edge
@@ -1057,6 +1070,7 @@ async fn an_edge_writes_the_legacy_status_of_its_own_node() {
 
 #[tokio::test]
 async fn an_edge_cannot_write_the_legacy_status_of_another_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nsx").await;
     let other = s.other_node().await;
     let nodes = s.all::<Node>();
@@ -1078,6 +1092,7 @@ async fn an_edge_cannot_write_the_legacy_status_of_another_node() {
 
 #[tokio::test]
 async fn an_edge_cannot_register_another_node_through_legacy_node_status() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nsi").await;
     let victim = unique("victim");
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": victim,
@@ -1103,6 +1118,7 @@ async fn an_edge_cannot_register_another_node_through_legacy_node_status() {
 
 #[tokio::test]
 async fn an_edge_patches_the_status_of_its_own_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pp").await;
     s.own_pod("web", json!({})).await;
     let reply = s
@@ -1123,6 +1139,7 @@ async fn an_edge_patches_the_status_of_its_own_pod() {
 
 #[tokio::test]
 async fn an_edge_cannot_patch_another_nodes_pod_status() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("ppx").await;
     let other = s.other_node().await;
     let pod = s.pod("web", &other, json!({})).await;
@@ -1143,6 +1160,7 @@ async fn an_edge_cannot_patch_another_nodes_pod_status() {
 
 #[tokio::test]
 async fn an_edge_cannot_patch_a_pod_that_shares_a_name_with_its_own_in_another_namespace() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("ppn").await;
     let other = s.other_node().await;
     s.own_pod("web", json!({})).await;
@@ -1173,6 +1191,7 @@ async fn an_edge_cannot_patch_a_pod_that_shares_a_name_with_its_own_in_another_n
 
 #[tokio::test]
 async fn an_edge_cannot_patch_the_status_of_an_unscheduled_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("ppu").await;
     let pod = s.pod("pending", "", json!({})).await;
     let count = counting("patchPod").await;
@@ -1196,6 +1215,7 @@ fn legacy_pod_status(pod: &Pod, phase: &str) -> Value {
 
 #[tokio::test]
 async fn an_edge_writes_the_legacy_status_of_its_own_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("ps").await;
     let pod = s.own_pod("web", json!({})).await;
     let reply = s
@@ -1216,6 +1236,7 @@ async fn an_edge_writes_the_legacy_status_of_its_own_pod() {
 
 #[tokio::test]
 async fn an_edge_cannot_write_the_legacy_status_of_another_nodes_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("psx").await;
     let other = s.other_node().await;
     let pod = s.pod("web", &other, json!({})).await;
@@ -1236,6 +1257,7 @@ async fn an_edge_cannot_write_the_legacy_status_of_another_nodes_pod() {
 
 #[tokio::test]
 async fn a_legacy_pod_status_cannot_name_another_nodes_pod_in_its_body() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("psb").await;
     let other = s.other_node().await;
     s.own_pod("mine", json!({})).await;
@@ -1258,6 +1280,7 @@ async fn a_legacy_pod_status_cannot_name_another_nodes_pod_in_its_body() {
 
 #[tokio::test]
 async fn a_legacy_pod_status_list_naming_another_nodes_pod_is_refused_whole() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("psl").await;
     let other = s.other_node().await;
     let own = s.own_pod("mine", json!({})).await;
@@ -1292,6 +1315,7 @@ async fn a_legacy_pod_status_list_naming_another_nodes_pod_is_refused_whole() {
 
 #[tokio::test]
 async fn an_edge_deletes_its_own_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pd").await;
     let pod = s.own_pod("web", json!({})).await;
     let reply = s
@@ -1309,6 +1333,7 @@ async fn an_edge_deletes_its_own_pod() {
 
 #[tokio::test]
 async fn an_edge_cannot_delete_another_nodes_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pdx").await;
     let other = s.other_node().await;
     let pod = s.pod("web", &other, json!({})).await;
@@ -1329,6 +1354,7 @@ async fn an_edge_cannot_delete_another_nodes_pod() {
 
 #[tokio::test]
 async fn an_edge_cannot_delete_an_unscheduled_pod_by_uid() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pdu").await;
     let pod = s.pod("pending", "", json!({})).await;
     let count = counting("deletePod").await;
@@ -1353,6 +1379,7 @@ async fn an_edge_cannot_delete_an_unscheduled_pod_by_uid() {
 
 #[tokio::test]
 async fn an_edge_creates_a_mirror_pod_bound_to_itself() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pc").await;
     let node = s.own_node().await;
     let pod = mirror_pod(&s.ns, "static-web", &node, json!({}));
@@ -1390,6 +1417,7 @@ async fn assert_pod_creates_refused(s: &Scenario, attempts: Vec<(&str, Value)>) 
 
 #[tokio::test]
 async fn an_edge_cannot_create_a_pod_bound_to_another_node_or_to_none() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pcx").await;
     let other = s.other_node().await;
     let nodes = s.all::<Node>();
@@ -1415,6 +1443,7 @@ async fn an_edge_cannot_create_a_pod_bound_to_another_node_or_to_none() {
 
 #[tokio::test]
 async fn an_edge_cannot_create_a_non_mirror_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pcn").await;
     let own = s.own_node().await;
     let mut plain = mirror_pod(&s.ns, "plain", &own, json!({}));
@@ -1438,6 +1467,7 @@ async fn an_edge_cannot_create_a_non_mirror_pod() {
 
 #[tokio::test]
 async fn an_edge_cannot_create_a_pod_in_another_namespace_than_it_names() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pcns").await;
     let own = s.own_node().await;
     let elsewhere = k8s_testenv::namespace("pcns-victim").await;
@@ -1453,6 +1483,7 @@ async fn an_edge_cannot_create_a_pod_in_another_namespace_than_it_names() {
 
 #[tokio::test]
 async fn an_edge_cannot_create_a_mirror_pod_that_mounts_secrets_configmaps_or_claims() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pcv").await;
     let own = s.own_node().await;
     let with_volume =
@@ -1501,6 +1532,7 @@ async fn an_edge_cannot_create_a_mirror_pod_that_mounts_secrets_configmaps_or_cl
 
 #[tokio::test]
 async fn an_edge_cannot_create_a_mirror_pod_that_reads_secrets_or_configmaps_through_env() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pce").await;
     let own = s.own_node().await;
     let with_container = |name: &str, extra: Value| {
@@ -1544,6 +1576,7 @@ async fn an_edge_cannot_create_a_mirror_pod_that_reads_secrets_or_configmaps_thr
 
 #[tokio::test]
 async fn an_edge_cannot_create_a_mirror_pod_with_pull_secrets_or_a_service_account() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pcs").await;
     let own = s.own_node().await;
     assert_pod_creates_refused(
@@ -1569,6 +1602,7 @@ async fn an_edge_cannot_create_a_mirror_pod_with_pull_secrets_or_a_service_accou
 
 #[tokio::test]
 async fn an_edge_cannot_create_a_mirror_pod_owned_by_anything_but_its_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pco").await;
     let other = s.other_node().await;
     let nodes = s.all::<Node>();
@@ -1636,6 +1670,7 @@ fn using(cm: &str, secret: &str, claim: &str) -> Value {
 
 #[tokio::test]
 async fn an_edge_reads_the_configmaps_secrets_and_claims_its_pods_use() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("rd").await;
     configmap(&s, "cfg").await;
     secret(&s, "creds").await;
@@ -1664,6 +1699,7 @@ async fn an_edge_reads_the_configmaps_secrets_and_claims_its_pods_use() {
 
 #[tokio::test]
 async fn an_edge_cannot_read_what_only_another_nodes_pods_use() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("rdx").await;
     let other = s.other_node().await;
     configmap(&s, "cfg").await;
@@ -1689,6 +1725,7 @@ async fn an_edge_cannot_read_what_only_another_nodes_pods_use() {
 
 #[tokio::test]
 async fn an_edge_cannot_read_the_kubeedge_ca_secret() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("rdca").await;
     let count = counting("querySecret").await;
     let reply = s
@@ -1705,6 +1742,7 @@ async fn an_edge_cannot_read_the_kubeedge_ca_secret() {
 
 #[tokio::test]
 async fn an_edge_cannot_read_a_secret_by_creating_a_pod_that_references_it() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("rdp").await;
     secret(&s, "loot").await;
     let own = s.own_node().await;
@@ -1743,6 +1781,7 @@ async fn an_edge_cannot_read_a_secret_by_creating_a_pod_that_references_it() {
 
 #[tokio::test]
 async fn an_edge_cannot_read_a_secret_only_a_mirror_pod_references() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("rdm").await;
     secret(&s, "loot").await;
     let own = s.own_node().await;
@@ -1768,6 +1807,7 @@ async fn an_edge_cannot_read_a_secret_only_a_mirror_pod_references() {
 
 #[tokio::test]
 async fn an_edge_reads_a_persistent_volume_bound_to_a_claim_its_pod_uses() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pv").await;
     let (_, pv) = bound_claim(&s, "data").await;
     s.own_pod(
@@ -1791,6 +1831,7 @@ async fn an_edge_reads_a_persistent_volume_bound_to_a_claim_its_pod_uses() {
 
 #[tokio::test]
 async fn an_edge_cannot_read_a_persistent_volume_its_pods_do_not_use() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("pvx").await;
     let other = s.other_node().await;
     let (_, pv) = bound_claim(&s, "data").await;
@@ -1825,6 +1866,7 @@ async fn volume_attachment(s: &Scenario, node: &str) -> String {
 
 #[tokio::test]
 async fn an_edge_reads_volume_attachments_to_its_own_node_only() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("va").await;
     let other = s.other_node().await;
     let own = volume_attachment(&s, &s.node).await;
@@ -1878,6 +1920,7 @@ fn token_request(account: &str, ns: &str, bound: Option<(&str, &str)>) -> Value 
 
 #[tokio::test]
 async fn an_edge_gets_a_token_for_the_account_of_its_own_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("sa").await;
     service_account(&s, "app").await;
     // With the projected token volume the ServiceAccount admission plugin adds.
@@ -1905,6 +1948,7 @@ async fn an_edge_gets_a_token_for_the_account_of_its_own_pod() {
 
 #[tokio::test]
 async fn an_edge_gets_tokens_only_for_audiences_its_pod_declares() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("aud").await;
     service_account(&s, "app").await;
     let pod = s
@@ -1935,6 +1979,7 @@ async fn an_edge_gets_tokens_only_for_audiences_its_pod_declares() {
 
 #[tokio::test]
 async fn an_edge_cannot_get_a_token_its_pods_do_not_use_or_not_bound_to_its_pod() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("sax").await;
     let other = s.other_node().await;
     for account in ["app", "admin", "theirs"] {
@@ -2003,6 +2048,7 @@ fn lease(ns: &str, name: &str, holder: &str) -> Value {
 
 #[tokio::test]
 async fn an_edge_creates_updates_and_reads_its_own_node_lease() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("ls").await;
     let resource = format!("kube-node-lease/lease/{}", s.node);
     let reply = s
@@ -2033,6 +2079,7 @@ async fn an_edge_creates_updates_and_reads_its_own_node_lease() {
 
 #[tokio::test]
 async fn an_edge_cannot_write_or_read_another_nodes_lease() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("lsx").await;
     let other = s.other_node().await;
     let leases: Api<Lease> = Api::namespaced(s.client.clone(), "kube-node-lease");
@@ -2073,6 +2120,7 @@ async fn an_edge_cannot_write_or_read_another_nodes_lease() {
 
 #[tokio::test]
 async fn an_edge_cannot_write_cloudcores_leader_lease() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("lsc").await;
     let leases: Api<Lease> = Api::namespaced(s.client.clone(), "kubeedge");
     let existing = match s.get(&leases, "cloudcore").await {
@@ -2100,6 +2148,7 @@ async fn an_edge_cannot_write_cloudcores_leader_lease() {
 
 #[tokio::test]
 async fn an_edge_cannot_write_a_lease_outside_kube_node_lease_or_under_another_name() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("lsn").await;
     let other = s.other_node().await;
     // Its own name, in another namespace.
@@ -2149,6 +2198,7 @@ fn event(ns: &str, name: &str, involved: Value) -> Value {
 
 #[tokio::test]
 async fn an_edge_reports_events_about_itself_and_its_pods() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("ev").await;
     let pod = s.own_pod("web", json!({})).await;
     let node_event = unique(&s.node);
@@ -2187,6 +2237,7 @@ async fn an_edge_reports_events_about_itself_and_its_pods() {
 
 #[tokio::test]
 async fn an_edge_cannot_report_events_about_another_node_or_its_pods() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("evx").await;
     let other = s.other_node().await;
     let pod = s.pod("theirs", &other, json!({})).await;
@@ -2222,6 +2273,7 @@ async fn an_edge_cannot_report_events_about_another_node_or_its_pods() {
 
 #[tokio::test]
 async fn an_edge_cannot_report_an_event_about_a_same_named_pod_of_another_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("evn").await;
     let other = s.other_node().await;
     s.own_pod("web", json!({})).await;
@@ -2262,6 +2314,7 @@ async fn an_edge_cannot_report_an_event_about_a_same_named_pod_of_another_node()
 
 #[tokio::test]
 async fn an_edge_cannot_overwrite_an_event_about_another_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("evu").await;
     let other = s.other_node().await;
     let name = unique(&other);
@@ -2292,6 +2345,7 @@ async fn an_edge_cannot_overwrite_an_event_about_another_node() {
 
 #[tokio::test]
 async fn an_edge_cannot_patch_an_event_about_another_node_by_claiming_it_is_its_own() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("evp").await;
     let other = s.other_node().await;
     let name = unique(&other);
@@ -2343,6 +2397,7 @@ fn csr(name: &str, cn_node: &str) -> Value {
 
 #[tokio::test]
 async fn an_edge_requests_and_reads_a_certificate_for_its_own_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("csr").await;
     let name = unique("csr");
     let reply = s
@@ -2370,6 +2425,7 @@ async fn an_edge_requests_and_reads_a_certificate_for_its_own_node() {
 
 #[tokio::test]
 async fn an_edge_cannot_request_or_read_a_certificate_for_another_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("csrx").await;
     let other = s.other_node().await;
     let csrs = s.all::<CertificateSigningRequest>();
@@ -2408,6 +2464,7 @@ async fn an_edge_cannot_request_or_read_a_certificate_for_another_node() {
 
 #[tokio::test]
 async fn an_edge_cannot_write_rule_status() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("rs").await;
     let rule: Rule = from(json!({"apiVersion": "rules.kubeedge.io/v1", "kind": "Rule",
         "metadata": {"name": "r"}, "spec": {"source": "a", "sourceResource": {},
@@ -2429,6 +2486,7 @@ async fn an_edge_cannot_write_rule_status() {
 
 #[tokio::test]
 async fn an_edge_cannot_send_connection_events() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("cn").await;
     let count = counting("connection").await;
     let event = json!({"event_type": "connected", "timestamp": 1, "client_id": s.node});
@@ -2438,6 +2496,7 @@ async fn an_edge_cannot_send_connection_events() {
 
 #[tokio::test]
 async fn an_edge_cannot_use_operations_without_a_rule() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("op").await;
     let other = s.other_node().await;
     let cm = configmap(&s, "cfg").await;
@@ -2508,6 +2567,7 @@ async fn an_edge_cannot_use_operations_without_a_rule() {
 
 #[tokio::test]
 async fn a_query_in_a_pod_name_cannot_turn_a_status_patch_into_a_whole_pod_patch() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nm").await;
     let pod = s.own_pod("web", json!({})).await;
     let _turns = without_counting(&["patchPod"]).await;
@@ -2529,6 +2589,7 @@ async fn a_query_in_a_pod_name_cannot_turn_a_status_patch_into_a_whole_pod_patch
 
 #[tokio::test]
 async fn names_and_namespaces_that_are_not_dns_1123_are_refused_with_400() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("nmq").await;
     let node = &s.node;
     let ns = &s.ns;
@@ -2687,6 +2748,7 @@ fn reported(status: &DeviceStatus) -> Vec<String> {
 
 #[tokio::test]
 async fn an_edge_reports_twins_only_for_its_own_devices() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("dev").await;
     let_nodes_write_device_statuses(&s).await;
     let other = s.other_node().await;

@@ -145,13 +145,14 @@ mod tests {
     /// [`named`], whose port a second socket that never listens holds as well (both with
     /// `SO_REUSEPORT`): once the backend stops, connections to the port are refused, and no
     /// other socket (another test's listener, an outgoing connection's source port) can take
-    /// it while the test runs.
+    /// it while the test runs. The last value stops the backend ([`stop`]).
     async fn named_and_held(
         name: &'static str,
     ) -> (
         SocketAddr,
         tokio::task::JoinHandle<()>,
         tokio::net::TcpSocket,
+        std::net::TcpListener,
     ) {
         let bound = |addr: SocketAddr| {
             let s = tokio::net::TcpSocket::new_v4().unwrap();
@@ -162,7 +163,18 @@ mod tests {
         let hold = bound("127.0.0.1:0".parse().unwrap());
         let addr = hold.local_addr().unwrap();
         let l = bound(addr).listen(16).unwrap();
-        (addr, answer_with(name, l), hold)
+        let stop = std::net::TcpListener::from(rustix::io::dup(&l).unwrap());
+        (addr, answer_with(name, l), hold, stop)
+    }
+
+    /// Stops a backend: its listener leaves the listening state for every copy of its
+    /// descriptor. Aborting its task alone only closes this process's descriptor; a child
+    /// process another test is spawning holds a copy until its exec, and the port keeps
+    /// accepting (and then resets) connections that long.
+    async fn stop(task: tokio::task::JoinHandle<()>, listener: std::net::TcpListener) {
+        rustix::net::shutdown(&listener, rustix::net::Shutdown::Read).unwrap();
+        task.abort();
+        let _ = task.await;
     }
 
     fn answer_with(name: &'static str, l: TcpListener) -> tokio::task::JoinHandle<()> {
@@ -183,7 +195,7 @@ mod tests {
     #[tokio::test]
     async fn connections_are_dealt_in_turn_and_a_dead_backend_is_skipped() {
         let (a, _ta) = named("a").await;
-        let (b, tb, _held) = named_and_held("b").await;
+        let (b, tb, _held, b_listener) = named_and_held("b").await;
         let (c, _tc) = named("c").await;
         let lb = Balancer::start("127.0.0.1:0".parse().unwrap(), vec![a, b, c])
             .await
@@ -194,8 +206,7 @@ mod tests {
         }
         assert_eq!(got, ["a", "b", "c"]);
         // b stops; its port stays held without a listener, so connections to it are refused.
-        tb.abort();
-        let _ = tb.await;
+        stop(tb, b_listener).await;
         let mut got = Vec::new();
         for _ in 0..3 {
             got.push(answer(&lb).await);

@@ -53,6 +53,17 @@ struct Listening {
     _port: Option<KubeletPort>,
 }
 
+impl Drop for Listening {
+    /// Stops listening before the lock goes, whoever else holds a copy of the descriptor: a
+    /// child process another thread is spawning keeps one until its exec, and closing ours
+    /// alone would leave the port listening (refusing the next holder's bind) that long. On
+    /// Linux, shutting a listening socket's read side takes it out of the listening state
+    /// for every copy.
+    fn drop(&mut self) {
+        let _ = rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Read);
+    }
+}
+
 /// Body of every plain logs request: text and bytes that are not UTF-8.
 pub fn log_body() -> Vec<u8> {
     let mut b = b"line one\nline two \xff\xfe\x00 binary\n".to_vec();
@@ -113,6 +124,11 @@ impl FakeKubelet {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| crate::Error::io(format!("kubelet stand-in bind {addr}"), e))?;
+        FakeKubelet::serve_on(listener, port)
+    }
+
+    /// Serves on `listener` until the runtime ends, holding `port` as long.
+    fn serve_on(listener: TcpListener, port: Option<KubeletPort>) -> crate::Result<Self> {
         let addr = listener
             .local_addr()
             .map_err(|e| crate::Error::io("kubelet stand-in", e))?;
@@ -365,7 +381,10 @@ mod tests {
     }
 
     /// The port lock is released only with the listener: while the server runs, another
-    /// holder cannot take it (and then fail to bind).
+    /// holder cannot take it (and then fail to bind). Once the server stops, the port is free
+    /// and the lock released, even while copies of both descriptors live on, as they do in a
+    /// child process another thread is spawning (until its exec): copies made here stand in
+    /// for it deterministically.
     #[test]
     fn the_port_lock_lives_as_long_as_the_listener() {
         let dir = std::env::temp_dir().join(format!("kubelet-lock-{}", std::process::id()));
@@ -375,16 +394,19 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let addr = rt.block_on(async {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener_copy = listener.try_clone().unwrap();
+        let (addr, lock_copy) = rt.block_on(async {
             let port = KubeletPort::acquire_at(&path).unwrap();
-            let k = FakeKubelet::listen("127.0.0.1:0", Some(port))
-                .await
-                .unwrap();
+            let lock_copy = port.file().try_clone().unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let listener = TcpListener::from_std(listener).unwrap();
+            let k = FakeKubelet::serve_on(listener, Some(port)).unwrap();
             // The server runs on after the handle is gone, as in a scenario.
             let addr = k.addr;
             drop(k);
             tokio::task::yield_now().await;
-            addr
+            (addr, lock_copy)
         });
         assert!(
             locked_elsewhere(&path),
@@ -396,6 +418,12 @@ mod tests {
             !locked_elsewhere(&path),
             "lock kept after the server stopped"
         );
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "{addr} still accepts connections after the server stopped"
+        );
+        drop(std::net::TcpListener::bind(addr).expect("the next holder binds the port at once"));
+        drop((listener_copy, lock_copy));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -73,9 +73,28 @@ fn reap_leftovers() {
 /// `flock` on a file in the cache folder. The lock is per open file, so it orders threads of one
 /// test binary as well as separate binaries; the kernel releases it when the holder dies.
 /// Load tools that run a real edgecore with a kubelet stand-in of their own hold it too.
+///
+/// Dropping it unlocks explicitly before closing. A child process another thread is spawning
+/// holds a copy of every descriptor from its fork until its exec closes them, and a `flock`
+/// stays held until its last descriptor closes; `LOCK_UN` releases it whatever copies exist.
+/// (The stand-in's listener is shut down before, for the same reason: see `kubelet.rs`.)
 #[derive(Debug)]
 pub struct KubeletPort {
-    _file: File,
+    file: File,
+}
+
+impl KubeletPort {
+    /// The lock file, for tests that copy its descriptor.
+    #[cfg(test)]
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+impl Drop for KubeletPort {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
 }
 
 impl KubeletPort {
@@ -111,7 +130,7 @@ impl KubeletPort {
         // For whoever wonders who holds it.
         let _ = file.set_len(0);
         let _ = writeln!(file, "{}", std::process::id());
-        Ok(KubeletPort { _file: file })
+        Ok(KubeletPort { file })
     }
 }
 
@@ -153,6 +172,22 @@ mod tests {
             most_inside_at_once(|| Box::new(Serial::acquire().unwrap())),
             1
         );
+    }
+
+    /// A child process another thread is spawning holds a copy of every descriptor until its
+    /// exec; a copy made here (`try_clone`, a `dup`) stands in for it deterministically.
+    #[test]
+    fn the_kubelet_port_is_free_once_dropped_even_while_a_copy_of_its_descriptor_lives() {
+        let dir = std::env::temp_dir().join(format!("edgecore-copy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lock");
+        let port = KubeletPort::acquire_at(&path).unwrap();
+        let copy = port.file().try_clone().unwrap();
+        drop(port);
+        let next = File::open(&path).unwrap();
+        assert!(next.try_lock().is_ok(), "the lock outlived its holder");
+        drop(copy);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

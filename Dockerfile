@@ -7,13 +7,16 @@
 
 ARG RUST_VERSION=1.95
 FROM rust:${RUST_VERSION}-bookworm AS build
+# The build context has no .git: pass the commit for `cloudcore --version` and
+# cloudcore_build_info, e.g. --build-arg GIT_COMMIT=$(git rev-parse --short=12 HEAD).
+ARG GIT_COMMIT=unknown
 WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and build outputs between builds; the binary is copied out
 # because the target folder stays in the cache.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p cloudcore-server --bin cloudcore \
+    CLOUDCORE_GIT_COMMIT=${GIT_COMMIT} cargo build --release --locked -p cloudcore-server --bin cloudcore \
  && cp target/release/cloudcore /cloudcore
 
 FROM debian:bookworm-slim

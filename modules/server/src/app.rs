@@ -576,8 +576,17 @@ pub async fn run(
     config: CloudCoreConfig,
     stop: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
+    use crate::build_info::{BUILD_DATE, GIT_COMMIT, VERSION};
+    info!(
+        version = VERSION,
+        git_commit = GIT_COMMIT,
+        build_date = BUILD_DATE,
+        modules = config.enabled_modules().join(","),
+        "starting cloudcore"
+    );
     let readiness = Readiness::default();
     let metrics = Metrics::default();
+    metrics::build_info(&metrics);
     let diagnostics = crate::diagnose::Diagnostics::default();
     let (ops_addr, ops) = crate::ops::serve_with(
         &config.common_config.monitor_server.bind_address,

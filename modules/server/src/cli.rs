@@ -15,6 +15,7 @@
 
 mod demo;
 mod iptables_manager;
+mod logging;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,7 +26,7 @@ use tracing_subscriber::EnvFilter;
 
 /// KubeEdge cloudcore in Rust.
 #[derive(Debug, Parser)]
-#[command(name = "cloudcore", version)]
+#[command(name = "cloudcore", version = crate::build_info::LONG_VERSION)]
 struct Cli {
     /// The configuration file.
     #[arg(long, default_value = "/etc/kubeedge/config/cloudcore.yaml")]
@@ -45,6 +46,10 @@ struct Cli {
     /// given.
     #[arg(short = 'v', long = "v", value_name = "N")]
     verbosity: Option<u8>,
+    /// Log format, as Kubernetes components name it: `text` (colour only on a terminal, and
+    /// never with `NO_COLOR` set) or `json` (one object per line).
+    #[arg(long, value_enum, default_value_t = logging::Format::Text)]
+    logging_format: logging::Format,
     /// Run the embedded demo: cloudcore plus simulated edge nodes in one process, no cluster.
     #[arg(long)]
     demo: bool,
@@ -100,7 +105,7 @@ fn diagnose(args: DiagnoseArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("diagnose {}: {e}", args.node);
+            eprintln!("diagnose {}: {}", args.node, causes(&e));
             ExitCode::from(2)
         }
     }
@@ -132,10 +137,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .init();
+    logging::init(filter, cli.logging_format);
 
     match cli.command {
         Some(Command::IptablesManager(args)) => return iptables_manager::run(args),
@@ -154,17 +156,38 @@ pub fn main() -> ExitCode {
     let config = match CloudCoreConfig::load(&cli.config) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("invalid configuration {}: {e}", cli.config.display());
+            eprintln!(
+                "invalid configuration {}: {}",
+                cli.config.display(),
+                causes(&e)
+            );
             return ExitCode::FAILURE;
         }
     };
     match actix_rt::System::new().block_on(crate::app::run(config, crate::app::signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("cloudcore failed: {e}");
+            eprintln!("cloudcore failed: {}", causes(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and every cause under it, each said once: `cloudhub: listener 0.0.0.0:10000:
+/// Address already in use (os error 98)`. A cause whose text its parent already shows (an
+/// error that prints its source as well as returning it) is not repeated.
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 /// The tracing filter for klog verbosity `v`.

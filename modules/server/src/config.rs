@@ -664,6 +664,27 @@ impl CloudCoreConfig {
             || self.require_authorization()
     }
 
+    /// The enabled modules by their configuration names (`cloudHub`, `edgeController`, …), in
+    /// the order they start.
+    pub fn enabled_modules(&self) -> Vec<&'static str> {
+        let m = &self.modules;
+        [
+            ("cloudHub", m.cloud_hub.enable),
+            ("edgeController", m.edge_controller.enable),
+            ("deviceController", m.device_controller.enable),
+            ("syncController", m.sync_controller.enable),
+            ("dynamicController", m.dynamic_controller.enable),
+            ("cloudStream", m.cloud_stream.enable),
+            (
+                "iptablesManager",
+                m.cloud_stream.enable && m.iptables_manager.enable,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect()
+    }
+
     /// The full default configuration as YAML (`--defaultconfig`).
     pub fn default_yaml() -> String {
         serde_saphyr::to_string(&CloudCoreConfig::default()).unwrap_or_default()

@@ -29,6 +29,7 @@
 
 pub mod apiclient;
 pub mod app;
+pub mod build_info;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;

@@ -47,6 +47,25 @@ where
 /// A family with one sample per item, labelled `label` = the item's name.
 type PerItem<T> = (&'static str, &'static str, fn(&T) -> u64);
 
+/// `cloudcore_build_info{version, git_commit, build_date, rust_version} 1`, as Kubernetes
+/// components export `kubernetes_build_info`.
+pub fn build_info(metrics: &Metrics) {
+    use crate::build_info::{BUILD_DATE, GIT_COMMIT, RUSTC_VERSION, VERSION};
+    let info = prometheus_client::metrics::info::Info::new(vec![
+        ("version", VERSION),
+        ("git_commit", GIT_COMMIT),
+        ("build_date", BUILD_DATE),
+        ("rust_version", RUSTC_VERSION),
+    ]);
+    metrics.register(|r| {
+        r.register(
+            "cloudcore_build",
+            "The version and build of this cloudcore; the value is always 1.",
+            info,
+        )
+    });
+}
+
 /// Mailbox depth, capacity and throughput counters per module; sync latency as a histogram.
 pub fn bus(metrics: &Metrics, endpoint: Endpoint) {
     collect(metrics, move |out| {

@@ -35,7 +35,7 @@ pub(crate) fn run(args: IptablesManagerArgs) -> ExitCode {
     let result = actix_rt::System::new().block_on(async move {
         let client = crate::app::kube_client(&kube)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| super::causes(&e))?;
         run_standalone(
             client,
             Arc::new(SystemRunner::new()),
@@ -44,7 +44,7 @@ pub(crate) fn run(args: IptablesManagerArgs) -> ExitCode {
             crate::app::signal(),
         )
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| super::causes(&e))
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,7 @@
 mod support;
 
 mod binary;
+mod component;
 mod diagnose;
 mod hostile_edge;
 mod hostile_edge_impersonated;

@@ -169,6 +169,7 @@ impl Bus {
             dashmap::mapref::entry::Entry::Vacant(v) => {
                 let stats = self.shared.stats_for(name);
                 stats.removed.store(false, Ordering::Release);
+                stats.failed.store(false, Ordering::Release);
                 let mailbox = Mailbox::new(key, capacity, stats);
                 v.insert(Registered::Enabled(mailbox.clone()));
                 if !group.is_empty() {
@@ -505,6 +506,7 @@ async fn watch(
         let Some(policy) = policy.as_ref() else {
             // Nobody will read this mailbox again: make senders fail instead of block.
             mailbox.close();
+            mailbox.stats.failed.store(true, Ordering::Release);
             mark_stopped(&run);
             return;
         };
@@ -512,6 +514,7 @@ async fn watch(
         if policy.max_restarts.is_some_and(|max| attempt > max) {
             error!(module = %name, restarts = attempt - 1, "module gave up restarting");
             mailbox.close();
+            mailbox.stats.failed.store(true, Ordering::Release);
             mark_stopped(&run);
             return;
         }

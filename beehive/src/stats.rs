@@ -13,6 +13,8 @@ pub(crate) struct ModuleStats {
     pub(crate) rejected_stopped: AtomicU64,
     /// Set while the module of this name is removed (cleared when it is registered again).
     pub(crate) removed: std::sync::atomic::AtomicBool,
+    /// Set when the module stopped on its own for good (see [`ModuleStatsSnapshot::failed`]).
+    pub(crate) failed: std::sync::atomic::AtomicBool,
     pub(crate) sync_timeouts: AtomicU64,
     pub(crate) late_responses: AtomicU64,
     pub(crate) restarts: AtomicU64,
@@ -65,6 +67,7 @@ impl ModuleStats {
             sync_timeouts: self.sync_timeouts.load(Ordering::Relaxed),
             late_responses: self.late_responses.load(Ordering::Relaxed),
             restarts: self.restarts.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Acquire),
             sync_completed: self.sync_completed.load(Ordering::Relaxed),
             sync_micros_total: self.sync_micros_total.load(Ordering::Relaxed),
             sync_buckets: std::array::from_fn(|i| self.sync_buckets[i].load(Ordering::Relaxed)),
@@ -97,6 +100,10 @@ pub struct ModuleStatsSnapshot {
     pub late_responses: u64,
     /// Times the module was restarted after it stopped on its own.
     pub restarts: u64,
+    /// The module stopped on its own (a panic, or its actor stopped itself) while the bus ran,
+    /// and will not run again: it had no restart policy, or its restarts were used up. Its
+    /// mailbox refuses messages. A health check fails on this.
+    pub failed: bool,
     /// Sync requests of this module that got their answer.
     pub sync_completed: u64,
     /// Total time those answered requests waited, in microseconds (with `sync_completed`,

@@ -263,7 +263,9 @@ async fn a_panicking_module_is_restarted_with_backoff_and_keeps_its_mailbox() {
         began.elapsed() >= Duration::from_millis(15),
         "restart waits for the back-off"
     );
-    assert_eq!(bus.module_stats("fragile").unwrap().restarts, 1);
+    let stats = bus.module_stats("fragile").unwrap();
+    assert_eq!(stats.restarts, 1);
+    assert!(!stats.failed, "a restarted module has not failed");
     let starts_seen = starts
         .borrow()
         .iter()
@@ -282,6 +284,7 @@ async fn a_module_without_policy_that_dies_makes_senders_fail_instead_of_block()
     bus.register(probe).unwrap();
     bus.start().unwrap();
     let ep = bus.endpoint("x");
+    assert!(!bus.module_stats("fragile").unwrap().failed);
     make_panic(&ep, "fragile").await;
     let started = std::time::Instant::now();
     loop {
@@ -294,6 +297,49 @@ async fn a_module_without_policy_that_dies_makes_senders_fail_instead_of_block()
         }
         assert!(started.elapsed() < Duration::from_secs(5));
     }
+    assert!(
+        bus.module_stats("fragile").unwrap().failed,
+        "a module that died without a policy counts as failed"
+    );
+}
+
+#[actix_rt::test]
+async fn a_module_whose_restarts_are_used_up_has_failed() {
+    let bus = Bus::new();
+    let policy = RestartPolicy {
+        max_restarts: Some(1),
+        initial_backoff: Duration::from_millis(1),
+        growth: 1.0,
+        max_backoff: Duration::from_millis(1),
+    };
+    bus.register_restartable(
+        || {
+            let mut p = Probe::new("fragile", "g");
+            p.behaviour = Behaviour::PanicOnRequest;
+            p
+        },
+        policy,
+    )
+    .unwrap();
+    bus.start().unwrap();
+    let ep = bus.endpoint("x");
+    make_panic(&ep, "fragile").await;
+    until(|| bus.module_stats("fragile").unwrap().restarts == 1).await;
+    assert!(!bus.module_stats("fragile").unwrap().failed);
+    make_panic(&ep, "fragile").await;
+    until(|| bus.module_stats("fragile").unwrap().failed).await;
+    assert_eq!(bus.module_stats("fragile").unwrap().restarts, 1);
+}
+
+#[actix_rt::test]
+async fn modules_stopped_by_the_bus_have_not_failed() {
+    let bus = Bus::new();
+    bus.register(Probe::new("a", "g")).unwrap();
+    bus.register(Probe::new("b", "g")).unwrap();
+    bus.start().unwrap();
+    bus.remove("a").await.unwrap();
+    bus.shutdown().await;
+    assert!(bus.stats().modules.iter().all(|m| !m.failed));
 }
 
 #[actix_rt::test]

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::config::{CloudCoreConfig, ConfigError, KubeApiConfig};
 use crate::leader::LeaderElector;
 use crate::metrics;
-use crate::ops::{Metrics, Phase, Readiness};
+use crate::ops::{Metrics, Ops, Phase};
 
 /// How long start-up waits for the first list of Nodes (which replica holds which node).
 const OWNERSHIP_LIST_WAIT: Duration = Duration::from_secs(30);
@@ -584,16 +584,16 @@ pub async fn run(
         modules = config.enabled_modules().join(","),
         "starting cloudcore"
     );
-    let readiness = Readiness::default();
-    let metrics = Metrics::default();
-    metrics::build_info(&metrics);
-    let diagnostics = crate::diagnose::Diagnostics::default();
-    let (ops_addr, ops) = crate::ops::serve_with(
-        &config.common_config.monitor_server.bind_address,
-        readiness.clone(),
-        metrics.clone(),
-        diagnostics.clone(),
-    )?;
+    let ops = Ops::default();
+    metrics::build_info(&ops.metrics);
+    let Ops {
+        readiness,
+        metrics,
+        diagnostics,
+        health,
+    } = ops.clone();
+    let (ops_addr, ops) =
+        crate::ops::serve(&config.common_config.monitor_server.bind_address, ops)?;
     let ops_handle = ops.handle();
     actix_rt::spawn(ops);
     info!(addr = %ops_addr, "monitor server listening");
@@ -651,6 +651,7 @@ pub async fn run(
     };
     readiness.set(Phase::Starting);
     let core = CloudCore::start_with(&config, kube, &metrics, StartOptions { kube_ca_pem }).await?;
+    health.watch(core.bus());
     diagnostics.set(core.diagnostics());
     tokio::select! {
         _ = core.wait_synced() => readiness.set(Phase::Ready),
@@ -669,6 +670,7 @@ pub async fn run(
     }
     readiness.set(Phase::ShuttingDown);
     diagnostics.clear();
+    health.unwatch();
     core.shutdown().await;
     ops_handle.stop(true).await;
     Ok(())

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use cloudcore_server::app::CloudCore;
 use cloudcore_server::config::CloudCoreConfig;
 use cloudcore_server::diagnose::{Diagnostics, IptablesCheck, Report, Status, fetch_report};
-use cloudcore_server::ops::{Metrics, Readiness};
+use cloudcore_server::ops::{Metrics, Ops};
 use cloudstream::TlsMaterial;
 use cloudstream::iptables::SystemRunner;
 use edge::hub::{HubClient, HubClientConfig, HubEvent, bootstrap};
@@ -54,13 +54,12 @@ impl Cloud {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let diagnostics = Diagnostics::default();
-        let (addr, server) = cloudcore_server::ops::serve_with(
-            "127.0.0.1:0",
-            Readiness::default(),
-            Metrics::default(),
-            diagnostics.clone(),
-        )
-        .expect("monitor server binds");
+        let ops = Ops {
+            diagnostics: diagnostics.clone(),
+            ..Ops::default()
+        };
+        let (addr, server) =
+            cloudcore_server::ops::serve("127.0.0.1:0", ops).expect("monitor server binds");
         actix_rt::spawn(server);
         let monitor = addr.to_string();
         // Before the modules run there is nothing to diagnose.

@@ -1,5 +1,8 @@
-//! The operations server (`commonConfig.monitorServer`): `/healthz`, `/readyz`, Prometheus
-//! `/metrics` and `/debug/nodes/{name}` (why `kubectl logs/exec` would fail for a node).
+//! The operations server (`commonConfig.monitorServer`): `/healthz` and `/livez` (liveness:
+//! [`health`]), `/readyz`, Prometheus `/metrics` and `/debug/nodes/{name}` (why `kubectl
+//! logs/exec` would fail for a node).
+
+pub mod health;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -10,6 +13,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 
 use crate::diagnose::{Diagnostics, diagnose};
+pub use health::{Health, HealthOptions};
 
 /// Where the process is in its life, as `/readyz` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,26 +74,47 @@ impl Metrics {
     }
 }
 
-/// Starts the operations server on the running actix system; returns the bound address.
-pub fn serve(
-    bind: &str,
-    readiness: Readiness,
-    metrics: Metrics,
-) -> std::io::Result<(SocketAddr, actix_web::dev::Server)> {
-    serve_with(bind, readiness, metrics, Diagnostics::default())
+/// What the operations server answers from. Cheap to clone; clones share their state.
+#[derive(Debug, Clone, Default)]
+pub struct Ops {
+    /// Where the process is in its life (`/readyz`).
+    pub readiness: Readiness,
+    /// The registry `/metrics` encodes.
+    pub metrics: Metrics,
+    /// What `/debug/nodes/{name}` checks, once the modules run.
+    pub diagnostics: Diagnostics,
+    /// Whether the bus still runs its modules (`/healthz`, `/livez`, and part of `/readyz`).
+    pub health: Health,
 }
 
-/// [`serve`] with node diagnostics, answered once the composition fills `diagnostics`.
-pub fn serve_with(
-    bind: &str,
-    readiness: Readiness,
-    metrics: Metrics,
-    diagnostics: Diagnostics,
-) -> std::io::Result<(SocketAddr, actix_web::dev::Server)> {
+/// Query `?verbose` (any value): list every check, also when all pass.
+#[derive(Debug, serde::Deserialize)]
+struct Verbose {
+    verbose: Option<String>,
+}
+
+fn health_answer(endpoint: &str, checks: &[health::Check], verbose: bool) -> HttpResponse {
+    let (healthy, body) = health::report(endpoint, checks, verbose);
+    let mut response = if healthy {
+        HttpResponse::Ok()
+    } else {
+        HttpResponse::ServiceUnavailable()
+    };
+    response
+        .content_type("text/plain; charset=utf-8")
+        .body(body)
+}
+
+/// Starts the operations server on the running actix system; returns the bound address.
+pub fn serve(bind: &str, ops: Ops) -> std::io::Result<(SocketAddr, actix_web::dev::Server)> {
     let server = HttpServer::new(move || {
-        let readiness = readiness.clone();
-        let metrics = metrics.clone();
-        let diagnostics = diagnostics.clone();
+        let Ops {
+            readiness,
+            metrics,
+            diagnostics,
+            health,
+        } = ops.clone();
+        let live = health.clone();
         App::new()
             .route(
                 "/debug/nodes/{name}",
@@ -111,24 +136,40 @@ pub fn serve_with(
             )
             .route(
                 "/healthz",
-                web::get().to(|| async { HttpResponse::Ok().body("ok") }),
+                web::get().to(move |q: web::Query<Verbose>| {
+                    let checks = live.check();
+                    async move { health_answer("healthz", &checks, q.verbose.is_some()) }
+                }),
+            )
+            .route(
+                "/livez",
+                web::get().to({
+                    let live = health.clone();
+                    move |q: web::Query<Verbose>| {
+                        let checks = live.check();
+                        async move { health_answer("livez", &checks, q.verbose.is_some()) }
+                    }
+                }),
             )
             .route(
                 "/readyz",
-                web::get().to(move || {
+                web::get().to(move |q: web::Query<Verbose>| {
                     let phase = readiness.phase();
-                    async move {
-                        match phase {
-                            Phase::Ready => HttpResponse::Ok().body("ok"),
-                            Phase::Standby => {
-                                HttpResponse::ServiceUnavailable().body("standby: not the leader")
-                            }
-                            Phase::Starting => HttpResponse::ServiceUnavailable().body("starting"),
-                            Phase::ShuttingDown => {
-                                HttpResponse::ServiceUnavailable().body("shutting down")
-                            }
-                        }
-                    }
+                    let mut checks = health.check();
+                    let problem = match phase {
+                        Phase::Ready => None,
+                        Phase::Standby => Some("standby: not the leader"),
+                        Phase::Starting => Some("starting"),
+                        Phase::ShuttingDown => Some("shutting down"),
+                    };
+                    checks.insert(
+                        0,
+                        health::Check {
+                            name: "phase".to_owned(),
+                            problem: problem.map(str::to_owned),
+                        },
+                    );
+                    async move { health_answer("readyz", &checks, q.verbose.is_some()) }
                 }),
             )
             .route(
@@ -301,7 +342,11 @@ mod tests {
                 }]
             })],
         );
-        let (addr, server) = serve("127.0.0.1:0", Readiness::default(), metrics).unwrap();
+        let ops = Ops {
+            metrics,
+            ..Ops::default()
+        };
+        let (addr, server) = serve("127.0.0.1:0", ops).unwrap();
         let handle = server.handle();
         actix_rt::spawn(server);
 

@@ -73,6 +73,11 @@ pub struct CloudHubConfig {
     pub allowed_ext_key_usages: Vec<i64>,
     /// Rust-only: WebSocket server worker threads (default 0 = one per CPU).
     pub workers: usize,
+    /// Rust-only: export each node's counters as series labelled `node` (default false). Off,
+    /// `/metrics` carries the same counters summed over every node; on, it also carries seven
+    /// families per node ever held, ~130,000 series at 19,000 edges, which a scrape renders
+    /// and Prometheus stores every time. Turn it on to follow individual nodes in a small fleet.
+    pub per_node_metrics: bool,
 }
 
 impl Default for CloudHubConfig {
@@ -103,6 +108,7 @@ impl Default for CloudHubConfig {
             no_ack_rate: 100,
             allowed_ext_key_usages: Vec::new(),
             workers: 0,
+            per_node_metrics: false,
         }
     }
 }

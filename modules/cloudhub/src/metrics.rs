@@ -124,11 +124,15 @@ struct ReasonLabels {
 /// one series per node and counter costs nothing between scrapes, where a metric family
 /// would hold a label set and a shared counter per node and counter.
 #[derive(Debug, Default)]
-pub(crate) struct NodeTable(Mutex<HashMap<Arc<str>, Arc<NodeCounters>>>);
+pub(crate) struct NodeTable {
+    nodes: Mutex<HashMap<Arc<str>, Arc<NodeCounters>>>,
+    /// What forgotten nodes had counted, so the hub-wide sums never go down.
+    retired: Mutex<NodeStats>,
+}
 
 impl NodeTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<NodeCounters>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The node's counters, created on first use.
@@ -149,9 +153,33 @@ impl NodeTable {
             .collect()
     }
 
-    /// Forgets a node's counters (a deleted node: the table holds one entry per node seen).
+    /// Forgets a node's counters (a deleted node: the table holds one entry per node seen);
+    /// the hub-wide sums keep what it counted.
     pub(crate) fn forget(&self, node: &str) {
-        self.lock().remove(node);
+        let Some(gone) = self.lock().remove(node) else {
+            return;
+        };
+        let gone = gone.snapshot();
+        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        retired.sent += gone.sent;
+        retired.acked += gone.acked;
+        retired.retried += gone.retried;
+        retired.received += gone.received;
+    }
+
+    /// The counters of every node, forgotten ones included, summed; backlogs are those of the
+    /// nodes known now (the peak is the highest of them).
+    fn sums(&self, nodes: &[(String, NodeStats)]) -> NodeStats {
+        let mut sum = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, n) in nodes {
+            sum.sent += n.sent;
+            sum.acked += n.acked;
+            sum.retried += n.retried;
+            sum.received += n.received;
+            sum.backlog += n.backlog;
+            sum.backlog_peak = sum.backlog_peak.max(n.backlog_peak);
+        }
+        sum
     }
 }
 
@@ -239,11 +267,15 @@ pub struct HubMetrics {
     pub(crate) revocation_writes_failed: Counter,
     /// The revocation table counts its own refusals; exposed at scrape time.
     revocations: pki::Revocations,
+    /// Whether each node's counters are exported as series of their own
+    /// (`modules.cloudHub.perNodeMetrics`).
+    per_node: bool,
 }
 
 impl HubMetrics {
-    /// Metrics of a hub whose revocation table is `revocations`.
-    pub(crate) fn new(revocations: pki::Revocations) -> Self {
+    /// Metrics of a hub whose revocation table is `revocations`; `per_node` exports each
+    /// node's counters as series of their own.
+    pub(crate) fn new(revocations: pki::Revocations, per_node: bool) -> Self {
         let drops = Family::<ReasonLabels, Counter>::default();
         let drop_counters = DropReason::ALL
             .map(|r| drops.get_or_create_owned(&ReasonLabels { reason: r.as_str() }));
@@ -267,6 +299,7 @@ impl HubMetrics {
             upstream_unroutable: Counter::default(),
             revocation_writes_failed: Counter::default(),
             revocations,
+            per_node,
         }
     }
 
@@ -318,8 +351,10 @@ impl HubMetrics {
 
     /// Adds every metric of the hub to `registry` (counters get the `_total` suffix there):
     /// `KubeEdge_CloudHub_connected_nodes`, `cloudhub_connection_tasks`,
+    /// `cloudhub_messages_{sent,acked,retried,received}_total` and
+    /// `cloudhub_backlog{,_peak}_bytes` over all nodes (with per-node metrics on, also
     /// `cloudhub_node_messages_{sent,acked,retried,received,dropped}_total` and
-    /// `cloudhub_node_backlog{,_peak}_bytes` per node, `cloudhub_messages_dropped_total` per
+    /// `cloudhub_node_backlog{,_peak}_bytes` per node), `cloudhub_messages_dropped_total` per
     /// reason, `cloudhub_records_{written,failed}_total`,
     /// `cloudhub_messages_held_elsewhere_total`, `cloudhub_token_refused_connected_total`,
     /// `cloudhub_certserver_{unauthorized,request_timeouts,too_large,rate_limited}_total`,
@@ -335,7 +370,10 @@ impl HubMetrics {
             "Connection tasks running: one per upgraded WebSocket, until its socket closes.",
             self.connection_tasks.clone(),
         );
-        registry.register_collector(Box::new(NodeMetrics(self.nodes.clone())));
+        registry.register_collector(Box::new(NodeMetrics {
+            table: self.nodes.clone(),
+            per_node: self.per_node,
+        }));
         registry.register(
             "cloudhub_messages_dropped",
             "Messages dropped by the hub, by reason (all nodes, and messages that name no node).",
@@ -389,74 +427,104 @@ impl HubMetrics {
     }
 }
 
-/// A per-node series: its name, type, help and value.
+/// Every node's counters, read at each scrape: summed over all nodes always, and per node
+/// when enabled. Per-node drops get a series only for reasons that happened: ten zero series
+/// per node would dwarf the rest.
+#[derive(Debug)]
+struct NodeMetrics {
+    table: Arc<NodeTable>,
+    per_node: bool,
+}
+
+/// One counter of [`NODE_SERIES`]: the sum's family name, the per-node family's, their type,
+/// help and value.
 type NodeSeries = (
+    &'static str,
     &'static str,
     MetricType,
     &'static str,
     fn(&NodeStats) -> u64,
 );
 
-/// Every node's counters, read at each scrape. Drops get a series only for reasons that
-/// happened: ten zero series per node would dwarf the rest.
-#[derive(Debug)]
-struct NodeMetrics(Arc<NodeTable>);
+/// The counters both the sums and the per-node families carry.
+const NODE_SERIES: [NodeSeries; 6] = [
+    (
+        "cloudhub_messages_sent",
+        "cloudhub_node_messages_sent",
+        MetricType::Counter,
+        "Messages written to the node.",
+        |s| s.sent,
+    ),
+    (
+        "cloudhub_messages_acked",
+        "cloudhub_node_messages_acked",
+        MetricType::Counter,
+        "Messages the node acknowledged.",
+        |s| s.acked,
+    ),
+    (
+        "cloudhub_messages_retried",
+        "cloudhub_node_messages_retried",
+        MetricType::Counter,
+        "Re-sends of unacknowledged messages.",
+        |s| s.retried,
+    ),
+    (
+        "cloudhub_messages_received",
+        "cloudhub_node_messages_received",
+        MetricType::Counter,
+        "Messages received from the node.",
+        |s| s.received,
+    ),
+    (
+        "cloudhub_backlog_bytes",
+        "cloudhub_node_backlog_bytes",
+        MetricType::Gauge,
+        "Bytes queued toward the node and not yet written (replies included).",
+        |s| s.backlog,
+    ),
+    (
+        "cloudhub_backlog_peak_bytes",
+        "cloudhub_node_backlog_peak_bytes",
+        MetricType::Gauge,
+        "Highest backlog of any one connection of the node.",
+        |s| s.backlog_peak,
+    ),
+];
+
+fn encode_value(
+    kind: MetricType,
+    value: u64,
+    series: prometheus_client::encoding::MetricEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    match kind {
+        MetricType::Counter => ConstCounter::new(value).encode(series),
+        _ => ConstGauge::new(value as i64).encode(series),
+    }
+}
 
 impl Collector for NodeMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        const SERIES: [NodeSeries; 6] = [
-            (
-                "cloudhub_node_messages_sent",
-                MetricType::Counter,
-                "Messages written to the node.",
-                |s| s.sent,
-            ),
-            (
-                "cloudhub_node_messages_acked",
-                MetricType::Counter,
-                "Messages the node acknowledged.",
-                |s| s.acked,
-            ),
-            (
-                "cloudhub_node_messages_retried",
-                MetricType::Counter,
-                "Re-sends of unacknowledged messages.",
-                |s| s.retried,
-            ),
-            (
-                "cloudhub_node_messages_received",
-                MetricType::Counter,
-                "Messages received from the node.",
-                |s| s.received,
-            ),
-            (
-                "cloudhub_node_backlog_bytes",
-                MetricType::Gauge,
-                "Bytes queued toward the node and not yet written (replies included).",
-                |s| s.backlog,
-            ),
-            (
-                "cloudhub_node_backlog_peak_bytes",
-                MetricType::Gauge,
-                "Highest backlog of any one connection of the node.",
-                |s| s.backlog_peak,
-            ),
-        ];
         let nodes: Vec<(String, NodeStats)> = self
-            .0
+            .table
             .all()
             .into_iter()
             .map(|(node, c)| (node, c.snapshot()))
             .collect();
-        for (name, kind, help, value) in SERIES {
+        let sums = self.table.sums(&nodes);
+        for (name, _, kind, help, value) in NODE_SERIES {
+            let help = help.replace("the node", "edge nodes");
+            let family = encoder.encode_descriptor(name, &help, None, kind)?;
+            encode_value(kind, value(&sums), family)?;
+        }
+        if !self.per_node {
+            return Ok(());
+        }
+        for (_, name, kind, help, value) in NODE_SERIES {
             let mut family = encoder.encode_descriptor(name, help, None, kind)?;
             for (node, stats) in &nodes {
                 let labels = [("node", node.as_str())];
-                let series = family.encode_family(&labels)?;
-                match kind {
-                    MetricType::Counter => ConstCounter::new(value(stats)).encode(series)?,
-                    _ => ConstGauge::new(value(stats) as i64).encode(series)?,
-                }
+                encode_value(kind, value(stats), family.encode_family(&labels)?)?;
             }
         }
         let mut family = encoder.encode_descriptor(
@@ -595,7 +663,7 @@ mod tests {
     fn every_metric_is_exposed_under_its_name_and_reads_back_in_the_snapshots() {
         let revocations = pki::Revocations::new();
         revocations.revoke("gone", 1);
-        let m = HubMetrics::new(revocations);
+        let m = HubMetrics::new(revocations, true);
         let node = m.nodes.get_or_create(&Arc::from("edge-1"));
         NodeCounters::add(&node.sent, 3);
         NodeCounters::add(&node.acked, 2);
@@ -616,6 +684,9 @@ mod tests {
             "cloudhub_node_backlog_bytes{node=\"edge-1\"} 100",
             "cloudhub_node_backlog_peak_bytes{node=\"edge-1\"} 0",
             "cloudhub_node_messages_dropped_total{node=\"edge-1\",reason=\"stale\"} 4",
+            "cloudhub_messages_sent_total 3",
+            "cloudhub_messages_acked_total 2",
+            "cloudhub_backlog_bytes 100",
             "cloudhub_messages_dropped_total{reason=\"stale\"} 4",
             "cloudhub_messages_dropped_total{reason=\"malformed\"} 1",
             "cloudhub_messages_dropped_total{reason=\"unroutable\"} 0",
@@ -652,14 +723,45 @@ mod tests {
     }
 
     #[test]
-    fn a_forgotten_node_leaves_the_exposition() {
-        let m = HubMetrics::new(pki::Revocations::new());
+    fn a_forgotten_node_leaves_the_exposition_but_not_the_sums() {
+        let m = HubMetrics::new(pki::Revocations::new(), true);
         let node = m.nodes.get_or_create(&Arc::from("edge-1"));
+        NodeCounters::add(&node.sent, 5);
         m.count_drop(Some(&node), DropReason::Offline, 1);
         assert!(exposed(&m).contains("node=\"edge-1\""));
         m.nodes.forget("edge-1");
         let text = exposed(&m);
         assert!(!text.contains("edge-1"), "{text}");
         assert!(text.contains("cloudhub_messages_dropped_total{reason=\"offline\"} 1"));
+        assert!(
+            text.lines().any(|l| l == "cloudhub_messages_sent_total 5"),
+            "a counter never goes down when a node is forgotten:\n{text}"
+        );
+    }
+
+    #[test]
+    fn without_per_node_metrics_no_series_names_a_node_and_the_sums_stay() {
+        let m = HubMetrics::new(pki::Revocations::new(), false);
+        for (name, sent, backlog_peak) in [("edge-1", 3, 10), ("edge-2", 4, 30)] {
+            let node = m.nodes.get_or_create(&Arc::from(name));
+            NodeCounters::add(&node.sent, sent);
+            NodeCounters::add(&node.received, 1);
+            node.backlog_peak.fetch_max(backlog_peak, Ordering::Relaxed);
+            m.count_drop(Some(&node), DropReason::Stale, 1);
+        }
+        let text = exposed(&m);
+        assert!(!text.contains("node="), "{text}");
+        assert!(!text.contains("cloudhub_node_"), "{text}");
+        for line in [
+            "cloudhub_messages_sent_total 7",
+            "cloudhub_messages_received_total 2",
+            "cloudhub_backlog_peak_bytes 30",
+            "cloudhub_messages_dropped_total{reason=\"stale\"} 2",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line:?} missing from\n{text}"
+            );
+        }
     }
 }

@@ -130,7 +130,10 @@ impl CloudHub {
         let token_refresh = options
             .token_refresh
             .unwrap_or_else(|| config.token_refresh());
-        let metrics = Arc::new(HubMetrics::new(revocations.clone()));
+        let metrics = Arc::new(HubMetrics::new(
+            revocations.clone(),
+            config.per_node_metrics,
+        ));
         let hub = Hub {
             endpoint,
             registry: Registry::new(metrics.clone()),

@@ -196,6 +196,8 @@ impl CloudSpec {
                     "https": {"address": "127.0.0.1", "port": p.https},
                     "unixsocket": {"enable": false},
                     "authorization": {"enable": self.impersonate, "debug": !self.impersonate},
+                    // The scenarios follow their nodes' counters (`Metrics::node_counter`).
+                    "perNodeMetrics": true,
                 },
                 "dynamicController": {"enable": self.dynamic_controller},
                 "taskManager": {"enable": self.task_manager},
@@ -452,6 +454,7 @@ mod tests {
         assert_eq!(hub["keepaliveInterval"], 7, "extra wins");
         assert_eq!(hub["websocket"]["port"], 1, "extra merges, keeps the rest");
         assert_eq!(v["featureGates"]["requireAuthorization"], true);
+        assert_eq!(hub["perNodeMetrics"], true);
         assert_eq!(v["modules"]["dynamicController"]["enable"], false);
         assert_eq!(v["modules"]["taskManager"]["enable"], true);
         assert_eq!(hub["tlsCAFile"], "/c/ca/rootCA.crt");

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::config::{CloudCoreConfig, ConfigError, KubeApiConfig};
 use crate::leader::LeaderElector;
 use crate::metrics;
-use crate::ops::{Metrics, Ops, Phase};
+use crate::ops::{Access, Metrics, Ops, Phase};
 
 /// How long start-up waits for the first list of Nodes (which replica holds which node).
 const OWNERSHIP_LIST_WAIT: Duration = Duration::from_secs(30);
@@ -584,13 +584,20 @@ pub async fn run(
         modules = config.enabled_modules().join(","),
         "starting cloudcore"
     );
-    let ops = Ops::default();
+    let client_required = config.needs_kubernetes() || config.leader_election.leader_elect;
+    let authorization = &config.common_config.monitor_server.authorization;
+    let ops = Ops {
+        access: Access::from_settings(authorization, client_required),
+        ..Ops::default()
+    };
     metrics::build_info(&ops.metrics);
     let Ops {
         readiness,
         metrics,
         diagnostics,
         health,
+        access,
+        debug: _,
     } = ops.clone();
     let (ops_addr, ops) =
         crate::ops::serve(&config.common_config.monitor_server.bind_address, ops)?;
@@ -628,6 +635,29 @@ pub async fn run(
             }
         }
     };
+    match &kube {
+        Some(client) => access.set_client(client.clone()),
+        None if !access.allows_everyone() => {
+            return Err(StartError::Composition(
+                "commonConfig.monitorServer.authorization.mode Webhook needs a Kubernetes client"
+                    .to_owned(),
+            ));
+        }
+        None => {}
+    }
+    if access.allows_everyone()
+        && !config
+            .common_config
+            .monitor_server
+            .bind_address
+            .parse::<SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback())
+    {
+        warn!(
+            bind = %config.common_config.monitor_server.bind_address,
+            "the monitor server lets anyone who reaches it read /metrics (authorization AlwaysAllow)"
+        );
+    }
     if kube.is_some() && kube_ca_pem.is_empty() {
         warn!("the kubeconfig names no CA: edges asking for k8s/ca.crt get an empty answer");
     }

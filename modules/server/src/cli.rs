@@ -83,11 +83,32 @@ struct DiagnoseArgs {
     /// Print the JSON report instead.
     #[arg(long)]
     json: bool,
+    /// A file holding the bearer token the monitor server reviews (its
+    /// `authorization.mode` Webhook). Default: the pod's ServiceAccount token when there is
+    /// one (`kubectl exec deploy/cloudcore -- cloudcore diagnose NODE`).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
 }
 
+/// Where a pod's ServiceAccount token is mounted.
+const POD_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
 fn diagnose(args: DiagnoseArgs) -> ExitCode {
-    let fetched =
-        actix_rt::System::new().block_on(crate::diagnose::fetch_report(&args.monitor, &args.node));
+    let token = match &args.token_file {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(token) => Some(token),
+            Err(e) => {
+                eprintln!("diagnose: token file {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => std::fs::read_to_string(POD_TOKEN).ok(),
+    };
+    let fetched = actix_rt::System::new().block_on(crate::diagnose::fetch_report(
+        &args.monitor,
+        &args.node,
+        token.as_deref(),
+    ));
     match fetched {
         Ok(report) => {
             if args.json {

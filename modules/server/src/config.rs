@@ -77,14 +77,18 @@ impl Default for KubeApiConfig {
     }
 }
 
-/// `commonConfig.monitorServer`: where `/metrics`, `/healthz` and `/readyz` are served.
+/// `commonConfig.monitorServer`: where `/healthz`, `/readyz`, `/metrics` and `/debug` are
+/// served, and who may read the last two.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct MonitorServer {
-    /// `host:port` (default `127.0.0.1:9091`).
+    /// `host:port` (default `127.0.0.1:9091`). `/debug` answers only callers on loopback,
+    /// whatever the address.
     pub bind_address: String,
     /// Accepted for compatibility; no profiler is served.
     pub enable_profiling: bool,
+    /// Rust addition: who may read `/metrics` and `/debug`.
+    pub authorization: MonitorAuthorization,
 }
 
 impl Default for MonitorServer {
@@ -92,8 +96,45 @@ impl Default for MonitorServer {
         MonitorServer {
             bind_address: "127.0.0.1:9091".into(),
             enable_profiling: false,
+            authorization: MonitorAuthorization::default(),
         }
     }
+}
+
+/// `commonConfig.monitorServer.authorization` (a Rust addition): how callers of `/metrics`
+/// and `/debug` are authorized.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct MonitorAuthorization {
+    /// `Webhook` or `AlwaysAllow`. Unset: `Webhook` when cloudcore has a Kubernetes client,
+    /// else `AlwaysAllow` (there is no API server to ask; keep the bind address on loopback).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<MonitorAuthorizationMode>,
+    /// How long an allowed answer is reused, in seconds (default 300).
+    #[serde(rename = "cacheAuthorizedTTLSeconds")]
+    pub cache_authorized_ttl_seconds: u64,
+    /// How long a denied answer is reused, in seconds (default 30).
+    #[serde(rename = "cacheUnauthorizedTTLSeconds")]
+    pub cache_unauthorized_ttl_seconds: u64,
+}
+
+impl Default for MonitorAuthorization {
+    fn default() -> Self {
+        MonitorAuthorization {
+            mode: None,
+            cache_authorized_ttl_seconds: 300,
+            cache_unauthorized_ttl_seconds: 30,
+        }
+    }
+}
+
+/// The authorization modes of [`MonitorAuthorization`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MonitorAuthorizationMode {
+    /// TokenReview, then SubjectAccessReview on the path.
+    Webhook,
+    /// Anyone who reaches the port may read everything (what KubeEdge's monitor server does).
+    AlwaysAllow,
 }
 
 /// `commonConfig`.

@@ -479,8 +479,13 @@ pub enum FetchError {
     InvalidNode(String),
 }
 
-/// Asks the monitor server at `monitor` (`host:port`) about `node`.
-pub async fn fetch_report(monitor: &str, node: &str) -> Result<Report, FetchError> {
+/// Asks the monitor server at `monitor` (`host:port`) about `node`, with `token` as the
+/// bearer token when the server authorizes callers.
+pub async fn fetch_report(
+    monitor: &str,
+    node: &str,
+    token: Option<&str>,
+) -> Result<Report, FetchError> {
     if !kubeedge_api::validation::is_dns1123_subdomain(node) {
         return Err(FetchError::InvalidNode(node.to_owned()));
     }
@@ -490,8 +495,11 @@ pub async fn fetch_report(monitor: &str, node: &str) -> Result<Report, FetchErro
     };
     let exchange = async {
         let mut conn = tokio::net::TcpStream::connect(monitor).await.map_err(io)?;
+        let authorization = token
+            .map(|t| format!("Authorization: Bearer {}\r\n", t.trim()))
+            .unwrap_or_default();
         let request = format!(
-            "GET /debug/nodes/{node} HTTP/1.1\r\nHost: {monitor}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+            "GET /debug/nodes/{node} HTTP/1.1\r\nHost: {monitor}\r\nAccept: application/json\r\n{authorization}Connection: close\r\n\r\n"
         );
         conn.write_all(request.as_bytes()).await.map_err(io)?;
         let mut raw = Vec::new();

@@ -183,7 +183,12 @@ impl CloudSpec {
             "apiVersion": "cloudcore.config.kubeedge.io/v1alpha2",
             "kind": "CloudCore",
             "kubeAPIConfig": {"kubeConfig": self.kubeconfig.display().to_string()},
-            "commonConfig": {"monitorServer": {"bindAddress": format!("127.0.0.1:{}", p.monitor)}},
+            // On loopback and read without credentials by the scenarios and load tools (the
+            // default with a cluster is Webhook: a bearer token reviewed by the API server).
+            "commonConfig": {"monitorServer": {
+                "bindAddress": format!("127.0.0.1:{}", p.monitor),
+                "authorization": {"mode": "AlwaysAllow"},
+            }},
             "modules": {
                 "cloudHub": {
                     "advertiseAddress": ["127.0.0.1"],
@@ -455,6 +460,10 @@ mod tests {
         assert_eq!(hub["websocket"]["port"], 1, "extra merges, keeps the rest");
         assert_eq!(v["featureGates"]["requireAuthorization"], true);
         assert_eq!(hub["perNodeMetrics"], true);
+        assert_eq!(
+            v["commonConfig"]["monitorServer"]["authorization"]["mode"],
+            "AlwaysAllow"
+        );
         assert_eq!(v["modules"]["dynamicController"]["enable"], false);
         assert_eq!(v["modules"]["taskManager"]["enable"], true);
         assert_eq!(hub["tlsCAFile"], "/c/ca/rootCA.crt");

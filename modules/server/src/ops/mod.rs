@@ -1,19 +1,27 @@
 //! The operations server (`commonConfig.monitorServer`): `/healthz` and `/livez` (liveness:
 //! [`health`]), `/readyz`, Prometheus `/metrics` and `/debug/nodes/{name}` (why `kubectl
 //! logs/exec` would fail for a node).
+//!
+//! The health endpoints are open (the kubelet probes them). `/metrics` and `/debug` are for
+//! callers [`auth`] allows; `/debug` also only for callers on loopback (`cloudcore diagnose`
+//! in the pod) and at the pace [`limit`] sets.
 
+pub mod auth;
 pub mod health;
+pub mod limit;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 
 use crate::diagnose::{Diagnostics, diagnose};
+pub use auth::{Access, Verdict};
 pub use health::{Health, HealthOptions};
+pub use limit::DebugGate;
 
 /// Where the process is in its life, as `/readyz` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,8 +82,9 @@ impl Metrics {
     }
 }
 
-/// What the operations server answers from. Cheap to clone; clones share their state.
-#[derive(Debug, Clone, Default)]
+/// What the operations server answers from. Cheap to clone; clones share their state. The
+/// default lets every caller read `/metrics` and `/debug` (keep it on loopback).
+#[derive(Debug, Clone)]
 pub struct Ops {
     /// Where the process is in its life (`/readyz`).
     pub readiness: Readiness,
@@ -85,6 +94,44 @@ pub struct Ops {
     pub diagnostics: Diagnostics,
     /// Whether the bus still runs its modules (`/healthz`, `/livez`, and part of `/readyz`).
     pub health: Health,
+    /// Who may read `/metrics` and `/debug`.
+    pub access: Access,
+    /// How often `/debug/nodes/{name}` may run.
+    pub debug: DebugGate,
+}
+
+impl Default for Ops {
+    fn default() -> Self {
+        Ops {
+            readiness: Readiness::default(),
+            metrics: Metrics::default(),
+            diagnostics: Diagnostics::default(),
+            health: Health::default(),
+            access: Access::always_allow(),
+            debug: DebugGate::default(),
+        }
+    }
+}
+
+/// The answer to a request [`Access`] did not allow.
+fn refusal(verdict: Verdict) -> Option<HttpResponse> {
+    Some(match verdict {
+        Verdict::Allow => return None,
+        Verdict::Unauthenticated(why) => HttpResponse::Unauthorized()
+            .insert_header(("WWW-Authenticate", "Bearer realm=\"cloudcore\""))
+            .body(format!("Unauthorized: {why}")),
+        Verdict::Forbidden(why) => HttpResponse::Forbidden().body(format!("Forbidden: {why}")),
+        Verdict::Busy => HttpResponse::TooManyRequests().body("too many reviews in flight"),
+        Verdict::Unavailable(why) => HttpResponse::ServiceUnavailable().body(why),
+    })
+}
+
+/// The request's `Authorization` header, if it is text.
+fn bearer(req: &HttpRequest) -> Option<String> {
+    req.headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 /// Query `?verbose` (any value): list every check, also when all pass.
@@ -113,24 +160,46 @@ pub fn serve(bind: &str, ops: Ops) -> std::io::Result<(SocketAddr, actix_web::de
             metrics,
             diagnostics,
             health,
+            access,
+            debug,
         } = ops.clone();
         let live = health.clone();
+        let metrics_access = access.clone();
         App::new()
             .route(
                 "/debug/nodes/{name}",
-                web::get().to(move |name: web::Path<String>| {
+                web::get().to(move |req: HttpRequest, name: web::Path<String>| {
                     let sources = diagnostics.sources();
+                    let (access, debug) = (access.clone(), debug.clone());
                     async move {
+                        // Diagnoses read what an attacker would like to know (which nodes are
+                        // away) and fork iptables: never for callers off this host.
+                        let loopback = req
+                            .peer_addr()
+                            .is_some_and(|a| a.ip().to_canonical().is_loopback());
+                        if !loopback {
+                            return HttpResponse::Forbidden()
+                                .body("Forbidden: /debug answers callers on loopback only");
+                        }
+                        let verdict = access.decide(req.path(), bearer(&req).as_deref()).await;
+                        if let Some(refused) = refusal(verdict) {
+                            return refused;
+                        }
                         // The name reaches an API path: only a node name is looked up.
                         if !kubeedge_api::validation::is_dns1123_subdomain(&name) {
                             return HttpResponse::BadRequest()
                                 .body(format!("{:?} is not a node name", name.as_str()));
                         }
-                        match sources {
-                            Some(s) => HttpResponse::Ok().json(diagnose(&s, &name).await),
-                            None => HttpResponse::ServiceUnavailable()
-                                .body("modules not running (standby or starting)"),
-                        }
+                        let Some(s) = sources else {
+                            return HttpResponse::ServiceUnavailable()
+                                .body("modules not running (standby or starting)");
+                        };
+                        let Some(_running) = debug.admit() else {
+                            return HttpResponse::TooManyRequests()
+                                .insert_header(("Retry-After", "1"))
+                                .body("too many diagnoses at once or lately; try again");
+                        };
+                        HttpResponse::Ok().json(diagnose(&s, &name).await)
                     }
                 }),
             )
@@ -174,10 +243,14 @@ pub fn serve(bind: &str, ops: Ops) -> std::io::Result<(SocketAddr, actix_web::de
             )
             .route(
                 "/metrics",
-                web::get().to(move || {
-                    let text = metrics.render();
+                web::get().to(move |req: HttpRequest| {
+                    let (access, metrics) = (metrics_access.clone(), metrics.clone());
                     async move {
-                        match text {
+                        let verdict = access.decide(req.path(), bearer(&req).as_deref()).await;
+                        if let Some(refused) = refusal(verdict) {
+                            return refused;
+                        }
+                        match metrics.render() {
                             Ok(text) => HttpResponse::Ok()
                                 .content_type(
                                     "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -18,7 +18,7 @@ use kubeedge_api::reliablesyncs::ObjectSync;
 use crate::support::binary;
 
 /// A running cloudcore process and where it listens; killed on drop.
-struct Cloudcore {
+pub(crate) struct Cloudcore {
     child: Child,
     dir: tempdir::TempDir,
     ports: Ports,
@@ -69,6 +69,9 @@ fn config(
     let mut c = cloudcore_server::config::CloudCoreConfig::default();
     c.kube_api_config.kube_config = env.kubeconfig().display().to_string();
     c.common_config.monitor_server.bind_address = format!("127.0.0.1:{}", ports.monitor);
+    // Read without credentials here; the monitor topic tests the Webhook default.
+    c.common_config.monitor_server.authorization.mode =
+        Some(cloudcore_server::config::MonitorAuthorizationMode::AlwaysAllow);
     c.replicas.address = crate::support::replica_address();
     let hub = &mut c.modules.cloud_hub;
     hub.advertise_address = vec!["127.0.0.1".into()];
@@ -104,7 +107,9 @@ impl Cloudcore {
     /// Starts the binary with the test configuration changed by `adjust`. Free ports are
     /// picked by binding port 0 and releasing it, so another process can take one before
     /// cloudcore binds it: a start that fails on a taken port is retried with new ports.
-    async fn start_with(adjust: impl Fn(&mut cloudcore_server::config::CloudCoreConfig)) -> Self {
+    pub(crate) async fn start_with(
+        adjust: impl Fn(&mut cloudcore_server::config::CloudCoreConfig),
+    ) -> Self {
         k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
         for _attempt in 0..3 {
             let dir = tempdir::TempDir::new("cloudcore-bin");
@@ -162,11 +167,19 @@ impl Cloudcore {
     }
 
     fn get(&self, path: &str) -> Option<(u16, String)> {
+        self.get_as(path, None)
+    }
+
+    /// `GET path` on the monitor server with `token` as the bearer token.
+    pub(crate) fn get_as(&self, path: &str, token: Option<&str>) -> Option<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.ports.monitor)).ok()?;
         use std::io::Write;
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
         )
         .ok()?;
         let mut out = String::new();

@@ -63,7 +63,7 @@ impl Cloud {
         actix_rt::spawn(server);
         let monitor = addr.to_string();
         // Before the modules run there is nothing to diagnose.
-        match fetch_report(&monitor, "anything").await {
+        match fetch_report(&monitor, "anything", None).await {
             Err(cloudcore_server::diagnose::FetchError::Status { status: 503, .. }) => {}
             other => panic!("before start: {other:?}"),
         }
@@ -95,7 +95,7 @@ impl Cloud {
     }
 
     async fn report(&self, node: &str) -> Report {
-        fetch_report(&self.monitor, node)
+        fetch_report(&self.monitor, node, None)
             .await
             .unwrap_or_else(|e| panic!("report for {node}: {e}"))
     }
@@ -385,5 +385,31 @@ async fn a_missing_dnat_rule_in_internal_mode_should_be_named() {
 
     drop(agent);
     hub.stop();
+    cloud.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_flood_of_diagnoses_is_refused_429_beyond_the_burst() {
+    test_tiers::require!(ApiServer);
+    let cloud = Cloud::start("flood").await;
+    // Each diagnosis reads the Node and may fork iptables: five may start back to back, then
+    // one a second.
+    let mut answers = Vec::new();
+    for _ in 0..10 {
+        answers.push(match fetch_report(&cloud.monitor, "flooded", None).await {
+            Ok(_) => 200,
+            Err(cloudcore_server::diagnose::FetchError::Status { status, .. }) => status,
+            Err(e) => panic!("{e}"),
+        });
+    }
+    let passed = answers.iter().filter(|s| **s == 200).count();
+    assert!(answers[..5].iter().all(|s| *s == 200), "{answers:?}");
+    assert!((5..=7).contains(&passed), "{answers:?}");
+    assert!(
+        answers.iter().all(|s| *s == 200 || *s == 429),
+        "{answers:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert!(fetch_report(&cloud.monitor, "flooded", None).await.is_ok());
     cloud.stop().await;
 }

@@ -21,6 +21,7 @@ mod hostile_edge_impersonated;
 mod iptables_external;
 mod leader;
 mod manifests;
+mod monitor;
 mod node_jobs;
 mod operator;
 mod replicas;

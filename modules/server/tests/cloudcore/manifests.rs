@@ -14,7 +14,9 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Service};
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, PostParams};
 use serde::de::DeserializeOwned;
 
@@ -352,6 +354,86 @@ fn the_configmap_loads_strictly_and_agrees_with_the_deployment() {
     assert!(caps.contains(&"NET_ADMIN".to_owned()), "{caps:?}");
 }
 
+#[test]
+fn the_monitor_port_is_guarded_by_rbac_and_a_network_policy() {
+    // The roles name exactly the paths the monitor server protects, and the pod's own
+    // ServiceAccount may diagnose (cloudcore diagnose in the pod sends its token).
+    let reader: ClusterRole = object("ClusterRole", "cloudcore-metrics-reader");
+    let debug: ClusterRole = object("ClusterRole", "cloudcore-debug");
+    for (role, path) in [(&reader, "/metrics"), (&debug, "/debug/nodes/*")] {
+        let rules = role.rules.clone().unwrap_or_default();
+        assert_eq!(rules.len(), 1, "{path}");
+        assert_eq!(rules[0].non_resource_urls, Some(vec![path.to_owned()]));
+        assert_eq!(rules[0].verbs, ["get"]);
+    }
+    let binding: ClusterRoleBinding = object("ClusterRoleBinding", "cloudcore-debug");
+    assert_eq!(binding.role_ref.name, "cloudcore-debug");
+    let subjects = binding.subjects.unwrap_or_default();
+    assert!(
+        subjects.iter().any(|s| s.kind == "ServiceAccount"
+            && s.name == "cloudcore"
+            && s.namespace.as_deref() == KUBEEDGE),
+        "{subjects:?}"
+    );
+
+    // The NetworkPolicy selects the pods, leaves every port the Service publishes open to all,
+    // and lets only a namespace it names reach the monitor port.
+    let deploy: Deployment = object("Deployment", "cloudcore");
+    let pod_labels = deploy.spec.template.metadata.unwrap().labels.unwrap();
+    let policy: NetworkPolicy = object("NetworkPolicy", "cloudcore-monitor");
+    let spec = policy.spec.unwrap();
+    for (k, v) in spec.pod_selector.unwrap().match_labels.unwrap() {
+        assert_eq!(pod_labels.get(&k), Some(&v));
+    }
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_owned()]));
+    let rules = spec.ingress.unwrap_or_default();
+    let port_of = |p: &k8s_openapi::api::networking::v1::NetworkPolicyPort| match &p.port {
+        Some(IntOrString::Int(n)) => *n,
+        other => panic!("numeric port expected, got {other:?}"),
+    };
+    let open: BTreeSet<i32> = rules
+        .iter()
+        .filter(|r| r.from.is_none())
+        .flat_map(|r| r.ports.iter().flatten().map(port_of))
+        .collect();
+    let svc: Service = object("Service", "cloudcore");
+    let published: BTreeSet<i32> = svc
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(open, published, "the edge-facing ports stay open to all");
+    let cm: ConfigMap = object("ConfigMap", "cloudcore");
+    let config = CloudCoreConfig::from_yaml(&cm.data.unwrap()["cloudcore.yaml"]).unwrap();
+    let monitor: std::net::SocketAddr = config
+        .common_config
+        .monitor_server
+        .bind_address
+        .parse()
+        .unwrap();
+    assert!(!open.contains(&i32::from(monitor.port())));
+    let guarded: Vec<_> = rules
+        .iter()
+        .filter(|r| {
+            r.ports
+                .iter()
+                .flatten()
+                .any(|p| port_of(p) == i32::from(monitor.port()))
+        })
+        .collect();
+    assert_eq!(guarded.len(), 1);
+    let from = guarded[0].from.clone().unwrap_or_default();
+    assert!(
+        !from.is_empty() && from.iter().all(|f| f.namespace_selector.is_some()),
+        "{from:?}"
+    );
+    // With a cluster the monitor server reviews tokens (no mode set: Webhook).
+    assert_eq!(config.common_config.monitor_server.authorization.mode, None);
+}
+
 /// One RBAC rule the code needs: where (`None` = the ClusterRole, else the Role in that
 /// namespace), what, and the places in the code that make the calls (`"file: text it
 /// contains"`, files under `modules/` unless they start with `src/`). Derived by reading every
@@ -541,7 +623,16 @@ const NEEDS: &[Need] = &[
             "cloudstream/src/stream/authz.rs: AccessReviewer::new(",
             "dynamiccontroller/src/shared.rs: AccessReviewer::new(",
             "api/src/access.rs: api: Api<SubjectAccessReview>",
+            "server/src/ops/auth.rs: Api::<SubjectAccessReview>::all(",
         ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "authentication.k8s.io",
+        resources: &["tokenreviews"],
+        names: &[],
+        verbs: &["create"],
+        used_at: &["server/src/ops/auth.rs: Api::<TokenReview>::all("],
     },
     Need {
         namespace: CLUSTER,

@@ -636,7 +636,11 @@ pub async fn run(
         }
     };
     match &kube {
-        Some(client) => access.set_client(client.clone()),
+        Some(client) if !access.allows_everyone() => {
+            crate::permissions::check(client, &crate::permissions::monitor()).await?;
+            access.set_client(client.clone());
+        }
+        Some(_) => {}
         None if !access.allows_everyone() => {
             return Err(StartError::Composition(
                 "commonConfig.monitorServer.authorization.mode Webhook needs a Kubernetes client"

@@ -264,6 +264,22 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
     seen
 }
 
+/// What the monitor server needs when it reviews its callers (`authorization.mode`
+/// `Webhook`, the default with a cluster): a TokenReview per new token and a
+/// SubjectAccessReview per new user and path. Checked by [`crate::app::run`], which runs the
+/// monitor server, beside [`required`].
+pub fn monitor() -> Vec<Permission> {
+    each(&["create"], "authentication.k8s.io", "tokenreviews", "", "")
+        .chain(each(
+            &["create"],
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "",
+            "",
+        ))
+        .collect()
+}
+
 /// Why the permission check failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PermissionError {

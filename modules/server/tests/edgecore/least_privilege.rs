@@ -508,6 +508,12 @@ enum Outcome {
     Started,
 }
 
+/// The monitor server's setting as the manifests deploy it: callers' tokens are reviewed
+/// (`/metrics` then needs one), so cloudcore checks its review permissions at start.
+fn monitor_webhook() -> serde_json::Value {
+    json!({"commonConfig": {"monitorServer": {"authorization": {"mode": "Webhook"}}}})
+}
+
 async fn run_without(rule: &Rule, all: &[Rule], kubeconfig: &Path, dir: &Path) -> Result<Outcome> {
     apply_yaml(&rbac_without(rule)?).await?;
     let sa = client_of(kubeconfig).await?;
@@ -523,6 +529,8 @@ async fn run_without(rule: &Rule, all: &[Rule], kubeconfig: &Path, dir: &Path) -
     }
     let mut spec = CloudSpec::for_testenv(dir)?;
     spec.kubeconfig = kubeconfig.to_path_buf();
+    // As the manifests deploy it: the monitor server reviews tokens.
+    spec.extra = monitor_webhook();
     match Cloudcore::start(&spec).await {
         Ok(mut core) => {
             core.stop().await;
@@ -576,8 +584,12 @@ async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_
     let kubeconfig = service_account_kubeconfig(&dir.join("sa")).await?;
     let rules = rbac_rules()?;
     ensure!(rules.len() > 20, "only {} rules in rbac.yaml", rules.len());
-    let config = CloudCoreConfig::from_yaml(&CloudSpec::for_testenv(&dir.join("c"))?.render()?)?;
-    let checked = cloudcore_server::permissions::required(&config);
+    let mut spec = CloudSpec::for_testenv(&dir.join("c"))?;
+    spec.extra = monitor_webhook();
+    let config = CloudCoreConfig::from_yaml(&spec.render()?)?;
+    let mut checked = cloudcore_server::permissions::required(&config);
+    // The monitor server reviews its callers, as the manifests deploy it.
+    checked.extend(cloudcore_server::permissions::monitor());
 
     let mut table = Vec::new();
     let mut failures = Vec::new();

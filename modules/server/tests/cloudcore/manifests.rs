@@ -1321,3 +1321,30 @@ async fn the_api_server_accepts_the_manifests_and_grants_exactly_what_is_needed(
         );
     }
 }
+
+/// Replicas are active-active, so upgrades roll with a new pod serving before an old one stops,
+/// and a node drain evicts one cloudcore pod at a time without a single replica blocking it.
+#[test]
+fn upgrades_roll_and_drains_take_one_pod_at_a_time() {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let deploy: Deployment = object("Deployment", "cloudcore");
+    let strategy = deploy.spec.strategy.expect("a strategy");
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let rolling = strategy.rolling_update.expect("rollingUpdate");
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)));
+
+    let pdb: PodDisruptionBudget = object("PodDisruptionBudget", "cloudcore");
+    let spec = pdb.spec.expect("spec");
+    assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(
+        spec.min_available, None,
+        "minAvailable would block draining one replica"
+    );
+    let pod_labels = deploy.spec.template.metadata.unwrap().labels.unwrap();
+    let selector = spec.selector.unwrap().match_labels.unwrap();
+    assert!(
+        selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "the budget selects the cloudcore pods"
+    );
+}

@@ -7,6 +7,7 @@
 //! | [`Tier::ApiServer`] | a real kube-apiserver + etcd (`scripts/k8s-testenv`: Go, or binaries it built before) | skipped, reason printed |
 //! | [`Tier::Root`] | root, `ip`, `iptables`, `setpriv` (network namespaces) | skipped, reason printed |
 //! | [`Tier::Edgecore`] | a KubeEdge edgecore binary, `xz` and `sqlite3` (most of these tests name the API server tier too) | skipped, reason printed |
+//! | [`Tier::Helm`] | `helm` (`scripts/helm build`: Go, or a helm of your own in `HELM_BIN` or on `PATH`) | skipped, reason printed |
 //!
 //! A test names its tiers first thing; without them it returns at once (it counts as passed),
 //! and the first skip of each tier in a test binary prints one line saying why on stderr,
@@ -46,10 +47,18 @@ pub enum Tier {
     /// An unmodified KubeEdge edgecore (see [`edgecore_source`]), `xz` to unpack it and
     /// `sqlite3` to read its store.
     Edgecore,
+    /// Helm, for the chart's tests ([`helm`] says which one).
+    Helm,
+}
+
+/// The helm the chart's tests run (`scripts/helm path`: `HELM_BIN`, else the one `scripts/helm
+/// build` cached, else `helm` on `PATH`), or why there is none.
+pub fn helm() -> Result<std::path::PathBuf, String> {
+    probe::helm()
 }
 
 /// Every tier, in the order `scripts/test` reports them.
-pub const ALL: [Tier; 3] = [Tier::ApiServer, Tier::Root, Tier::Edgecore];
+pub const ALL: [Tier; 4] = [Tier::ApiServer, Tier::Root, Tier::Edgecore, Tier::Helm];
 
 impl Tier {
     /// The name `CLOUDCORE_TEST_TIERS` and the skip notices use.
@@ -58,6 +67,7 @@ impl Tier {
             Tier::ApiServer => "apiserver",
             Tier::Root => "root",
             Tier::Edgecore => "edgecore",
+            Tier::Helm => "helm",
         }
     }
 
@@ -67,18 +77,19 @@ impl Tier {
             Tier::ApiServer => "a real Kubernetes API server",
             Tier::Root => "root and network namespaces",
             Tier::Edgecore => "a real KubeEdge edgecore",
+            Tier::Helm => "helm",
         }
     }
 
     /// Why this machine cannot run the tier (checked once per process), or `None` when it can.
     pub fn missing(self) -> Option<&'static str> {
-        static FOUND: [OnceLock<Option<String>>; 3] =
-            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        static FOUND: [OnceLock<Option<String>>; 4] = [const { OnceLock::new() }; 4];
         let slot = &FOUND[self as usize];
         slot.get_or_init(|| match self {
             Tier::ApiServer => probe::api_server(),
             Tier::Root => probe::root(),
             Tier::Edgecore => probe::edgecore(),
+            Tier::Helm => probe::helm().err(),
         })
         .as_deref()
     }
@@ -166,7 +177,7 @@ pub fn skip(tier: Tier) -> Option<Skipped> {
 
 /// The notice `scripts/test` collects: one line, on stderr past the test harness's capture.
 fn notice_once(tier: Tier, why: &str) {
-    static SAID: [OnceLock<()>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static SAID: [OnceLock<()>; 4] = [const { OnceLock::new() }; 4];
     SAID[tier as usize].get_or_init(|| {
         let line = format!(
             "test-tiers: skipped tier `{tier}` ({}): {why}\n",

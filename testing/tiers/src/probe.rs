@@ -25,6 +25,25 @@ pub(crate) fn api_server() -> Option<String> {
     }
 }
 
+pub(crate) fn helm() -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/helm");
+    match Command::new(&script).arg("path").output() {
+        Ok(out) if out.status.success() => {
+            Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        }
+        Ok(out) => {
+            let said = String::from_utf8_lossy(&out.stderr);
+            let said = said.trim().trim_start_matches("helm: ");
+            Err(if said.is_empty() {
+                format!("{} path failed ({})", script.display(), out.status)
+            } else {
+                said.to_owned()
+            })
+        }
+        Err(e) => Err(format!("cannot run {}: {e}", script.display())),
+    }
+}
+
 pub(crate) fn root() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("not running as root (network namespaces need it)".to_owned());

@@ -14,6 +14,7 @@
 mod support;
 
 mod binary;
+mod chart;
 mod component;
 mod diagnose;
 mod hostile_edge;

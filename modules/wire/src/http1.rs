@@ -328,23 +328,13 @@ fn short_response(status: u16, content_type: &str, body: &str, close: bool) -> B
     out.freeze()
 }
 
-/// The standard reason phrase of the statuses this crate sends.
+/// The standard reason phrase of `status` (IANA's registry, as the `http` crate knows it), or
+/// `Unknown` for a code without one.
 pub fn reason(status: u16) -> &'static str {
-    match status {
-        101 => "Switching Protocols",
-        200 => "OK",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Unknown",
-    }
+    actix_http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Unknown")
 }
 
 /// Appends `data` as one chunk of a chunked body (nothing for empty data: an empty chunk
@@ -469,22 +459,24 @@ impl BodyReader {
                     return Ok(Some(buf.split_to(n).freeze()));
                 }
                 Framing::Chunked(state) => match *state {
-                    ChunkState::Size => {
-                        let Some(line) = take_line(buf)? else {
-                            more(io, buf, max).await?;
-                            continue;
-                        };
-                        let hex = line[..].split(|b| *b == b';').next().unwrap_or(&[]);
-                        let text = std::str::from_utf8(hex.trim_ascii())
-                            .map_err(|_| HttpError::BadChunk("size is not text"))?;
-                        let size = u64::from_str_radix(text, 16)
-                            .map_err(|_| HttpError::BadChunk("size is not hex"))?;
-                        *state = if size == 0 {
-                            ChunkState::Trailers
-                        } else {
-                            ChunkState::Data(size)
-                        };
-                    }
+                    ChunkState::Size => match httparse::parse_chunk_size(buf) {
+                        Ok(httparse::Status::Complete((used, size))) => {
+                            buf.advance(used);
+                            *state = if size == 0 {
+                                ChunkState::Trailers
+                            } else {
+                                ChunkState::Data(size)
+                            };
+                        }
+                        // Extensions are skipped up to CRLF; a line that long is not a size.
+                        Ok(httparse::Status::Partial) if buf.len() > 4096 => {
+                            return Err(HttpError::BadChunk("line too long"));
+                        }
+                        Ok(httparse::Status::Partial) => more(io, buf, max).await?,
+                        Err(httparse::InvalidChunkSize) => {
+                            return Err(HttpError::BadChunk("size is not hex"));
+                        }
+                    },
                     ChunkState::Data(left) => {
                         if buf.is_empty() {
                             more(io, buf, max).await?;
@@ -589,6 +581,34 @@ mod tests {
     async fn chunked_body_should_be_unframed() {
         let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n8\r\n, \xffworld\r\n0\r\nTrailer: a\r\n\r\n";
         assert_eq!(body_of(raw, 3).await.unwrap(), b"hello, \xffworld");
+    }
+
+    #[tokio::test]
+    async fn a_bad_chunk_size_should_be_refused() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n";
+        assert!(matches!(
+            body_of(raw, 64).await,
+            Err(HttpError::BadChunk("size is not hex"))
+        ));
+        let long: &'static [u8] = Vec::leak(
+            [
+                &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;"[..],
+                &[b'x'; 5000],
+            ]
+            .concat(),
+        );
+        assert!(matches!(
+            body_of(long, 64).await,
+            Err(HttpError::BadChunk("line too long"))
+        ));
+    }
+
+    #[test]
+    fn reasons_should_be_the_standard_phrases() {
+        assert_eq!(reason(101), "Switching Protocols");
+        assert_eq!(reason(431), "Request Header Fields Too Large");
+        assert_eq!(reason(504), "Gateway Timeout");
+        assert_eq!(reason(599), "Unknown");
     }
 
     #[tokio::test]

@@ -12,13 +12,15 @@ use std::fmt::Write as _;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use cloudhub::HubHandle;
 use cloudstream::CloudStreamHandle;
 use cloudstream::iptables::{CHAIN, CommandRunner};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
+use kubeedge_wire::http1::{self, BodyReader, HttpError};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// A certificate expiring within this many days makes the report a warning.
 pub const CERT_WARN_DAYS: i64 = 30;
@@ -479,6 +481,9 @@ pub enum FetchError {
     InvalidNode(String),
 }
 
+/// The largest report [`fetch_report`] reads: a report is a few hundred bytes.
+const MAX_REPORT_BYTES: usize = 1024 * 1024;
+
 /// Asks the monitor server at `monitor` (`host:port`) about `node`, with `token` as the
 /// bearer token when the server authorizes callers.
 pub async fn fetch_report(
@@ -502,29 +507,40 @@ pub async fn fetch_report(
             "GET /debug/nodes/{node} HTTP/1.1\r\nHost: {monitor}\r\nAccept: application/json\r\n{authorization}Connection: close\r\n\r\n"
         );
         conn.write_all(request.as_bytes()).await.map_err(io)?;
-        let mut raw = Vec::new();
-        conn.read_to_end(&mut raw).await.map_err(io)?;
-        Ok::<_, FetchError>(raw)
+        let answer = |e: HttpError| match e {
+            HttpError::Io(e) => io(e),
+            e => FetchError::Malformed(e.to_string()),
+        };
+        let mut buf = BytesMut::new();
+        let head = http1::read_response_head(&mut conn, &mut buf)
+            .await
+            .map_err(answer)?;
+        let mut reader = BodyReader::new(&head);
+        let mut body = Vec::new();
+        while let Some(piece) = reader
+            .next(&mut conn, &mut buf, 64 * 1024)
+            .await
+            .map_err(answer)?
+        {
+            if body.len() + piece.len() > MAX_REPORT_BYTES {
+                return Err(FetchError::Malformed(format!(
+                    "answer larger than {MAX_REPORT_BYTES} bytes"
+                )));
+            }
+            body.extend_from_slice(&piece);
+        }
+        Ok::<_, FetchError>((head.status, body))
     };
-    let raw = tokio::time::timeout(Duration::from_secs(30), exchange)
+    let (status, body) = tokio::time::timeout(Duration::from_secs(30), exchange)
         .await
         .map_err(|_| FetchError::Timeout(monitor.to_owned()))??;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| FetchError::Malformed("no HTTP header".into()))?;
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| FetchError::Malformed(format!("status line {head:?}")))?;
     if status != 200 {
         return Err(FetchError::Status {
             status,
-            body: body.trim().to_owned(),
+            body: String::from_utf8_lossy(&body).trim().to_owned(),
         });
     }
-    serde_json::from_str(body).map_err(|e| FetchError::Malformed(e.to_string()))
+    serde_json::from_slice(&body).map_err(|e| FetchError::Malformed(e.to_string()))
 }
 
 impl Report {

@@ -213,15 +213,11 @@ fn keadm_archive() -> Result<PathBuf> {
     if let Some(xz) = std::env::var_os("KEADM_XZ") {
         return Ok(PathBuf::from(xz));
     }
-    let dir = match std::env::var_os("EDGECORE_XZ") {
-        // The peers live side by side: edgecore/ and keadm/.
-        Some(xz) => PathBuf::from(xz)
-            .parent()
-            .and_then(Path::parent)
-            .map(|p| p.join("keadm"))
-            .unwrap_or_default(),
-        None => repo_root().join("../shared/peers/keadm"),
-    };
+    // The peers live side by side: edgecore/ and keadm/.
+    let dir = peer_dir()
+        .parent()
+        .map(|p| p.join("keadm"))
+        .unwrap_or_default();
     let found = std::fs::read_dir(&dir)
         .map_err(|e| {
             Error::KeadmMissing(format!(

@@ -27,9 +27,6 @@ rather than ignored.
 {{- if dig "router" "enable" false $m -}}
 {{- fail "cloudCore.modules.router.enable: the router module is not available in this cloudcore" -}}
 {{- end -}}
-{{- if dig "taskManager" "enable" false $m -}}
-{{- fail "cloudCore.modules.taskManager.enable: the task manager is not available in this cloudcore" -}}
-{{- end -}}
 {{- if dig "featureGates" "requireAuthorization" false .Values.cloudCore -}}
 {{- fail "cloudCore.featureGates.requireAuthorization: not a setting here; set cloudCore.config.modules.cloudHub.authorization (docs/configuration.md)" -}}
 {{- end -}}
@@ -86,6 +83,9 @@ modules:
     tlsStreamPrivateKeyFile: /etc/kubeedge/stream/stream.key
   dynamicController:
     enable: {{ .Values.cloudCore.modules.dynamicController.enable }}
+  taskManager:
+    enable: {{ .Values.cloudCore.modules.taskManager.enable }}
+    jobController: {{ .Values.cloudCore.modules.taskManager.jobController }}
   iptablesManager:
     enable: {{ .Values.iptablesManager.enable }}
     mode: {{ .Values.iptablesManager.mode }}

@@ -205,6 +205,8 @@ fn kubeedge_chart_values_reach_the_objects() {
         "--set",
         "cloudCore.modules.dynamicController.enable=false",
         "--set",
+        "cloudCore.modules.taskManager.jobController=false",
+        "--set",
         "cloudCore.service.type=NodePort",
         "--set",
         "iptablesManager.enable=false",
@@ -246,6 +248,7 @@ fn kubeedge_chart_values_reach_the_objects() {
     assert!(!config.modules.cloud_stream.enable);
     assert!(!config.modules.dynamic_controller.enable);
     assert!(!config.modules.iptables_manager.enable);
+    assert!(config.modules.task_manager.enable && !config.modules.task_manager.job_controller);
 
     let service: Service = typed(&set, "Service", "cloudcore");
     let service = service.spec.unwrap();

@@ -337,6 +337,7 @@ async fn delete_nodes(client: &kube::Client) {
 
 #[tokio::test]
 async fn scripted_edges_run_an_image_prepull_job_through_the_websocket() {
+    test_tiers::require!(ApiServer);
     let cloud = Cloud::start("prepull").await;
     let p = short_id();
     let names: Vec<String> = (0..3).map(|i| format!("pp-{p}-{i}")).collect();
@@ -450,6 +451,7 @@ async fn scripted_edges_run_an_image_prepull_job_through_the_websocket() {
 
 #[tokio::test]
 async fn the_upgrade_state_machine_beyond_what_the_real_edge_runs_here() {
+    test_tiers::require!(ApiServer);
     let cloud = Cloud::start("upgrade").await;
     let p = short_id();
     let (a, b) = (format!("up-{p}-a"), format!("up-{p}-b"));
@@ -562,6 +564,7 @@ async fn the_upgrade_state_machine_beyond_what_the_real_edge_runs_here() {
 
 #[tokio::test]
 async fn a_config_update_whose_report_is_lost_in_the_restart_times_out() {
+    test_tiers::require!(ApiServer);
     let cloud = Cloud::start("config").await;
     let p = short_id();
     let n = format!("cu-{p}");
@@ -609,6 +612,7 @@ async fn a_config_update_whose_report_is_lost_in_the_restart_times_out() {
 
 #[tokio::test]
 async fn cloudcore_restarted_mid_job_resumes_and_sends_no_task_twice() {
+    test_tiers::require!(ApiServer);
     let mut cloud = Cloud::start("restart").await;
     let p = short_id();
     let names: Vec<String> = (0..3).map(|i| format!("rs-{p}-{i}")).collect();

@@ -1160,6 +1160,7 @@ async fn task_phases(cluster: &Cluster, job: &str) -> BTreeMap<String, (String, 
 
 #[tokio::test]
 async fn node_jobs_are_sent_by_each_nodes_holder_once_and_survive_a_killed_replica() {
+    test_tiers::require!(ApiServer);
     let mut replicas = Replicas::start("jobs").await;
     let cluster = Cluster::new("jobs").await;
     let mut edges = Vec::new();

@@ -311,6 +311,7 @@ fn in_progress(j: &Value) -> usize {
 
 #[tokio::test]
 async fn image_prepull_jobs_pull_into_each_edges_containerd() -> Result<()> {
+    test_tiers::require!(ApiServer, Root, Edgecore);
     let regs = Registries::start().await?;
     let mut it = Interop::builder("prepull-a").start_cloud().await?;
     let mut hosts = edge_hosts(&mut it, &regs, &["prepull-b", "prepull-c"], false).await?;
@@ -499,6 +500,7 @@ fn base64_encode(text: &str) -> String {
 
 #[tokio::test]
 async fn a_node_upgrade_job_runs_keadm_on_a_real_edge_host() -> Result<()> {
+    test_tiers::require!(ApiServer, Root, Edgecore);
     let regs = Registries::start().await?;
     let mut it = Interop::builder("upgrade-a").start_cloud().await?;
     let mut hosts = edge_hosts(&mut it, &regs, &[], false).await?;
@@ -552,6 +554,7 @@ async fn a_node_upgrade_job_runs_keadm_on_a_real_edge_host() -> Result<()> {
 
 #[tokio::test]
 async fn a_config_update_job_runs_keadm_and_rolls_back_without_an_init_system() -> Result<()> {
+    test_tiers::require!(ApiServer, Root, Edgecore);
     let regs = Registries::start().await?;
     let mut it = Interop::builder("config-a").start_cloud().await?;
     let mut hosts = edge_hosts(&mut it, &regs, &[], true).await?;
@@ -667,6 +670,7 @@ async fn phase_of(it: &mut Interop, name: &str, phase: &str) -> Result<Value> {
 
 #[tokio::test]
 async fn an_edge_without_a_container_runtime_reports_the_pull_failed() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     // The edge's CRI endpoint leads nowhere (edgecore's default would be this machine's
     // /run/containerd).
     let dir = TempDir::new("no-cri")?;
@@ -703,6 +707,7 @@ async fn an_edge_without_a_container_runtime_reports_the_pull_failed() -> Result
 
 #[tokio::test]
 async fn an_edge_with_its_task_manager_off_never_answers_and_times_out() -> Result<()> {
+    test_tiers::require!(ApiServer, Edgecore);
     // edgecore's default: the task is dropped on the edge without a word.
     let mut it = Interop::builder("tm-off").start_cloud().await?;
     ready(&it.client(), it.node()).await?;

@@ -20,6 +20,7 @@ fn prepull(name: &str, nodes: &[String], extra: Value) -> Value {
 
 #[actix_rt::test]
 async fn a_prepull_job_runs_init_in_progress_completed_with_one_check_per_node() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("pp"), 1).await;
     let r = Replica::start(&w.client, "10.9.0.1", &nodes).await;
@@ -97,6 +98,7 @@ async fn a_prepull_job_runs_init_in_progress_completed_with_one_check_per_node()
 
 #[actix_rt::test]
 async fn an_upgrade_records_versions_and_a_rolled_back_upgrade_counts_as_successful() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("up"), 1).await;
     let r = Replica::start(&w.client, "10.9.0.1", &nodes).await;
@@ -152,6 +154,7 @@ async fn an_upgrade_records_versions_and_a_rolled_back_upgrade_counts_as_success
 
 #[actix_rt::test]
 async fn a_config_update_report_without_finish_time_gets_the_cloud_time() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("cu"), 1).await;
     let r = Replica::start(&w.client, "10.9.0.1", &nodes).await;
@@ -191,6 +194,7 @@ async fn a_config_update_report_without_finish_time_gets_the_cloud_time() {
 
 #[actix_rt::test]
 async fn the_pull_secret_reaches_the_edge_under_a_name_of_its_own_before_the_task() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let ns = k8s_testenv::namespace("tm").await;
     let secret = taskmanager::secret::docker_config_secret(
@@ -269,6 +273,7 @@ async fn the_pull_secret_reaches_the_edge_under_a_name_of_its_own_before_the_tas
 
 #[actix_rt::test]
 async fn a_missing_pull_secret_fails_the_nodes_with_a_reason() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("nos"), 1).await;
     let r = Replica::start(&w.client, "10.9.0.1", &nodes).await;

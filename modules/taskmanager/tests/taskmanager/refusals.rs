@@ -15,6 +15,7 @@ fn prepull(name: &str, template: Value) -> Value {
 
 #[actix_rt::test]
 async fn job_specs_that_cannot_run_fail_with_a_reason_an_operator_understands() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("bad"), 1).await;
     let r = Replica::start(&w.client, "10.9.0.1", &nodes).await;
@@ -126,6 +127,7 @@ async fn job_specs_that_cannot_run_fail_with_a_reason_an_operator_understands() 
 
 #[actix_rt::test]
 async fn unknown_non_edge_and_unready_nodes_fail_and_count_against_the_tolerance() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let p = unique("sel");
     let ok = format!("{p}-ok");
@@ -197,6 +199,7 @@ async fn unknown_non_edge_and_unready_nodes_fail_and_count_against_the_tolerance
 
 #[actix_rt::test]
 async fn a_node_may_report_only_its_own_tasks_it_was_sent() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("rep"), 3).await;
     let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);

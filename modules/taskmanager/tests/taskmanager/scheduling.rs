@@ -38,6 +38,7 @@ async fn finish(r: &Replica, job: &str, node: &str) {
 
 #[actix_rt::test]
 async fn concurrency_bounds_the_nodes_in_flight_and_a_final_report_frees_a_slot() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("cc"), 5).await;
     let r = Replica::start(&w.client, "10.9.0.1", &nodes).await;
@@ -79,6 +80,7 @@ async fn concurrency_bounds_the_nodes_in_flight_and_a_final_report_frees_a_slot(
 
 #[actix_rt::test]
 async fn a_node_that_never_answers_times_out_and_the_next_one_is_sent() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("to"), 2).await;
     let r = Replica::start(&w.client, "10.9.0.1", &nodes).await;
@@ -130,6 +132,7 @@ async fn a_node_that_never_answers_times_out_and_the_next_one_is_sent() {
 
 #[actix_rt::test]
 async fn a_node_no_replica_holds_fails_as_not_connected() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("off"), 2).await;
     // Only the first is connected; the second is offline when the job starts.
@@ -161,6 +164,7 @@ async fn a_node_no_replica_holds_fails_as_not_connected() {
 
 #[actix_rt::test]
 async fn deleting_a_running_job_stops_it_and_removes_the_finalizer() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("del"), 3).await;
     let r = Replica::start(&w.client, "10.9.0.1", &nodes).await;
@@ -187,6 +191,7 @@ async fn deleting_a_running_job_stops_it_and_removes_the_finalizer() {
 
 #[actix_rt::test]
 async fn a_restarted_taskmanager_resumes_without_sending_a_task_twice() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("rs"), 3).await;
     let first = Replica::start(&w.client, "10.9.0.1", &nodes).await;
@@ -232,6 +237,7 @@ async fn a_restarted_taskmanager_resumes_without_sending_a_task_twice() {
 
 #[actix_rt::test]
 async fn two_replicas_send_only_to_the_nodes_they_hold_and_lose_no_result() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("ha"), 6).await;
     let (on_a, on_b) = nodes.split_at(3);
@@ -284,6 +290,7 @@ async fn two_replicas_send_only_to_the_nodes_they_hold_and_lose_no_result() {
 
 #[actix_rt::test]
 async fn with_the_job_controller_off_only_initialised_jobs_run() {
+    test_tiers::require!(ApiServer);
     let w = World::start().await;
     let nodes = w.nodes(&unique("nc"), 1).await;
     let r = Replica::start_with(&w.client, "10.9.0.1", &nodes, false).await;

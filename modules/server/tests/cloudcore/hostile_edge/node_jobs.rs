@@ -123,6 +123,7 @@ async fn sent(s: &Jobs, job: &str, node: &str) -> Value {
 
 #[tokio::test]
 async fn an_edge_cannot_report_on_another_nodes_task() {
+    test_tiers::require!(ApiServer);
     let _turn = REPORT_TURN.lock().await;
     let s = Jobs::new().await;
     let victim = ready_edge(&s, &unique("victim")).await;
@@ -188,6 +189,7 @@ async fn an_edge_cannot_report_on_another_nodes_task() {
 
 #[tokio::test]
 async fn an_edge_cannot_report_on_a_task_it_was_not_sent() {
+    test_tiers::require!(ApiServer);
     let _turn = REPORT_TURN.lock().await;
     let s = Jobs::new().await;
     let a = ready_edge(&s, &unique("a")).await;
@@ -233,6 +235,7 @@ async fn an_edge_cannot_report_on_a_task_it_was_not_sent() {
 
 #[tokio::test]
 async fn an_edge_cannot_grow_a_jobs_status_without_bound() {
+    test_tiers::require!(ApiServer);
     let _turn = REPORT_TURN.lock().await;
     let s = Jobs::new().await;
     let e = ready_edge(&s, &unique("flood")).await;
@@ -258,6 +261,7 @@ async fn an_edge_cannot_grow_a_jobs_status_without_bound() {
 
 #[tokio::test]
 async fn v1alpha1_task_reports_are_dropped() {
+    test_tiers::require!(ApiServer);
     let _turn = REPORT_TURN.lock().await;
     let s = Jobs::new().await;
     let e = ready_edge(&s, &unique("legacy")).await;

@@ -24,12 +24,6 @@ rather than ignored.
 {{- if dig "quic" "enable" false $m.cloudHub -}}
 {{- fail "cloudCore.modules.cloudHub.quic.enable: QUIC is not served by this cloudcore; edges connect over WebSocket (port 10000)" -}}
 {{- end -}}
-{{- if dig "router" "enable" false $m -}}
-{{- fail "cloudCore.modules.router.enable: the router module is not available in this cloudcore" -}}
-{{- end -}}
-{{- if dig "featureGates" "requireAuthorization" false .Values.cloudCore -}}
-{{- fail "cloudCore.featureGates.requireAuthorization: not a setting here; set cloudCore.config.modules.cloudHub.authorization (docs/configuration.md)" -}}
-{{- end -}}
 {{- range $component := list "controllerManager" "admission" "mosquitto" -}}
 {{- if (index $.Values $component | default dict).enable -}}
 {{- fail (printf "%s.enable: this chart installs cloudcore and its iptables-manager only; install KubeEdge's %s separately" $component $component) -}}
@@ -50,6 +44,10 @@ cloudcore.yaml before cloudCore.config is merged over it.
 {{- $hub := .Values.cloudCore.modules.cloudHub -}}
 apiVersion: cloudcore.config.kubeedge.io/v1alpha2
 kind: CloudCore
+{{- if .Values.cloudCore.featureGates.requireAuthorization }}
+featureGates:
+  requireAuthorization: true
+{{- end }}
 kubeAPIConfig:
   kubeConfig: ""
 commonConfig:
@@ -74,6 +72,9 @@ modules:
       enable: {{ $hub.https.enable }}
       address: 0.0.0.0
       port: 10002
+    unixsocket:
+      enable: {{ $hub.unixsocket.enable }}
+      address: {{ $hub.unixsocket.address | quote }}
   cloudStream:
     enable: {{ .Values.cloudCore.modules.cloudStream.enable }}
     tunnelPort: 10004
@@ -83,6 +84,8 @@ modules:
     tlsStreamPrivateKeyFile: /etc/kubeedge/stream/stream.key
   dynamicController:
     enable: {{ .Values.cloudCore.modules.dynamicController.enable }}
+  router:
+    enable: {{ .Values.cloudCore.modules.router.enable }}
   taskManager:
     enable: {{ .Values.cloudCore.modules.taskManager.enable }}
     jobController: {{ .Values.cloudCore.modules.taskManager.jobController }}

@@ -207,6 +207,12 @@ fn kubeedge_chart_values_reach_the_objects() {
         "--set",
         "cloudCore.modules.taskManager.jobController=false",
         "--set",
+        "cloudCore.modules.router.enable=true",
+        "--set",
+        "cloudCore.modules.cloudHub.unixsocket.enable=true",
+        "--set",
+        "cloudCore.featureGates.requireAuthorization=true",
+        "--set",
         "cloudCore.service.type=NodePort",
         "--set",
         "iptablesManager.enable=false",
@@ -249,6 +255,25 @@ fn kubeedge_chart_values_reach_the_objects() {
     assert!(!config.modules.dynamic_controller.enable);
     assert!(!config.modules.iptables_manager.enable);
     assert!(config.modules.task_manager.enable && !config.modules.task_manager.job_controller);
+    assert!(config.modules.router.enable);
+    assert!(config.modules.cloud_hub.unixsocket.enable);
+    assert_eq!(
+        config.feature_gates.get("requireAuthorization"),
+        Some(&true)
+    );
+    let role = (
+        "ClusterRole".to_owned(),
+        "cloudcore-require-authorization".to_owned(),
+    );
+    assert!(
+        set.contains_key(&role) && !defaults.contains_key(&role),
+        "the gate's RBAC (manifests/optional/require-authorization.yaml) comes with the gate"
+    );
+    let volumes = serde_json::to_value(&pod.volumes).unwrap();
+    assert!(
+        volumes.to_string().contains("/var/lib/kubeedge"),
+        "the socket's host folder is mounted: {volumes}"
+    );
 
     let service: Service = typed(&set, "Service", "cloudcore");
     let service = service.spec.unwrap();
@@ -297,14 +322,6 @@ fn settings_this_cloudcore_lacks_are_refused_by_name() {
         (
             "cloudCore.modules.cloudHub.quic.enable=true",
             "cloudCore.modules.cloudHub.quic.enable",
-        ),
-        (
-            "cloudCore.modules.router.enable=true",
-            "cloudCore.modules.router.enable",
-        ),
-        (
-            "cloudCore.featureGates.requireAuthorization=true",
-            "cloudCore.featureGates.requireAuthorization",
         ),
         ("mosquitto.enable=true", "mosquitto.enable"),
         ("iptablesManager.mode=legacy", "iptablesManager.mode"),
@@ -361,6 +378,8 @@ fn the_api_server_accepts_the_rendered_chart() {
             "cloudCore.service.type=NodePort",
             "--set",
             "iptablesManager.enable=false",
+            "--set",
+            "cloudCore.featureGates.requireAuthorization=true",
             "--set-json",
             r#"cloudCore.monitor.networkPolicy.from=[{"podSelector":{"matchLabels":{"app":"prometheus"}}}]"#,
         ]),

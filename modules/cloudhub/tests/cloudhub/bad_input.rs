@@ -196,8 +196,10 @@ async fn websocket_pings_are_answered_with_pongs() {
 
 #[actix_rt::test]
 async fn a_slow_reader_times_out_without_blocking_other_nodes() {
+    // Long enough that the good node's rounds end well before the slow node is cut off, even
+    // on a loaded machine: if the good node waited on the slow one, it would be served only after.
     let mut h = Harness::with(|c| {
-        c.write_timeout = 2;
+        c.write_timeout = 10;
         c.no_ack_burst = 200;
         c.no_ack_rate = 1000;
     })
@@ -218,17 +220,16 @@ async fn a_slow_reader_times_out_without_blocking_other_nodes() {
         h.downstream(m).await;
     }
     let start = tokio::time::Instant::now();
-    // Meanwhile the good node is served promptly.
+    // Meanwhile the good node is served, while the slow one still holds its stuck write.
     for _ in 0..5 {
-        let t = tokio::time::Instant::now();
         still_works(&mut h, &mut good, "good").await;
-        assert!(
-            t.elapsed() < Duration::from_secs(1),
-            "other nodes must not wait on the slow one"
-        );
         good.keepalive().await;
     }
-    let deadline = Duration::from_secs(20);
+    assert!(
+        h.hub.nodes().contains(&"slow".to_owned()),
+        "other nodes must not wait on the slow one (it was cut off before they were served)"
+    );
+    let deadline = Duration::from_secs(40);
     while h.hub.nodes().contains(&"slow".to_owned()) {
         assert!(start.elapsed() < deadline, "slow reader was not cut off");
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -12,12 +12,15 @@ async fn the_keepalive_vector_is_accepted_and_forwarded_nowhere() {
     let mut h = Harness::start().await;
     let mut e = h.connect("edge-1").await;
     assert_eq!(h.next_event().await.route.operation, "connected");
-    // dynamiccontroller hears of connections too (it resumes the node's watches).
-    let event = recv(&mut h.dynamic).await;
-    assert_eq!(
-        (event.route.source.as_str(), event.route.operation.as_str()),
-        ("cloudhub", "connected")
-    );
+    // dynamiccontroller and the router hear of connections too (one resumes the node's watches,
+    // the other sends it its rules' subscriptions again).
+    for inbox in [&mut h.dynamic, &mut h.router] {
+        let event = recv(inbox).await;
+        assert_eq!(
+            (event.route.source.as_str(), event.route.operation.as_str()),
+            ("cloudhub", "connected")
+        );
+    }
     // The exact 196 bytes of a real edge keepalive.
     let wire = "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n";
     e.ws.send(Frame::Text(wire.into())).await.unwrap();

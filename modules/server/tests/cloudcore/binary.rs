@@ -378,8 +378,8 @@ fn bad_configuration_files_are_refused_naming_the_field() {
             "modules.cloudHub: advertiseAddress must not be empty",
         ),
         (
-            "modules:\n  cloudHub: {advertiseAddress: [127.0.0.1]}\n  taskManager: {enable: true}\n",
-            "modules.taskManager.enable: this module is not available",
+            "modules:\n  cloudHub: {advertiseAddress: [127.0.0.1]}\n  nodeUpgradeJobController: {enable: true}\n",
+            "modules.nodeUpgradeJobController.enable: this module is not available",
         ),
         (
             "modules:\n  cloudHub: {advertiseAddress: [127.0.0.1]}\n  edgeController: {enable: false}\n  router: {enable: true}\n",

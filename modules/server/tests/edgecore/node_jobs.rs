@@ -373,11 +373,14 @@ async fn image_prepull_jobs_pull_into_each_edges_containerd() -> Result<()> {
     Api::<Secret>::namespaced(it.client(), &ns)
         .create(&PostParams::default(), &secret)
         .await?;
-    for (name, secret) in [
-        ("private", Some(format!("{ns}/regcred"))),
-        ("anonymous", None),
+    // The job without the secret asks for an image the other job does not pull: both run at
+    // once, and an image already in an edge's containerd passes its Check without the registry.
+    let unpulled = regs.private.image("private/app:2");
+    for (name, image, secret) in [
+        ("private", &private, Some(format!("{ns}/regcred"))),
+        ("anonymous", &unpulled, None),
     ] {
-        let mut t = json!({"images": [private], "nodeNames": &nodes[..2], "concurrency": 2,
+        let mut t = json!({"images": [image], "nodeNames": &nodes[..2], "concurrency": 2,
             "failureTolerate": "0"});
         if let Some(s) = secret {
             t["imageSecrets"] = s.into();

@@ -1,4 +1,5 @@
-//! Kubernetes calls made on behalf of an edge node (KubeEdge's impersonation, cloudhub
+//! Kubernetes calls made on behalf of an edge node: only [`Authorized`] requests, each sent
+//! with the identity its decision named (KubeEdge's impersonation, cloudhub
 //! `authorization.enable && !debug`).
 //!
 //! kube-rs sets impersonation per client; this adds the `Impersonate-User:
@@ -9,18 +10,14 @@
 use http::HeaderValue;
 use serde::de::DeserializeOwned;
 
+use crate::authz::{Act, Authorized};
 use crate::status::StatusError;
 
-/// Who a request is made as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Identity<'a> {
-    /// cloudcore's own credentials.
-    Cloudcore,
-    /// The edge node with this name (impersonated when impersonation is on).
-    Node(&'a str),
-}
-
-/// A `kube::Client` plus the impersonation switch.
+/// A `kube::Client` that sends [`Authorized`] requests only, plus the impersonation switch.
+///
+/// It has no way to send anything else, so code that holds only a `NodeClient` cannot make an
+/// API call for an edge that no decision allowed. cloudcore's own calls (caches, records,
+/// lookups a decision needs) use a plain `kube::Client`.
 #[derive(Clone)]
 pub struct NodeClient {
     client: kube::Client,
@@ -36,7 +33,7 @@ impl std::fmt::Debug for NodeClient {
 }
 
 impl NodeClient {
-    /// Requests as [`Identity::Node`] carry impersonation headers only when `impersonate`.
+    /// Requests decided [`Act::Node`] carry impersonation headers only when `impersonate`.
     pub fn new(client: kube::Client, impersonate: bool) -> Self {
         NodeClient {
             client,
@@ -44,39 +41,35 @@ impl NodeClient {
         }
     }
 
-    /// The underlying client (cloudcore's identity).
-    pub fn client(&self) -> &kube::Client {
-        &self.client
-    }
-
-    /// Whether node requests are impersonated.
+    /// Whether requests decided [`Act::Node`] are impersonated.
     pub fn impersonates(&self) -> bool {
         self.impersonate
     }
 
-    /// Sends `request` (built with `kube::core::Request`) as `identity` and decodes the
-    /// answer. A node name that cannot be a header value is refused with `400 BadRequest`
-    /// before anything is sent.
-    pub async fn request<T: DeserializeOwned>(
-        &self,
-        identity: Identity<'_>,
-        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    ) -> Result<T, StatusError> {
-        let request = self.prepare(identity, request)?;
+    /// Whether a request decided `act` reaches the API server as the node (so the API
+    /// server decides it too).
+    pub fn as_node(&self, act: Act) -> bool {
+        match act {
+            Act::Node | Act::Delegated => self.impersonate,
+            Act::Cloudcore => false,
+        }
+    }
+
+    /// Sends `request` as its decision says and decodes the answer. A request left to the API
+    /// server ([`Act::Delegated`]) is refused `500` by a client that does not impersonate:
+    /// sent as cloudcore, nothing would have decided it.
+    pub async fn send<T: DeserializeOwned>(&self, request: Authorized) -> Result<T, StatusError> {
+        let request = self.prepare(request)?;
         self.client
             .request::<T>(request)
             .await
             .map_err(|e| StatusError::from_kube(&e))
     }
 
-    /// [`NodeClient::request`] returning the body as the API server wrote it (successful
+    /// [`NodeClient::send`] returning the body as the API server wrote it (successful
     /// answers only; failures are decoded into the [`StatusError`]).
-    pub async fn request_text(
-        &self,
-        identity: Identity<'_>,
-        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    ) -> Result<String, StatusError> {
-        let request = self.prepare(identity, request)?;
+    pub async fn send_text(&self, request: Authorized) -> Result<String, StatusError> {
+        let request = self.prepare(request)?;
         self.client
             .request_text(request)
             .await
@@ -85,14 +78,16 @@ impl NodeClient {
 
     // The error is the shape the edge decodes, built only on failure paths.
     #[allow(clippy::result_large_err)]
-    fn prepare(
-        &self,
-        identity: Identity<'_>,
-        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    ) -> Result<http::Request<Vec<u8>>, StatusError> {
-        let mut request =
-            request.map_err(|e| StatusError::bad_request(format!("cannot build request: {e}")))?;
-        if let (Identity::Node(node), true) = (identity, self.impersonate) {
+    fn prepare(&self, request: Authorized) -> Result<http::Request<Vec<u8>>, StatusError> {
+        let (node, act, mut request) = request.into_request();
+        if act == Act::Delegated && !self.impersonate {
+            return Err(StatusError::internal(
+                "a request left to the API server to decide cannot be sent as cloudcore",
+            ));
+        }
+        if self.as_node(act) {
+            // The node name is a DNS-1123 subdomain (`authorize` refuses others): always a
+            // valid header value.
             let user = HeaderValue::from_str(&format!("system:node:{node}"))
                 .map_err(|_| StatusError::bad_request(format!("invalid node name {node:?}")))?;
             let headers = request.headers_mut();

@@ -7,8 +7,8 @@
 //! ```
 //!
 //! Start with [`NodeResource`] for `node/<id>/<ns>/<type>/<name>` paths and [`names`] for the
-//! module and group names messages are routed by. [`application`] is the edge metaServer's request envelope; [`access`] asks the API server what a node may do. Controllers share [`watch`] (watch caches
-//! that survive relists), [`client`] (calls made as an edge node), [`queue`] (bounded request
+//! module and group names messages are routed by. [`application`] is the edge metaServer's request envelope; [`access`] asks the API server what a node may do; [`authz`] makes every API call for an edge an authorized one. Controllers share [`watch`] (watch caches
+//! that survive relists), [`client`] (sends [`authz::Authorized`] requests only), [`queue`] (bounded request
 //! queues) and [`lifecycle`] (background tasks and graceful stop: a `CancellationToken` and a `TaskTracker`); servers share [`listener`] (admission
 //! limits for edge-facing listeners) and [`metrics`] (their Prometheus families); [`replicas`] says which replica holds which node; [`devices`], [`rules`],
 //! [`operations`] (node jobs) and [`policy`] hold the KubeEdge CRDs; [`validation`] checks names from the wire before they reach a URL; `testing` (feature) has a fake edge and a fault-injecting client.
@@ -21,6 +21,7 @@
 
 pub mod access;
 pub mod application;
+pub mod authz;
 pub mod client;
 pub mod crds;
 pub mod devices;

@@ -6,6 +6,7 @@ use std::ops::Deref;
 
 use beehive::constants::operation;
 use beehive::{Content, Message};
+use kubeedge_api::authz::InvalidRequest;
 use kubeedge_api::devices::Device;
 use kubeedge_api::names::{DEVICECONTROLLER, GROUP_TWIN};
 use kubeedge_api::status::StatusError;
@@ -26,6 +27,10 @@ pub(crate) enum Refusal {
     /// A namespace or name Kubernetes would not accept (answered `400 BadRequest`).
     #[error(transparent)]
     InvalidName(#[from] InvalidName),
+    /// The API request built for a report cannot be read one way only (answered
+    /// `400 BadRequest`).
+    #[error(transparent)]
+    Request(#[from] InvalidRequest),
     /// The device does not exist or is not bound to the requesting node (answered `403
     /// Forbidden`, the same answer in both cases so that an edge cannot probe for devices).
     #[error("device {namespace}/{name} is not bound to the node: {why}")]

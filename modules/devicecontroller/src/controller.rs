@@ -17,6 +17,7 @@ use crate::authz::{Refusal, classify};
 use crate::config::{DeviceControllerConfig, at_least_one};
 use crate::downstream::Downstream;
 use crate::metrics::DeviceControllerMetrics;
+use crate::policy::DevicePolicy;
 use crate::shared::Shared;
 
 /// The devicecontroller module: name and group `devicecontroller`.
@@ -69,7 +70,9 @@ impl std::fmt::Debug for DeviceController {
 
 impl DeviceController {
     /// A controller with `config`, sending with `endpoint` and talking to Kubernetes with
-    /// `client` (no impersonation until [`DeviceController::with_impersonation`]).
+    /// `client`. Twin and state reports are written with `client`'s identity once the node
+    /// was found to hold the Device (the Node authorizer does not know Devices, so no
+    /// impersonation would let the cluster decide them).
     pub fn new(config: DeviceControllerConfig, endpoint: Endpoint, client: kube::Client) -> Self {
         let (devices, devices_r) = watch::cache();
         let (models, models_r) = watch::cache();
@@ -77,6 +80,8 @@ impl DeviceController {
         let metrics = DeviceControllerMetrics::for_config(&config);
         let shared = Arc::new(Shared {
             kube: NodeClient::new(client.clone(), false),
+            policy: DevicePolicy::new(devices_r.clone(), client.clone()),
+            own: client.clone(),
             endpoint,
             devices: devices_r,
             models: models_r,
@@ -103,32 +108,13 @@ impl DeviceController {
         }
     }
 
-    /// Write twin reports "as node" (cloudhub's `authorization.enable && !debug`).
-    pub fn with_impersonation(mut self, on: bool) -> Self {
-        // The caches are shared handles: earlier `synced()`/`metrics()` handles stay valid.
-        let s = &self.shared;
-        self.shared = Arc::new(Shared {
-            kube: NodeClient::new(self.client.clone(), on),
-            endpoint: s.endpoint.clone(),
-            devices: s.devices.clone(),
-            models: s.models.clone(),
-            statuses: s.statuses.clone(),
-            written: Default::default(),
-            cache_wait: s.cache_wait,
-            denials: s.denials.clone(),
-            statuses_permitted: s.statuses_permitted.clone(),
-        });
-        self
-    }
-
     /// Server-side timeout of each watch request (kube's default when unset).
     pub fn with_watch_timeout(mut self, timeout: Duration) -> Self {
         self.watch_timeout = Some(timeout);
         self
     }
 
-    /// Counters of the three request queues and of refused edge requests. The handle stays
-    /// valid across [`DeviceController::with_impersonation`].
+    /// Counters of the three request queues and of refused edge requests.
     pub fn metrics(&self) -> DeviceControllerMetrics {
         self.metrics.clone()
     }

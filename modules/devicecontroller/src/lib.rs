@@ -12,7 +12,8 @@
 //! from the Device watch cache before anything is written.
 //!
 //! Modules, leaves first: `config`, `request_kind` (what devicetwin asks), `twins` (twin and
-//! state report shapes), `metrics`, `authz` (which Devices a node reaches), `shared` (the
+//! state report shapes), `metrics`, `authz` (which Devices a node reaches), `policy` (the decision on each
+//! DeviceStatus write made for a node), `shared` (the
 //! caches and client every task shares), `downstream` (watches → edges), `upstream`
 //! (reports → DeviceStatus), `controller` (the beehive module).
 
@@ -21,6 +22,7 @@ mod config;
 mod controller;
 mod downstream;
 mod metrics;
+mod policy;
 mod request_kind;
 mod shared;
 mod twins;

@@ -10,7 +10,7 @@ use beehive::constants::operation;
 use beehive::{Content, Endpoint, Message};
 use kube::api::{GetParams, PostParams};
 use kube::{Resource, ResourceExt};
-use kubeedge_api::client::{Identity, NodeClient};
+use kubeedge_api::client::NodeClient;
 use kubeedge_api::devices::{Device, DeviceModel, DeviceStatus};
 use kubeedge_api::names::{CLOUDHUB, DEVICECONTROLLER, GROUP_RESOURCE, GROUP_TWIN};
 use kubeedge_api::status::StatusError;
@@ -20,11 +20,16 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::metrics::Denials;
+use crate::policy::DevicePolicy;
 
 /// Shared state.
-#[derive(Debug)]
 pub(crate) struct Shared {
+    /// Sends the DeviceStatus writes `policy` allowed for a node, and nothing else.
     pub(crate) kube: NodeClient,
+    /// Decides the writes made for a node's reports.
+    pub(crate) policy: DevicePolicy,
+    /// cloudcore's own calls: DeviceStatus records and Device lookups.
+    pub(crate) own: kube::Client,
     pub(crate) endpoint: Endpoint,
     pub(crate) devices: Cache<Device>,
     pub(crate) models: Cache<DeviceModel>,
@@ -38,6 +43,15 @@ pub(crate) struct Shared {
     /// False once listing DeviceStatuses was refused (KubeEdge's ClusterRole grants none):
     /// Devices are then sent without one.
     pub(crate) statuses_permitted: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("kube", &self.kube)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
 }
 
 fn newer(a: Option<Arc<DeviceStatus>>, b: Option<Arc<DeviceStatus>>) -> Option<Arc<DeviceStatus>> {
@@ -74,8 +88,7 @@ impl Shared {
         }
         let api = || kube::core::Request::new(DeviceStatus::url_path(&(), Some(&ns)));
         match self
-            .kube
-            .request::<DeviceStatus>(Identity::Cloudcore, api().get(&name, &GetParams::default()))
+            .own_request::<DeviceStatus>(api().get(&name, &GetParams::default()))
             .await
         {
             Ok(s) => return Ok(Arc::new(s)),
@@ -93,11 +106,7 @@ impl Shared {
         });
         let body = serde_json::to_vec(&status).map_err(|e| StatusError::internal(e.to_string()))?;
         match self
-            .kube
-            .request::<DeviceStatus>(
-                Identity::Cloudcore,
-                api().create(&PostParams::default(), body),
-            )
+            .own_request::<DeviceStatus>(api().create(&PostParams::default(), body))
             .await
         {
             Ok(s) => {
@@ -106,15 +115,23 @@ impl Shared {
             }
             // Created meanwhile (another writer): read it.
             Err(e) if e.code() == 409 => self
-                .kube
-                .request::<DeviceStatus>(
-                    Identity::Cloudcore,
-                    api().get(&name, &GetParams::default()),
-                )
+                .own_request::<DeviceStatus>(api().get(&name, &GetParams::default()))
                 .await
                 .map(Arc::new),
             Err(e) => Err(e),
         }
+    }
+
+    /// A request of cloudcore's own, as cloudcore.
+    pub(crate) async fn own_request<T: serde::de::DeserializeOwned>(
+        &self,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<T, StatusError> {
+        let request = request.map_err(|e| StatusError::bad_request(e.to_string()))?;
+        self.own
+            .request::<T>(request)
+            .await
+            .map_err(|e| StatusError::from_kube(&e))
     }
 
     fn written_status(&self, k: &str) -> Option<Arc<DeviceStatus>> {

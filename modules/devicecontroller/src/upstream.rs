@@ -8,7 +8,7 @@ use beehive::constants::operation;
 use beehive::{Content, Message};
 use kube::api::{GetParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
-use kubeedge_api::client::Identity;
+use kubeedge_api::authz::authorize;
 use kubeedge_api::devices::{Device, DeviceStatus};
 use kubeedge_api::names::{DEVICECONTROLLER, GROUP_TWIN};
 use kubeedge_api::status::StatusError;
@@ -106,20 +106,20 @@ impl Shared {
     async fn read_device(&self, ns: &str, name: &str) -> Result<Option<Arc<Device>>, StatusError> {
         let request = kube::core::Request::new(Device::url_path(&(), Some(ns)))
             .get(name, &GetParams::default());
-        match self
-            .kube
-            .request::<Device>(Identity::Cloudcore, request)
-            .await
-        {
+        match self.own_request::<Device>(request).await {
             Ok(d) => Ok(Some(Arc::new(d))),
             Err(e) if e.code() == 404 => Ok(None),
             Err(e) => Err(e),
         }
     }
 
+    /// Merge-patches the DeviceStatus of a report of `req`, once the policy allowed it for
+    /// the report's node. A refusal (the device left the node since the report was decided)
+    /// is recorded and not answered: devicetwin retries and the retry is refused in full.
     async fn patch_status(
         &self,
-        who: Identity<'_>,
+        msg: &Message,
+        req: Request<'_>,
         status: &DeviceStatus,
         body: serde_json::Value,
     ) -> Result<(), StatusError> {
@@ -129,7 +129,15 @@ impl Shared {
             &PatchParams::default(),
             &Patch::Merge(&body),
         );
-        let written: DeviceStatus = self.kube.request(who, request).await?;
+        let authorized = match authorize(&self.policy, req.node, request.map_err(Into::into)).await
+        {
+            Ok(a) => a,
+            Err(refusal) => {
+                self.record_refusal(msg, Some(req.kind), req.node, req.device, &refusal);
+                return Err(refusal.status(req.node));
+            }
+        };
+        let written: DeviceStatus = self.kube.send(authorized).await?;
         self.remember(written);
         Ok(())
     }
@@ -152,12 +160,8 @@ impl Shared {
             &update.twin,
         );
         // The list replaces the stored one (merge patch of an array).
-        self.patch_status(
-            Identity::Node(node),
-            &status,
-            json!({"status": {"twins": twins}}),
-        )
-        .await?;
+        self.patch_status(msg, req, &status, json!({"status": {"twins": twins}}))
+            .await?;
         self.send(confirmation(msg, node)).await;
         Ok(())
     }
@@ -180,8 +184,7 @@ impl Shared {
                 update.device.last_online_time.into(),
             );
         }
-        // Go writes states with cloudcore's identity.
-        self.patch_status(Identity::Cloudcore, &status, json!({ "status": patch }))
+        self.patch_status(msg, req, &status, json!({ "status": patch }))
             .await?;
         self.send(confirmation(msg, node)).await;
         Ok(())

@@ -42,6 +42,7 @@ mod key;
 mod listeners;
 mod metrics;
 mod persist;
+mod policy;
 mod requests;
 mod selector;
 mod shared;

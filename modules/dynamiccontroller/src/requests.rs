@@ -1,51 +1,26 @@
 //! Applications answered straight from the API server: list, get, the writes and discovery.
 //!
-//! Reads are decided for the node first (a SubjectAccessReview as `system:node:<name>`) unless
-//! they are made as the node anyway; writes are always made as the node, so the API server's
-//! Node authorizer, RBAC and NodeRestriction admission decide them whole.
+//! Each Application becomes the one API request that serves it, and that request is decided
+//! ([`MetaPolicy`]) before it is sent: reads by a SubjectAccessReview as `system:node:<name>`
+//! on the attributes read from the request (unless they are made as the node anyway), writes
+//! by the API server as the node after the rules the cluster lacks. A list whose key names an
+//! object lists that object only (`fieldSelector=metadata.name=<name>`), so the list reviewed
+//! and the list executed are one.
 
-use kubeedge_api::access::Attributes;
 use kubeedge_api::application::{Application, ListOptions, PatchInfo, verb};
-use kubeedge_api::client::Identity;
+use kubeedge_api::authz::{Authorized, RequestInfo, authorize};
 use kubeedge_api::status::StatusError;
 use serde_json::Value;
 
 use crate::discovery::ResourceInfo;
 use crate::filter;
 use crate::key::{self, ResourceKey};
+use crate::policy::{MetaPolicy, is_discovery};
 use crate::shared::Shared;
 
-/// Discovery paths served as they are (verb `get`), trailing `/` ignored.
+/// Whether `key` with `verb_` is a discovery read (served as it is; trailing `/` ignored).
 pub(crate) fn is_pass_through(key: &str, verb_: &str) -> bool {
-    if verb_ != verb::GET {
-        return false;
-    }
-    let path = key.strip_suffix('/').unwrap_or(key);
-    if matches!(
-        path,
-        "/api"
-            | "/apis"
-            | "/version"
-            | "/healthz"
-            | "/livez"
-            | "/readyz"
-            | "/openapi/v2"
-            | "/openapi/v3"
-    ) {
-        return true;
-    }
-    let segs: Vec<&str> = path.split('/').skip(1).collect();
-    let name_ok = |s: &str| {
-        !s.is_empty()
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
-    };
-    match segs.as_slice() {
-        ["api", v] => name_ok(v),
-        ["apis", g] => name_ok(g),
-        ["apis", g, v] => name_ok(g) && name_ok(v),
-        _ => false,
-    }
+    verb_ == verb::GET && RequestInfo::parse("GET", key, "").is_ok_and(|i| is_discovery(&i))
 }
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters pass).
@@ -61,7 +36,7 @@ fn encode(v: &str) -> String {
     out
 }
 
-fn with_query(path: String, query: &[(&str, String)]) -> String {
+pub(crate) fn with_query(path: String, query: &[(&str, String)]) -> String {
     if query.is_empty() {
         return path;
     }
@@ -101,7 +76,7 @@ fn request(
     uri: &str,
     content_type: Option<&str>,
     body: Vec<u8>,
-) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+) -> Result<http::Request<Vec<u8>>, http::Error> {
     let mut b = http::Request::builder()
         .method(method)
         .uri(uri)
@@ -110,33 +85,34 @@ fn request(
         b = b.header(http::header::CONTENT_TYPE, ct);
     }
     b.body(body)
-        .map_err(kube::core::request::Error::BuildRequest)
+}
+
+/// `request` decided for `node` by the metaServer's policy.
+async fn decided(
+    shared: &Shared,
+    node: &str,
+    request: Result<http::Request<Vec<u8>>, http::Error>,
+) -> Result<Authorized, StatusError> {
+    authorize(&MetaPolicy(shared), node, request.map_err(Into::into)).await
+}
+
+/// The list query of `options`, narrowed to object `name` when the key names one: the
+/// field selector then requires `metadata.name=<name>` (and whatever the edge asked).
+pub(crate) fn list_query(options: &ListOptions, name: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut query = options.list_query();
+    if let Some(name) = name {
+        let fs = match options.field_selector.as_str() {
+            "" => format!("metadata.name={name}"),
+            edge => format!("metadata.name={name},{edge}"),
+        };
+        query.retain(|(k, _)| *k != "fieldSelector");
+        query.push(("fieldSelector", fs));
+    }
+    query
 }
 
 fn bad_options(e: serde_json::Error) -> StatusError {
     StatusError::bad_request(format!("failed to parse Option bytes: {e}"))
-}
-
-fn attributes(
-    key: &ResourceKey,
-    info: &ResourceInfo,
-    verb_: &str,
-    subresource: &str,
-) -> Attributes {
-    Attributes {
-        verb: verb_.to_owned(),
-        group: key.group.clone(),
-        version: key.version.clone(),
-        resource: key.resource.clone(),
-        subresource: subresource.to_owned(),
-        namespace: if info.namespaced {
-            key.namespace.clone().unwrap_or_default()
-        } else {
-            String::new()
-        },
-        name: key.name.clone().unwrap_or_default(),
-        ..Attributes::default()
-    }
 }
 
 /// Serves every verb but `watch`: the `RespBody` on success.
@@ -146,12 +122,9 @@ pub(crate) async fn serve(
     app: &Application,
 ) -> Result<Option<Vec<u8>>, StatusError> {
     if is_pass_through(&app.key, &app.verb) {
+        let get = request(http::Method::GET, &app.key, None, Vec::new());
         let text = shared
-            .call(
-                &shared.reads,
-                Identity::Cloudcore,
-                request(http::Method::GET, &app.key, None, Vec::new()),
-            )
+            .call(&shared.reads, decided(shared, node, get).await?)
             .await?;
         return Ok(Some(text.into_bytes()));
     }
@@ -171,22 +144,12 @@ pub(crate) async fn serve(
     match app.verb.as_str() {
         verb::LIST => {
             let options: ListOptions = app.options().map_err(bad_options)?;
-            if !shared.reads.impersonates() {
-                let mut attrs = attributes(&key, &info, verb::LIST, "");
-                attrs.field_selector = options.field_selector.clone();
-                attrs.label_selector = options.label_selector.clone();
-                shared.authorize(node, &attrs).await?;
-            }
-            let uri = with_query(key.collection_path(info.namespaced), &options.list_query());
+            let query = list_query(&options, key.name.as_deref());
+            let uri = with_query(key.collection_path(info.namespaced), &query);
             let text = read(shared, node, &uri).await?;
             Ok(Some(filtered(shared, node, &info, text).await))
         }
         verb::GET => {
-            if !shared.reads.impersonates() {
-                shared
-                    .authorize(node, &attributes(&key, &info, verb::GET, subresource))
-                    .await?;
-            }
             let uri = named(subresource)?;
             let text = read(shared, node, &uri).await?;
             Ok(Some(filtered(shared, node, &info, text).await))
@@ -298,13 +261,15 @@ pub(crate) async fn serve(
     }
 }
 
-/// A read as the node (impersonated when reads are).
+/// A read, once decided: as the node when reads are impersonated.
 async fn read(shared: &Shared, node: &str, uri: &str) -> Result<String, StatusError> {
     let req = request(http::Method::GET, uri, None, Vec::new());
-    shared.call(&shared.reads, Identity::Node(node), req).await
+    shared
+        .call(&shared.reads, decided(shared, node, req).await?)
+        .await
 }
 
-/// A write, always as the node.
+/// A write, once decided: always as the node.
 async fn write(
     shared: &Shared,
     node: &str,
@@ -314,7 +279,9 @@ async fn write(
     body: Vec<u8>,
 ) -> Result<String, StatusError> {
     let req = request(method, uri, Some(content_type), body);
-    shared.call(&shared.writes, Identity::Node(node), req).await
+    shared
+        .call(&shared.writes, decided(shared, node, req).await?)
+        .await
 }
 
 /// `body` with `metadata.name` set to `name` when it has none.
@@ -366,23 +333,43 @@ mod tests {
             "/apis/",
             "/version",
             "/api/v1",
-            "/apis/apps",
             "/apis/apps/v1",
             "/openapi/v2",
-            "/readyz",
         ] {
             assert!(is_pass_through(p, "get"), "{p}");
         }
         for p in [
             "/metrics",
             "/api/v1/pods",
-            "/apis/apps/v1/deployments",
             "/core/v1/services/null/null",
             "/apis/a/b/../../x",
+            "/apis/../metrics",
+            "/apis/..",
         ] {
             assert!(!is_pass_through(p, "get"), "{p}");
         }
         assert!(!is_pass_through("/api", "list"));
+    }
+
+    #[test]
+    fn a_list_of_a_named_object_lists_that_object_only() {
+        let options = ListOptions {
+            field_selector: "spec.type=x".into(),
+            label_selector: "a=b".into(),
+            ..ListOptions::default()
+        };
+        let q = list_query(&options, Some("s1"));
+        assert!(q.contains(&("fieldSelector", "metadata.name=s1,spec.type=x".into())));
+        assert!(q.contains(&("labelSelector", "a=b".into())));
+        let uri = with_query("/api/v1/namespaces/ns/secrets".into(), &q);
+        let (path, query) = uri.split_once('?').unwrap();
+        let i = RequestInfo::parse("GET", path, query).unwrap();
+        assert_eq!((i.verb.as_str(), i.name.as_str()), ("list", "s1"));
+        assert!(
+            !list_query(&ListOptions::default(), None)
+                .iter()
+                .any(|(k, _)| *k == "fieldSelector")
+        );
     }
 
     #[test]

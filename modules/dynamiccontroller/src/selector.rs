@@ -213,12 +213,6 @@ impl FieldSelector {
         Ok(FieldSelector(reqs))
     }
 
-    /// Both selectors' requirements.
-    pub(crate) fn and(mut self, other: FieldSelector) -> FieldSelector {
-        self.0.extend(other.0);
-        self
-    }
-
     pub(crate) fn matches(&self, obj: &DynamicObject) -> bool {
         self.0
             .iter()

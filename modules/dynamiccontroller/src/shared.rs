@@ -7,7 +7,8 @@ use std::time::Duration;
 use beehive::{Endpoint, Message};
 use kube::core::ApiResource;
 use kubeedge_api::access::{AccessReviewer, Attributes, Decision};
-use kubeedge_api::client::{Identity, NodeClient};
+use kubeedge_api::authz::Authorized;
+use kubeedge_api::client::NodeClient;
 use kubeedge_api::names::CLOUDHUB;
 use kubeedge_api::status::StatusError;
 use tracing::warn;
@@ -119,14 +120,13 @@ impl Shared {
         }
     }
 
-    /// Sends `request` as `identity` with `client`, bounded by [`CALL_TIMEOUT`].
+    /// Sends `request` as decided with `client`, bounded by [`CALL_TIMEOUT`].
     pub(crate) async fn call(
         &self,
         client: &NodeClient,
-        identity: Identity<'_>,
-        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+        request: Authorized,
     ) -> Result<String, StatusError> {
-        match tokio::time::timeout(CALL_TIMEOUT, client.request_text(identity, request)).await {
+        match tokio::time::timeout(CALL_TIMEOUT, client.send_text(request)).await {
             Ok(r) => r,
             Err(_) => Err(StatusError::new(
                 504,

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use beehive::constants::operation as op;
 use beehive::{Content, Message};
 use kube::api::DynamicObject;
-use kubeedge_api::access::Attributes;
 use kubeedge_api::application::{Application, ListOptions, verb};
+use kubeedge_api::authz::authorize;
 use kubeedge_api::names::{DYNAMICCONTROLLER, GROUP_RESOURCE, NULL_NAMESPACE};
 use kubeedge_api::status::StatusError;
 use tokio::sync::mpsc;
@@ -25,6 +25,8 @@ use crate::informer::AcquireError;
 use crate::informer::{Change, Informer, TypeChange, type_key};
 use crate::key::ResourceKey;
 use crate::listeners::Listener;
+use crate::policy::MetaPolicy;
+use crate::requests::{list_query, with_query};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::shared::{Shared, TopologyLookup};
 
@@ -98,6 +100,11 @@ fn recorded(app: &Application, node: &str) -> Application {
 
 /// Registers the watch `app` of `node` and sends the objects it selects. An identical watch
 /// (same id) already registered is kept as it is.
+///
+/// The watch is decided as the API request the edge's watch stands for
+/// (`GET <collection>?watch=true&labelSelector=…&fieldSelector=…`, the key's name as a
+/// `metadata.name` requirement), and the listener selects with the namespace and selectors
+/// read from that decided request: it can never select more than was allowed.
 pub(crate) async fn register(
     shared: &Shared,
     node: &str,
@@ -107,8 +114,9 @@ pub(crate) async fn register(
     let options: ListOptions = app
         .options()
         .map_err(|e| StatusError::bad_request(format!("failed to parse Option bytes: {e}")))?;
-    let labels = LabelSelector::parse(&options.label_selector)?;
-    let fields = FieldSelector::parse(&options.field_selector)?;
+    // Refused early when they do not parse: before any review.
+    LabelSelector::parse(&options.label_selector)?;
+    FieldSelector::parse(&options.field_selector)?;
     let info = shared.resolver.resolve(&key).await?;
     if !info.serves(verb::WATCH) {
         return Err(StatusError::new(
@@ -132,34 +140,21 @@ pub(crate) async fn register(
             shared.config.max_listeners_per_node
         )));
     }
-    let namespace = if info.namespaced {
-        key.namespace.clone()
-    } else {
-        None
-    };
-    let attrs = Attributes {
-        verb: verb::WATCH.into(),
-        group: key.group.clone(),
-        version: key.version.clone(),
-        resource: key.resource.clone(),
-        namespace: namespace.clone().unwrap_or_default(),
-        name: key.name.clone().unwrap_or_default(),
-        field_selector: options.field_selector.clone(),
-        label_selector: options.label_selector.clone(),
-        ..Attributes::default()
-    };
-    shared.authorize(node, &attrs).await?;
+    let mut query = list_query(&options, key.name.as_deref());
+    query.push(("watch", "true".into()));
+    let uri = with_query(key.collection_path(info.namespaced), &query);
+    let watch = http::Request::get(uri).body(Vec::new());
+    let decided = authorize(&MetaPolicy(shared), node, watch.map_err(Into::into)).await?;
+    let i = decided.info();
+    let namespace = (!i.namespace.is_empty()).then(|| i.namespace.clone());
+    let labels = LabelSelector::parse(&i.label_selector)?;
+    let fields = FieldSelector::parse(&i.field_selector)?;
     let informer = shared.informers.acquire(&info).map_err(|e| match e {
         AcquireError::Full(_) => StatusError::too_many_requests(e.to_string()),
     })?;
     if let Err(e) = informer.wait_ready(shared.config.sync_timeout()).await {
         shared.informers.release(&info);
         return Err(e);
-    }
-    let mut fields = fields;
-    if let Some(name) = &key.name {
-        // A watch of one object (`/namespaces/ns/configmaps/x?watch`): select it by name.
-        fields = FieldSelector::parse(&format!("metadata.name={name}"))?.and(fields);
     }
     let listener = Arc::new(Listener {
         id: app.id.clone(),

@@ -15,8 +15,9 @@ use beehive::Message;
 use beehive::constants::operation as op;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kubeedge_api::NodeResourceRef;
+use kubeedge_api::authz::InvalidRequest;
+use kubeedge_api::authz::restriction;
 use kubeedge_api::names::{CLOUDHUB, ROUTER};
-use kubeedge_api::replicas::CLOUDCORE_ANNOTATION;
 use kubeedge_api::status::StatusError;
 use kubeedge_api::validation::{self, InvalidName};
 use kubeedge_api::watch::{self, Cache};
@@ -30,29 +31,7 @@ use crate::request_kind::{Kind, Route, route};
 
 /// The namespace of node heartbeat leases.
 pub(crate) const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
-/// Labels KubeEdge's edge sets on its own Node at registration that NodeRestriction does not
-/// let a kubelet set; cloudcore writes them with its own identity.
-pub(crate) const KUBEEDGE_ROLE_LABELS: [&str; 2] = [
-    "node-role.kubernetes.io/edge",
-    "node-role.kubernetes.io/agent",
-];
-
-/// Kubernetes labels a kubelet may set on its own Node (NodeRestriction's allow-list).
-const KUBELET_LABELS: [&str; 11] = [
-    "kubernetes.io/hostname",
-    "kubernetes.io/arch",
-    "kubernetes.io/os",
-    "beta.kubernetes.io/arch",
-    "beta.kubernetes.io/os",
-    "beta.kubernetes.io/instance-type",
-    "node.kubernetes.io/instance-type",
-    "failure-domain.beta.kubernetes.io/region",
-    "failure-domain.beta.kubernetes.io/zone",
-    "topology.kubernetes.io/region",
-    "topology.kubernetes.io/zone",
-];
-/// Label namespaces (and their subdomains) a kubelet may use freely.
-const KUBELET_LABEL_NAMESPACES: [&str; 2] = ["kubelet.kubernetes.io", "node.kubernetes.io"];
+pub(crate) use kubeedge_api::authz::restriction::KUBEEDGE_ROLE_LABELS;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +42,13 @@ pub enum Refusal {
     /// The request cannot be read (answered `400 BadRequest`).
     #[error("{0}")]
     Malformed(String),
+    /// The API request built for it cannot be read one way only (answered `400 BadRequest`).
+    #[error(transparent)]
+    Request(#[from] InvalidRequest),
+    /// What the decision needs could not be read from the API server now (answered `500`;
+    /// not counted as a refusal: the edge retries).
+    #[error("cannot decide the request now: {0}")]
+    Unavailable(String),
     /// The node may not do this (answered `403 Forbidden`).
     #[error("{plural} \"{name}\" is forbidden: {why}")]
     Forbidden {
@@ -122,6 +108,8 @@ impl Refusal {
     pub fn status(&self, node: &str) -> StatusError {
         match self {
             Refusal::InvalidName(e) => StatusError::bad_request(e.to_string()),
+            Refusal::Request(e) => StatusError::bad_request(e.to_string()),
+            Refusal::Unavailable(_) => StatusError::internal(self.to_string()),
             Refusal::Malformed(m) => StatusError::bad_request(m.clone()),
             Refusal::Forbidden {
                 plural,
@@ -147,8 +135,9 @@ impl Refusal {
     /// A short word for logs and metrics: `invalid`, `malformed` or `forbidden`.
     pub fn class(&self) -> &'static str {
         match self {
-            Refusal::InvalidName(_) | Refusal::Malformed(_) => "invalid",
+            Refusal::InvalidName(_) | Refusal::Malformed(_) | Refusal::Request(_) => "invalid",
             Refusal::PodNotFound { .. } => "not-found",
+            Refusal::Unavailable(_) => "unavailable",
             Refusal::Forbidden { .. }
             | Refusal::UnknownPod { .. }
             | Refusal::UnconfirmedNode { .. } => "forbidden",
@@ -275,25 +264,20 @@ impl NodeAuthorizer {
             Kind::UpdateNode => {
                 own_node(&r, "update")?;
                 let wanted: Node = parse(msg, "a Node")?;
-                let labels = |n: Option<&Node>| {
+                // An edge echoes its Node back as it received it; the cache may lag the
+                // labels an administrator just set, so a refusal is confirmed first.
+                self.on_own_node(node, fetched, |n| {
                     let current = n.and_then(|n| n.metadata.labels.as_ref());
                     check_node_labels(node, wanted.metadata.labels.as_ref(), current)
-                };
-                match &fetched.node {
-                    Some(Some(now)) => labels(Some(now)),
-                    Some(None) => labels(self.nodes.get_by(None, node).as_deref()),
-                    // An edge echoes its Node back as it received it; the cache may lag the
-                    // labels an administrator just set, so a refusal is confirmed first.
-                    None => labels(self.nodes.get_by(None, node).as_deref()).map_err(|_| {
-                        Refusal::UnconfirmedNode {
-                            name: node.to_owned(),
-                        }
-                    }),
-                }
+                })
             }
             Kind::PatchNode => {
                 own_node(&r, "patch")?;
-                check_status_patch_metadata(node, &parse(msg, "a Node patch")?)
+                let patch: Value = parse(msg, "a Node patch")?;
+                self.on_own_node(node, fetched, |now| {
+                    restriction::node_patch_metadata(&patch, now)
+                        .map_err(|d| Refusal::forbidden("nodes", node, "patch", d.0))
+                })
             }
             Kind::UpdateNodeStatus => own_node(&r, "update"),
             // Every pod of a legacy status report, before any is written.
@@ -308,11 +292,21 @@ impl NodeAuthorizer {
                     .iter()
                     .try_for_each(|p| pods.bound(node, r.namespace, &p.name, "update"))
             }
-            Kind::PatchPod => pods.bound(node, r.namespace, r.name, "patch"),
+            Kind::PatchPod => {
+                let pod = pods.bound_pod(node, r.namespace, r.name, "patch")?;
+                let patch: Value = parse(msg, "a pod status patch")?;
+                restriction::pod_status_patch(&patch, &pod)
+                    .map_err(|d| Refusal::forbidden("pods", r.name, "patch", d.0))
+            }
             Kind::DeletePod => pods.bound(node, r.namespace, r.name, "delete"),
             Kind::CreatePod => {
                 let pod: Pod = parse(msg, "a Pod")?;
-                check_mirror_pod(node, r.namespace, &pod)
+                // The owner reference names the Node's uid; the cache's copy may be of an
+                // earlier incarnation, so a refusal is confirmed first.
+                self.on_own_node(node, fetched, |n| {
+                    let uid = n.and_then(|n| n.metadata.uid.as_deref());
+                    check_mirror_pod(node, r.namespace, &pod, uid)
+                })
             }
             Kind::CreateLease | Kind::QueryLease => {
                 let verb = if kind == Kind::QueryLease {
@@ -346,9 +340,18 @@ impl NodeAuthorizer {
             // Decided on the fetched object (its claim or its node).
             Kind::QueryPersistentVolume | Kind::QueryVolumeAttachment => Ok(()),
             Kind::ServiceAccountToken => {
-                let bytes = msg.content.bytes();
-                let tr: TokenRequestView<'_> = parse_view(&bytes, "a TokenRequest")?;
-                token_request(node, &r, &tr, &pods)
+                let tr: Value = parse(msg, "a TokenRequest")?;
+                if !tr["spec"].is_object() {
+                    return Err(Refusal::Malformed(
+                        "content is not a TokenRequest with a spec".into(),
+                    ));
+                }
+                let refuse = |d: restriction::Denied| {
+                    Refusal::forbidden("serviceaccounts", r.name, "create", d.0)
+                };
+                let (bound, _) = restriction::token_bound_pod(&tr).map_err(refuse)?;
+                let pod = pods.bound_pod(node, r.namespace, bound, "create tokens for")?;
+                restriction::token_request(&tr, r.name, &pod).map_err(refuse)
             }
             Kind::CertificateSigningRequest if msg.route.operation == op::INSERT => {
                 let csr: Value = parse(msg, "a CertificateSigningRequest")?;
@@ -357,6 +360,27 @@ impl NodeAuthorizer {
             // Decided on the fetched object.
             Kind::CertificateSigningRequest => Ok(()),
             Kind::Connection | Kind::UpdateRuleStatus => unreachable_rule(kind),
+        }
+    }
+
+    /// `check` on the node's own Node: the one fetched for this decision, else the cache's
+    /// copy, whose refusal is confirmed on the Node as it is now
+    /// ([`Refusal::UnconfirmedNode`]) before it stands.
+    fn on_own_node(
+        &self,
+        node: &str,
+        fetched: &Fetched,
+        check: impl Fn(Option<&Node>) -> Decision,
+    ) -> Decision {
+        match &fetched.node {
+            Some(Some(now)) => check(Some(now)),
+            Some(None) => check(self.nodes.get_by(None, node).as_deref()),
+            None => check(self.nodes.get_by(None, node).as_deref()).map_err(|e| match e {
+                Refusal::Forbidden { .. } => Refusal::UnconfirmedNode {
+                    name: node.to_owned(),
+                },
+                other => other,
+            }),
         }
     }
 
@@ -599,35 +623,6 @@ fn own_node(r: &NodeResourceRef<'_>, verb: &'static str) -> Decision {
     ))
 }
 
-/// A node status patch may change the Node's metadata too (the status subresource keeps only
-/// the spec), but not the `cloudcore` annotation: which replica holds the node is the
-/// replicas' to say. `$patch` directives on the metadata or its annotations could remove it,
-/// so they are refused as well.
-fn check_status_patch_metadata(node: &str, patch: &serde_json::Value) -> Decision {
-    let Some(meta) = patch.get("metadata") else {
-        return Ok(());
-    };
-    let deny = |why: &str| Err(Refusal::forbidden("nodes", node, "patch", why));
-    let directive = |v: &serde_json::Value| {
-        v.as_object()
-            .is_some_and(|o| o.keys().any(|k| k.starts_with('$')))
-    };
-    if directive(meta) {
-        return deny("a node status patch may not carry directives on the metadata");
-    }
-    match meta.get("annotations") {
-        None | Some(serde_json::Value::Null) => Ok(()),
-        Some(a) if directive(a) => {
-            deny("a node status patch may not carry directives on the annotations")
-        }
-        Some(serde_json::Value::Object(a)) if a.contains_key(CLOUDCORE_ANNOTATION) => deny(
-            &format!("a node may not set its \"{CLOUDCORE_ANNOTATION}\" annotation"),
-        ),
-        Some(serde_json::Value::Object(_)) => Ok(()),
-        Some(_) => deny("metadata.annotations must be an object"),
-    }
-}
-
 fn own_lease(r: &NodeResourceRef<'_>, verb: &'static str) -> Decision {
     if r.namespace == NODE_LEASE_NAMESPACE && r.name == r.node {
         return Ok(());
@@ -643,34 +638,6 @@ fn own_lease(r: &NodeResourceRef<'_>, verb: &'static str) -> Decision {
     ))
 }
 
-/// The namespace part of a label key (`a.b/c` → `a.b`), empty without one.
-fn label_namespace(key: &str) -> &str {
-    key.split_once('/').map(|(ns, _)| ns).unwrap_or_default()
-}
-
-fn in_namespace(ns: &str, parent: &str) -> bool {
-    ns == parent
-        || ns
-            .strip_suffix(parent)
-            .is_some_and(|rest| rest.ends_with('.'))
-}
-
-/// Whether a kubelet may set label `key` on its own Node (NodeRestriction's rule), or it is
-/// one of KubeEdge's role labels that cloudcore sets for it.
-pub(crate) fn node_may_set_label(key: &str) -> bool {
-    let ns = label_namespace(key);
-    if in_namespace(ns, "node-restriction.kubernetes.io") {
-        return false;
-    }
-    let kubernetes = in_namespace(ns, "kubernetes.io") || in_namespace(ns, "k8s.io");
-    !kubernetes
-        || KUBELET_LABELS.contains(&key)
-        || KUBEEDGE_ROLE_LABELS.contains(&key)
-        || KUBELET_LABEL_NAMESPACES
-            .iter()
-            .any(|allowed| in_namespace(ns, allowed))
-}
-
 /// Labels added or changed relative to `current` must be ones a node may set.
 fn check_node_labels(
     node: &str,
@@ -682,7 +649,9 @@ fn check_node_labels(
         .flatten()
         .filter(|(k, v)| current.and_then(|c| c.get(*k)) != Some(*v))
         .map(|(k, _)| k.as_str());
-    let forbidden: Vec<&str> = changed.filter(|k| !node_may_set_label(k)).collect();
+    let forbidden: Vec<&str> = changed
+        .filter(|k| !restriction::node_may_set_label(k))
+        .collect();
     if forbidden.is_empty() {
         return Ok(());
     }
@@ -694,9 +663,15 @@ fn check_node_labels(
     ))
 }
 
-/// NodeRestriction's rules for pods a node creates: mirror pods bound to itself that reach
+/// NodeRestriction's rules for pods a node creates: mirror pods bound to itself, owned by
+/// exactly its Node (`node_uid`: the Node's uid; `None` when it is not registered), that reach
 /// no other API object.
-fn check_mirror_pod(node: &str, namespace: &str, pod: &Pod) -> Decision {
+pub(crate) fn check_mirror_pod(
+    node: &str,
+    namespace: &str,
+    pod: &Pod,
+    node_uid: Option<&str>,
+) -> Decision {
     let name = pod_name(pod);
     if !name.is_empty() {
         validation::object_name("pod name", name)?;
@@ -732,10 +707,11 @@ fn check_mirror_pod(node: &str, namespace: &str, pod: &Pod) -> Decision {
             && o.name == node
             && o.controller == Some(true)
             && o.block_owner_deletion != Some(true)
+            && node_uid.is_some_and(|uid| o.uid == uid)
     };
-    if owners.len() > 1 || owners.iter().any(|o| !owner_ok(o)) {
+    if owners.len() != 1 || owners.iter().any(|o| !owner_ok(o)) {
         return deny(format!(
-            "node \"{node}\" can only create pods with a single owner reference set to itself"
+            "node \"{node}\" can only create pods with a single controller owner reference set to itself (its Node's uid)"
         ));
     }
     let spec = pod.spec.as_ref();
@@ -769,101 +745,6 @@ fn check_mirror_pod(node: &str, namespace: &str, pod: &Pod) -> Decision {
     if projected_token || claims {
         return deny(format!(
             "node \"{node}\" can not create pods that reference other API objects"
-        ));
-    }
-    Ok(())
-}
-
-/// The parts of a TokenRequest the rule reads.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct TokenRequestView<'a> {
-    #[serde(borrow)]
-    spec: TokenRequestSpecView<'a>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct TokenRequestSpecView<'a> {
-    #[serde(borrow)]
-    bound_object_ref: Option<BoundObjectView<'a>>,
-    /// `null` as a Go client sends an unset list: edged's request for a pod's default token.
-    #[serde(borrow)]
-    audiences: Option<Vec<Cow<'a, str>>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct BoundObjectView<'a> {
-    #[serde(borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow)]
-    name: Cow<'a, str>,
-    #[serde(borrow)]
-    uid: Cow<'a, str>,
-}
-
-/// A token only for an account a pod of the node runs as, bound to that pod (what the Node
-/// authorizer and NodeRestriction let a kubelet ask for).
-fn token_request(
-    node: &str,
-    r: &NodeResourceRef<'_>,
-    tr: &TokenRequestView<'_>,
-    pods: &PodLookup<'_>,
-) -> Decision {
-    let deny = |why: String| Err(Refusal::forbidden("serviceaccounts", r.name, "create", why));
-    let Some(bound) = tr
-        .spec
-        .bound_object_ref
-        .as_ref()
-        .filter(|b| b.kind == "Pod")
-    else {
-        return deny(format!(
-            "node '{node}' may only request tokens bound to its own pods"
-        ));
-    };
-    let pod = pods.bound_pod(node, r.namespace, &bound.name, "create tokens for")?;
-    if !bound.uid.is_empty() && pod.metadata.uid.as_deref() != Some(&*bound.uid) {
-        return deny(format!(
-            "the bound pod's uid does not match pod {}",
-            bound.name
-        ));
-    }
-    let account = pod
-        .spec
-        .as_ref()
-        .and_then(|s| {
-            s.service_account_name
-                .as_deref()
-                .or(s.service_account.as_deref())
-        })
-        .filter(|a| !a.is_empty())
-        .unwrap_or("default");
-    if account != r.name {
-        return deny(format!(
-            "pod {} runs as service account \"{account}\", not \"{}\"",
-            bound.name, r.name
-        ));
-    }
-    // Audiences only as the pod's projected tokens declare them (no audience is the empty
-    // one: the API server's, as in a kubelet's request for the default token volume).
-    let declared = |audience: &str| {
-        pod.spec
-            .iter()
-            .flat_map(|s| s.volumes.iter().flatten())
-            .flat_map(|v| v.projected.iter().flat_map(|p| p.sources.iter().flatten()))
-            .filter_map(|s| s.service_account_token.as_ref())
-            .any(|t| t.audience.as_deref().unwrap_or_default() == audience)
-    };
-    let default = [Cow::Borrowed("")];
-    let wanted = match tr.spec.audiences.as_deref() {
-        Some(audiences) if !audiences.is_empty() => audiences,
-        _ => &default[..],
-    };
-    if let Some(a) = wanted.iter().find(|a| !declared(a)) {
-        return deny(format!(
-            "pod {} does not use tokens for audience {a:?}",
-            bound.name
         ));
     }
     Ok(())
@@ -935,48 +816,15 @@ struct EventPatchView<'a> {
 }
 
 /// A CSR (as JSON) whose PEM request names the node: subject `CN=system:node:<node>`.
-fn csr_for_node(node: &str, csr: &Value) -> Decision {
-    let name = csr["metadata"]["name"].as_str().unwrap_or_default();
-    let deny = |why: String| {
-        Err(Refusal::forbidden(
-            "certificatesigningrequests",
-            name,
-            "create",
-            why,
-        ))
-    };
-    let Some(request) = csr["spec"]["request"].as_str() else {
+pub(crate) fn csr_for_node(node: &str, csr: &Value) -> Decision {
+    if csr["spec"]["request"].as_str().is_none() {
         return Err(Refusal::Malformed(
             "content is not a CertificateSigningRequest with spec.request".into(),
         ));
-    };
-    use base64::Engine as _;
-    let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(request) else {
-        return deny("spec.request is not base64".into());
-    };
-    match csr_common_name(&pem) {
-        Some(cn) if cn == format!("system:node:{node}") => Ok(()),
-        Some(cn) => deny(format!(
-            "node '{node}' may only request certificates for \"system:node:{node}\", not {cn:?}"
-        )),
-        None => deny("spec.request is not a PEM certificate request".into()),
     }
-}
-
-/// The subject common name of a PEM certificate request.
-fn csr_common_name(pem: &[u8]) -> Option<String> {
-    use x509_parser::prelude::FromDer;
-    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
-    if pem.label != "CERTIFICATE REQUEST" && pem.label != "NEW CERTIFICATE REQUEST" {
-        return None;
-    }
-    let (_, csr) =
-        x509_parser::certification_request::X509CertificationRequest::from_der(&pem.contents)
-            .ok()?;
-    let mut names = csr.certification_request_info.subject.iter_common_name();
-    let cn = names.next()?.as_str().ok()?.to_owned();
-    // Two common names would let a signer pick the other one.
-    names.next().is_none().then_some(cn)
+    let name = csr["metadata"]["name"].as_str().unwrap_or_default();
+    restriction::csr_for_node(node, csr)
+        .map_err(|d| Refusal::forbidden("certificatesigningrequests", name, "create", d.0))
 }
 
 #[cfg(test)]
@@ -1021,13 +869,30 @@ mod tests {
             a.authorize(&patch(json!({"metadata": {"annotations": {"team": "a"}}}))),
             Ok(())
         );
+        // The cache does not hold the node: a refusal waits for the Node as it is now.
+        let read = Fetched {
+            node: Some(None),
+            ..Fetched::default()
+        };
         for refused in [
             json!({"metadata": {"annotations": {"cloudcore": "10.9.9.9"}}}),
             json!({"metadata": {"annotations": {"$patch": "replace", "team": "a"}}}),
             json!({"metadata": {"$patch": "replace"}}),
             json!({"metadata": {"annotations": "cloudcore"}}),
+            json!({"metadata": {"labels": {"node-restriction.kubernetes.io/secure": "true"}}}),
+            json!({"metadata": {"finalizers": ["x/y"]}}),
         ] {
-            assert!(forbidden(a.authorize(&patch(refused.clone()))), "{refused}");
+            assert!(
+                matches!(
+                    a.authorize(&patch(refused.clone())),
+                    Err(Refusal::UnconfirmedNode { .. })
+                ),
+                "{refused}"
+            );
+            assert!(
+                forbidden(a.authorize_with(&patch(refused.clone()), &read)),
+                "{refused}"
+            );
         }
     }
 
@@ -1177,25 +1042,6 @@ mod tests {
 
     #[test]
     fn node_labels_follow_node_restriction() {
-        for ok in [
-            "kubernetes.io/hostname",
-            "node-role.kubernetes.io/edge",
-            "node.kubernetes.io/exclude-from-external-load-balancers",
-            "foo.kubelet.kubernetes.io/x",
-            "example.com/rack",
-            "plain",
-        ] {
-            assert!(node_may_set_label(ok), "{ok}");
-        }
-        for bad in [
-            "node-restriction.kubernetes.io/trusted",
-            "x.node-restriction.kubernetes.io/a",
-            "node-role.kubernetes.io/master",
-            "kubernetes.io/role",
-            "k8s.io/x",
-        ] {
-            assert!(!node_may_set_label(bad), "{bad}");
-        }
         let a = authz();
         let create = |labels: Value| {
             msg(
@@ -1215,12 +1061,26 @@ mod tests {
 
     #[test]
     fn only_mirror_pods_bound_to_itself_that_reach_nothing() {
-        let a = authz();
+        let e1: Node =
+            serde_json::from_value(json!({"metadata": {"name": "e1", "uid": "uid-e1"}})).unwrap();
+        let a = NodeAuthorizer::with_objects([], vec![e1]);
         let create = |pod: Value| msg("node/e1/ns/pod/", "insert", pod);
         let mirror = json!({"metadata": {"name": "m", "namespace": "ns",
-            "annotations": {"kubernetes.io/config.mirror": "x"}},
+            "annotations": {"kubernetes.io/config.mirror": "x"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "e1",
+                "uid": "uid-e1", "controller": true}]},
             "spec": {"nodeName": "e1", "containers": [{"name": "c"}]}});
         assert_eq!(a.authorize(&create(mirror.clone())), Ok(()));
+        let forbidden = |d: Decision| matches!(d, Err(Refusal::UnconfirmedNode { .. }));
+        for owners in [
+            json!([]),
+            json!([{"apiVersion": "v1", "kind": "Node", "name": "e1",
+            "uid": "uid-old", "controller": true}]),
+        ] {
+            let mut unowned = mirror.clone();
+            unowned["metadata"]["ownerReferences"] = owners;
+            assert!(forbidden(a.authorize(&create(unowned))));
+        }
         let mut other = mirror.clone();
         other["spec"]["nodeName"] = json!("e2");
         assert!(forbidden(a.authorize(&create(other))));

@@ -18,6 +18,7 @@ use kubeedge_api::queue::EnqueueError;
 use crate::authz::NodeAuthorizer;
 use crate::metrics::EdgeControllerMetrics;
 use crate::outbox::Outbox;
+use crate::policy::EdgePolicy;
 use crate::reply;
 use crate::request_kind::{Route, route};
 use crate::upstream::{Queues, Settings, Upstream};
@@ -247,10 +248,19 @@ impl Actor for EdgeController {
         }
         let upstream = Arc::new(Upstream {
             kube: NodeClient::new(self.client.clone(), self.options.impersonate),
+            own: self.client.clone(),
             authz: NodeAuthorizer::new(
                 readers.pods.clone(),
                 readers.nodes.clone(),
                 readers.locations.clone(),
+            ),
+            policy: EdgePolicy::new(
+                readers.pods.clone(),
+                readers.nodes.clone(),
+                readers.locations.clone(),
+                self.client.clone(),
+                self.options.cloudcore_ip.clone(),
+                self.options.cache_wait,
             ),
             metrics: self.metrics.clone(),
             out: self.out.clone(),

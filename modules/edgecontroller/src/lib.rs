@@ -14,7 +14,8 @@
 //! Modules, leaves first (each depends only on those above it): `config`, `request_kind`
 //! (the request kinds and which kind a message is), `metrics`, `reply` (answer shapes),
 //! `outbox` (sends toward cloudhub), `downstream` (watches → edges, and where each node's
-//! objects are), `authz` (what a node may ask), `upstream` (edge requests → API calls),
+//! objects are), `authz` (what a node may ask), `policy` (the decision on each API request made for a node),
+//! `upstream` (edge requests → authorized API calls),
 //! `controller` (the beehive module).
 //!
 //! ```no_run
@@ -33,6 +34,7 @@ mod controller;
 mod downstream;
 mod metrics;
 mod outbox;
+mod policy;
 mod reply;
 mod request_kind;
 // Handlers fail with `StatusError` (~176 bytes): the exact shape the edge decodes, built only

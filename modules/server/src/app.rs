@@ -332,8 +332,7 @@ impl CloudCore {
                     m.device_controller.clone(),
                     bus.endpoint(names::DEVICECONTROLLER),
                     client.clone(),
-                )
-                .with_impersonation(impersonate);
+                );
                 metrics::devicecontroller(metrics, dc.metrics());
                 let dc_metrics = dc.metrics();
                 denials.push((

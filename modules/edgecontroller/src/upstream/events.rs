@@ -5,12 +5,11 @@ use beehive::Message;
 use beehive::constants::operation;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Patch, PatchParams, PostParams};
-use kubeedge_api::client::Identity;
 use kubeedge_api::status::StatusError;
 use serde::Deserialize;
 use tracing::debug;
 
-use super::{Outcome, Upstream, api, parts};
+use super::{Kind, Outcome, Upstream, api, parts};
 
 /// `common/types.EventPatchInfo`.
 #[derive(Debug, Deserialize)]
@@ -73,8 +72,7 @@ impl Upstream {
             }
         };
         // As the node: with impersonation on, the API server checks the event too.
-        self.kube
-            .request::<serde_json::Value>(Identity::Node(&r.node), request)
+        self.call::<serde_json::Value>(Kind::ProcessEvent, msg, &r.node, request)
             .await
             .map(|_| ())
     }

@@ -5,7 +5,6 @@ use beehive::Message;
 use beehive::constants::operation;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{GetParams, PostParams};
-use kubeedge_api::client::Identity;
 
 use super::{Kind, Outcome, Upstream, api, body, content, parts};
 use crate::reply;
@@ -23,7 +22,7 @@ impl Upstream {
             } else {
                 leases.replace(&r.name, &PostParams::default(), body)
             };
-            let written: Lease = self.kube.request(Identity::Node(&r.node), request).await?;
+            let written: Lease = self.call(Kind::CreateLease, msg, &r.node, request).await?;
             Ok(reply::object_resp(msg, Ok(written), None))
         })
         .await
@@ -35,7 +34,7 @@ impl Upstream {
         self.answer(Kind::QueryLease, msg, async {
             let r = parts(msg, true, true)?;
             let request = api::<Lease>(Some(&r.namespace)).get(&r.name, &GetParams::default());
-            let lease: Lease = self.kube.request(Identity::Node(&r.node), request).await?;
+            let lease: Lease = self.call(Kind::QueryLease, msg, &r.node, request).await?;
             Ok(reply::object_resp(msg, Ok(lease), None))
         })
         .await

@@ -19,7 +19,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::Resource;
 use kube::api::{Patch, PatchParams};
 use kubeedge_api::NodeResource;
-use kubeedge_api::client::{Identity, NodeClient};
+use kubeedge_api::authz::{Authorized, authorize};
+use kubeedge_api::client::NodeClient;
 use kubeedge_api::status::StatusError;
 use kubeedge_api::watch::Cache;
 use serde::Serialize;
@@ -30,6 +31,7 @@ use crate::authz::{Fetched, NodeAuthorizer, Refusal, not_used};
 use crate::downstream::{ObjectRef, RefKind, bound_node, granted};
 use crate::metrics::EdgeControllerMetrics;
 use crate::outbox::Outbox;
+use crate::policy::EdgePolicy;
 use crate::reply;
 pub(crate) use crate::request_kind::Kind;
 
@@ -85,10 +87,16 @@ pub(crate) struct Settings {
 }
 
 /// Everything the handlers share.
-#[derive(Debug)]
 pub(crate) struct Upstream {
+    /// Sends the requests [`Upstream::authorized`] allowed, and nothing else.
     pub(crate) kube: NodeClient,
+    /// cloudcore's own calls: lookups a decision needs and cloudcore's record of which replica
+    /// holds a node. Never an answer to an edge's request by itself.
+    pub(crate) own: kube::Client,
+    /// Decides the messages (before any API call).
     pub(crate) authz: NodeAuthorizer,
+    /// Decides each API request built for a message.
+    pub(crate) policy: EdgePolicy,
     pub(crate) metrics: EdgeControllerMetrics,
     pub(crate) out: Outbox,
     pub(crate) nodes: Cache<Node>,
@@ -98,9 +106,41 @@ pub(crate) struct Upstream {
     pub(crate) settings: Settings,
 }
 
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("kube", &self.kube)
+            .field("policy", &self.policy)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A request builder for a built-in resource type.
 pub(crate) fn api<K: Resource<DynamicType = ()>>(namespace: Option<&str>) -> kube::core::Request {
     kube::core::Request::new(K::url_path(&(), namespace))
+}
+
+/// The API request a kube-core builder made (a build error is a `400`).
+pub(crate) type Built = Result<http::Request<Vec<u8>>, kube::core::request::Error>;
+
+/// A GET of `name` as cloudcore (`Ok(None)`: 404), for lookups a decision needs.
+pub(crate) async fn own_get<K>(
+    own: &kube::Client,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<K>, StatusError>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let request = api::<K>(namespace)
+        .get(name, &Default::default())
+        .map_err(|e| StatusError::bad_request(e.to_string()))?;
+    match own.request::<K>(request).await {
+        Ok(o) => Ok(Some(o)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(StatusError::from_kube(&e)),
+    }
 }
 
 /// The parts of a request's resource, or a `400` naming what is missing.
@@ -205,22 +245,15 @@ impl Upstream {
         for _ in 0..MAX_LOOKUPS {
             match self.authz.decide(kind, msg, &fetched) {
                 Err(Refusal::UnknownPod { namespace, name }) => {
-                    let request = api::<Pod>(Some(&namespace)).get(&name, &Default::default());
-                    match self.kube.request::<Pod>(Identity::Cloudcore, request).await {
-                        Ok(pod) => fetched.pods.push(pod),
-                        Err(e) if e.code() == 404 => {
-                            return Err(Refusal::PodNotFound { namespace, name });
-                        }
+                    match own_get::<Pod>(&self.own, Some(&namespace), &name).await {
+                        Ok(Some(pod)) => fetched.pods.push(pod),
+                        Ok(None) => return Err(Refusal::PodNotFound { namespace, name }),
                         Err(_) => return Err(Refusal::UnknownPod { namespace, name }),
                     }
                 }
                 Err(Refusal::UnconfirmedNode { name }) => {
-                    let request = api::<Node>(None).get(&name, &Default::default());
-                    let node = self
-                        .kube
-                        .request::<Node>(Identity::Cloudcore, request)
-                        .await;
-                    fetched.node = Some(node.ok());
+                    let node = own_get::<Node>(&self.own, None, &name).await;
+                    fetched.node = Some(node.ok().flatten());
                 }
                 decision => return decision,
             }
@@ -238,9 +271,12 @@ impl Upstream {
         kubeedge_api::validation::namespace(&r.namespace)?;
         kubeedge_api::validation::object_name("name", &r.name)?;
         let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={}", r.node));
+        let list = api::<Pod>(None)
+            .list(&lp)
+            .map_err(|e| Refusal::Malformed(e.to_string()))?;
         let pods: k8s_openapi::List<Pod> = self
-            .kube
-            .request(Identity::Cloudcore, api::<Pod>(None).list(&lp))
+            .own
+            .request(list)
             .await
             .map_err(|e| Refusal::Malformed(format!("cannot list the node's pods: {e}")))?;
         let kind = match kind {
@@ -258,6 +294,52 @@ impl Upstream {
             return Ok(());
         }
         Err(not_used(&r.as_ref(), kind))
+    }
+
+    /// `request`, built for `msg` of `kind` from node `node`, as the policy decides it
+    /// ([`EdgePolicy`]): a refusal is logged and counted like any other and comes back as the
+    /// status the edge gets.
+    pub(crate) async fn authorized(
+        &self,
+        kind: Kind,
+        msg: &Message,
+        node: &str,
+        request: Built,
+    ) -> Result<Authorized, StatusError> {
+        match authorize(&self.policy, node, request.map_err(Into::into)).await {
+            Ok(a) => Ok(a),
+            Err(gone @ (Refusal::PodNotFound { .. } | Refusal::Unavailable(_))) => {
+                Err(gone.status(node))
+            }
+            Err(refusal) => {
+                self.refused(kind, msg, &refusal);
+                Err(refusal.status(node))
+            }
+        }
+    }
+
+    /// A request of cloudcore's own (not made for an edge), as cloudcore.
+    pub(crate) async fn own_request<T: DeserializeOwned>(
+        &self,
+        request: Built,
+    ) -> Result<T, StatusError> {
+        let request = request.map_err(|e| StatusError::bad_request(e.to_string()))?;
+        self.own
+            .request::<T>(request)
+            .await
+            .map_err(|e| StatusError::from_kube(&e))
+    }
+
+    /// [`Upstream::authorized`], then sent as decided; the answer decoded as `T`.
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &self,
+        kind: Kind,
+        msg: &Message,
+        node: &str,
+        request: Built,
+    ) -> Result<T, StatusError> {
+        let authorized = self.authorized(kind, msg, node, request).await?;
+        self.kube.send(authorized).await
     }
 
     /// Refuses `req`: a warning naming the node and the request, the denial counter, and the
@@ -303,8 +385,9 @@ impl Upstream {
     }
 
     /// `nodepatch`/`podpatch`: the content is a strategic merge patch of the object's
-    /// `status`, applied as sent, as the node; answers ObjectResp with the patched object
-    /// (header RV = its RV).
+    /// `status`, applied as sent once the policy allowed it (what a node may change through
+    /// status is NodeRestriction's rule); answers ObjectResp with the patched object (header
+    /// RV = its RV).
     pub(crate) async fn patch_status<K>(
         &self,
         kind: Kind,
@@ -324,7 +407,7 @@ impl Upstream {
                 &PatchParams::default(),
                 &Patch::Strategic(&patch),
             );
-            let patched: K = self.kube.request(Identity::Node(&r.node), request).await?;
+            let patched: K = self.call(kind, msg, &r.node, request).await?;
             let rv = patched.meta().resource_version.clone();
             Ok(reply::object_resp(msg, Ok(patched), rv))
         })

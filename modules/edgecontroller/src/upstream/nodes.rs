@@ -12,7 +12,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{GetParams, Patch, PatchParams, PostParams};
 use kubeedge_api::NodeResource;
-use kubeedge_api::client::Identity;
 use kubeedge_api::replicas::CLOUDCORE_ANNOTATION;
 use kubeedge_api::status::StatusError;
 use serde::Deserialize;
@@ -86,7 +85,9 @@ impl Upstream {
         self.answer(Kind::CreateNode, msg, async {
             let r = parts(msg, false, true)?;
             let node = content(msg, "a Node")?;
-            let created = self.create_node(&r.node, &r.name, node).await?;
+            let created = self
+                .create_node(Kind::CreateNode, msg, &r.node, &r.name, node)
+                .await?;
             Ok(reply::object_resp(msg, Ok(created), None))
         })
         .await
@@ -97,6 +98,8 @@ impl Upstream {
     /// to set them).
     async fn create_node(
         &self,
+        kind: Kind,
+        msg: &Message,
         node_id: &str,
         name: &str,
         mut node: Node,
@@ -111,23 +114,15 @@ impl Upstream {
         if let Some(ip) = &self.settings.cloudcore_ip {
             annotations.insert(CLOUDCORE_ANNOTATION.to_owned(), ip.clone());
         }
-        let created: Node = self
-            .kube
-            .request(
-                Identity::Node(node_id),
-                api::<Node>(None).create(&PostParams::default(), body(&node)?),
-            )
-            .await?;
+        let create = api::<Node>(None).create(&PostParams::default(), body(&node)?);
+        let created: Node = self.call(kind, msg, node_id, create).await?;
         if reserved.is_empty() {
             return Ok(created);
         }
+        // The policy sends only this patch (role labels, added) as cloudcore.
         let patch = json!({"metadata": {"labels": reserved}});
-        self.kube
-            .request(
-                Identity::Cloudcore,
-                api::<Node>(None).patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
-            )
-            .await
+        let request = api::<Node>(None).patch(name, &PatchParams::default(), &Patch::Merge(&patch));
+        self.call(kind, msg, node_id, request).await
     }
 
     /// `node`/`update`: merges the request's labels and annotations into the Node with a merge
@@ -147,7 +142,7 @@ impl Upstream {
             }});
             let request =
                 api::<Node>(None).patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch));
-            let node: Node = self.kube.request(Identity::Node(&r.node), request).await?;
+            let node: Node = self.call(Kind::UpdateNode, msg, &r.node, request).await?;
             let resource = rebuilt(&r, resource_type::NODE);
             Ok(reply::ok_at(msg, resource, node.metadata.resource_version))
         })
@@ -178,7 +173,7 @@ impl Upstream {
         }
         self.answer(Kind::UpdateNodeStatus, msg, async {
             let request = content(msg, "a NodeStatusRequest")?;
-            let node = self.replace_node_status(&r, request).await?;
+            let node = self.replace_node_status(msg, &r, request).await?;
             Ok(reply::ok_at(msg, resource, node.metadata.resource_version))
         })
         .await
@@ -188,8 +183,7 @@ impl Upstream {
     async fn register_if_missing(&self, msg: &Message, r: &NodeResource) -> Result<(), String> {
         let get = api::<Node>(None).get(&r.name, &GetParams::default());
         match self
-            .kube
-            .request::<Node>(Identity::Node(&r.node), get)
+            .call::<Node>(Kind::UpdateNodeStatus, msg, &r.node, get)
             .await
         {
             Ok(_) => return Ok(()),
@@ -207,7 +201,7 @@ impl Upstream {
                 msg.header.id
             )
         })?;
-        self.create_node(&r.node, &r.name, node)
+        self.create_node(Kind::UpdateNodeStatus, msg, &r.node, &r.name, node)
             .await
             .map(|_| ())
             .map_err(|e| format!("create node {} error: {e}, register node failed", r.name))
@@ -216,6 +210,7 @@ impl Upstream {
     /// GET, merge, PUT status; a `409 Conflict` (someone wrote in between) starts over.
     async fn replace_node_status(
         &self,
+        msg: &Message,
         r: &NodeResource,
         request: NodeStatusRequest,
     ) -> Result<Node, StatusError> {
@@ -223,11 +218,16 @@ impl Upstream {
         loop {
             attempt += 1;
             let get = api::<Node>(None).get(&r.name, &GetParams::default());
-            let mut node: Node = self.kube.request(Identity::Node(&r.node), get).await?;
+            let mut node: Node = self.call(Kind::UpdateNodeStatus, msg, &r.node, get).await?;
             let mut status = request.status.clone();
             refresh_heartbeats(&mut status, self.settings.node_update_frequency, now());
             let annotations = node.metadata.annotations.get_or_insert_default();
-            for (name, entries) in &request.extend_resources {
+            // Extended resources become annotations; never the replicas' own.
+            let resources = request
+                .extend_resources
+                .iter()
+                .filter(|(name, _)| name.as_str() != CLOUDCORE_ANNOTATION);
+            for (name, entries) in resources {
                 if name == NVIDIA_GPU && !entries.is_empty() {
                     let gpus: Vec<_> = entries
                         .iter()
@@ -267,8 +267,7 @@ impl Upstream {
                 body(&node)?,
             );
             match self
-                .kube
-                .request::<Node>(Identity::Node(&r.node), put)
+                .call::<Node>(Kind::UpdateNodeStatus, msg, &r.node, put)
                 .await
             {
                 Err(e) if e.code() == 409 && attempt < CONFLICT_RETRIES => {
@@ -303,11 +302,7 @@ impl Upstream {
         for attempt in 1..=3 {
             let request =
                 api::<Node>(None).patch(&r.node, &PatchParams::default(), &Patch::Merge(&patch));
-            match self
-                .kube
-                .request::<Node>(Identity::Cloudcore, request)
-                .await
-            {
+            match self.own_request::<Node>(request).await {
                 Ok(_) => {
                     info!(node = %r.node, %ip, "cloudcore annotation set");
                     return Outcome::Ok;

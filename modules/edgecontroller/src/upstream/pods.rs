@@ -7,7 +7,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, GetParams, PostParams, Preconditions};
 use kubeedge_api::NodeResource;
-use kubeedge_api::client::Identity;
 use kubeedge_api::status::StatusError;
 use serde::Deserialize;
 use serde::de::{Deserializer as _, Error as _, IgnoredAny, SeqAccess, Visitor};
@@ -179,7 +178,7 @@ impl Upstream {
             pod.metadata.resource_version = None;
             let request =
                 api::<Pod>(Some(&r.namespace)).create(&PostParams::default(), body(&pod)?);
-            let created: Pod = self.kube.request(Identity::Node(&r.node), request).await?;
+            let created: Pod = self.call(Kind::CreatePod, msg, &r.node, request).await?;
             let rv = created.metadata.resource_version.clone();
             Ok(reply::object_resp(msg, Ok(created), rv))
         })
@@ -187,7 +186,10 @@ impl Upstream {
     }
 
     /// `pod`/`delete` from the edge's status manager: a string content is the pod UID (old
-    /// edges), an object is DeleteOptions. Gone or recreated pods count as deleted: `"OK"`.
+    /// edges), an object is DeleteOptions. Every delete carries the pod's uid as a
+    /// precondition (the edge's, else the one of the pod the decision was taken on), so a pod
+    /// re-created under the same name on another node is never the one deleted. Gone or
+    /// recreated pods count as deleted: `"OK"`.
     pub(crate) async fn delete_pod(&self, msg: &Message) -> Outcome {
         self.answer(Kind::DeletePod, msg, async {
             let r = parts(msg, true, true)?;
@@ -202,10 +204,17 @@ impl Upstream {
                 },
                 None => delete_params(content(msg, "DeleteOptions")?),
             };
+            let mut params = params;
+            let preconditions = params.preconditions.get_or_insert(Preconditions {
+                uid: None,
+                resource_version: None,
+            });
+            if preconditions.uid.is_none() {
+                preconditions.uid = self.pod_uid(&r.namespace, &r.name).await;
+            }
             let request = api::<Pod>(Some(&r.namespace)).delete(&r.name, &params);
             match self
-                .kube
-                .request::<serde_json::Value>(Identity::Node(&r.node), request)
+                .call::<serde_json::Value>(Kind::DeletePod, msg, &r.node, request)
                 .await
             {
                 Ok(_) => {}
@@ -220,6 +229,18 @@ impl Upstream {
             Ok(reply::ok(msg))
         })
         .await
+    }
+
+    /// The uid of pod `namespace/name`: the cache's, else read once (`None`: not found).
+    async fn pod_uid(&self, namespace: &str, name: &str) -> Option<String> {
+        if let Some(p) = self.pods.get_by(Some(namespace), name) {
+            return p.metadata.uid.clone();
+        }
+        super::own_get::<Pod>(&self.own, Some(namespace), name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|p| p.metadata.uid)
     }
 
     /// The most statuses one legacy list of `node` may hold: its pod capacity as the Node
@@ -305,7 +326,8 @@ impl Upstream {
         let updated = loop {
             attempt += 1;
             let get = api::<Pod>(Some(&r.namespace)).get(&request.name, &GetParams::default());
-            let mut pod: Pod = match self.kube.request(Identity::Node(&r.node), get).await {
+            let got = self.call(Kind::UpdatePodStatus, msg, &r.node, get).await;
+            let mut pod: Pod = match got {
                 Ok(p) => p,
                 Err(e) if e.code() == 404 => return self.delete_at_edge(r, &request).await,
                 Err(e) => return Err(e),
@@ -330,7 +352,10 @@ impl Upstream {
                 &PostParams::default(),
                 body(&pod)?,
             );
-            match self.kube.request::<Pod>(Identity::Node(&r.node), put).await {
+            match self
+                .call::<Pod>(Kind::UpdatePodStatus, msg, &r.node, put)
+                .await
+            {
                 Ok(p) => break p,
                 Err(e) if e.code() == 409 && attempt < CONFLICT_RETRIES => {
                     debug!(pod = %request.name, attempt, "pod status conflict, retrying");
@@ -343,12 +368,15 @@ impl Upstream {
         if updated.metadata.deletion_timestamp.is_some() && finished && none_running(&status) {
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: updated.metadata.uid.clone(),
+                    resource_version: None,
+                }),
                 ..DeleteParams::default()
             };
             let delete = api::<Pod>(Some(&r.namespace)).delete(&request.name, &params);
             match self
-                .kube
-                .request::<serde_json::Value>(Identity::Node(&r.node), delete)
+                .call::<serde_json::Value>(Kind::UpdatePodStatus, msg, &r.node, delete)
                 .await
             {
                 Ok(_) => {

@@ -2,18 +2,21 @@
 //! certificatesigningrequest (API) and serviceaccounttoken (TokenRequest).
 //!
 //! A node may read only the ConfigMaps, Secrets and PVCs its pods use (what the Node
-//! authorizer enforces for kubelets): anything else is answered `403 Forbidden`. Cache-backed
-//! queries wait for their cache's first list, then fall back to a direct GET.
+//! authorizer enforces for kubelets): anything else is answered `403 Forbidden`, the same for
+//! a name that does not exist. Cache-backed queries wait for their cache's first list, then
+//! fall back to a direct GET.
 
 use beehive::Message;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Secret, ServiceAccount,
+};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Resource;
 use kube::api::{GetParams, PostParams};
 use kubeedge_api::NodeResource;
-use kubeedge_api::client::Identity;
+use kubeedge_api::authz::Authorized;
 use kubeedge_api::status::StatusError;
 use kubeedge_api::watch::Cache;
 use serde::Serialize;
@@ -21,7 +24,6 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Kind, Outcome, Upstream, api, body, content, parts};
-use crate::authz::{NodeAuthorizer, Refusal};
 use crate::reply;
 
 type Found = Result<(Value, String), StatusError>;
@@ -53,7 +55,9 @@ fn kind_for(resource_type: &str) -> Kind {
 }
 
 impl Upstream {
-    /// Answers a `query` with the object (header RV = its RV) or a raw `{"ErrStatus"}`.
+    /// Answers a `query` with the object (header RV = its RV) or a raw `{"ErrStatus"}`. The
+    /// GET is decided by the policy first; ConfigMaps, Secrets and Nodes are then answered
+    /// from the cache under the name the decision was taken on.
     pub(crate) async fn query(&self, msg: &Message) -> Outcome {
         let r = match parts(msg, true, true) {
             Ok(r) => r,
@@ -61,43 +65,50 @@ impl Upstream {
         };
         self.answer_raw(msg, &r, async {
             let ns = Some(r.namespace.as_str());
-            let node = Identity::Node(&r.node);
-            match kind_for(&r.resource_type) {
-                Kind::QueryConfigMap => self.cached(&self.configmaps, &r, node).await,
-                Kind::QuerySecret => self.cached(&self.secrets, &r, node).await,
-                Kind::QueryNode => match self.nodes.get(&r.name) {
-                    // The cache holds edge nodes only: a miss is not a NotFound.
-                    Some(n) => encode(&*n),
-                    None => self.get::<Node>(None, &r.name, node).await,
-                },
+            let kind = kind_for(&r.resource_type);
+            let get = |request| self.authorized(kind, msg, &r.node, request);
+            match kind {
+                Kind::QueryConfigMap => {
+                    let a = get(api::<ConfigMap>(ns).get(&r.name, &GetParams::default())).await?;
+                    self.cached(&self.configmaps, &r.resource_type, a).await
+                }
+                Kind::QuerySecret => {
+                    let a = get(api::<Secret>(ns).get(&r.name, &GetParams::default())).await?;
+                    self.cached(&self.secrets, &r.resource_type, a).await
+                }
+                Kind::QueryNode => {
+                    let a = get(api::<Node>(None).get(&r.name, &GetParams::default())).await?;
+                    match self.nodes.get(&a.info().name) {
+                        // The cache holds edge nodes only: a miss is not a NotFound.
+                        Some(n) => encode(&*n),
+                        None => self.sent(a).await,
+                    }
+                }
                 Kind::QueryPersistentVolume => {
-                    let found = self.get::<PersistentVolume>(None, &r.name, node).await?;
-                    self.allowed(Kind::QueryPersistentVolume, msg, &found, |a, n, v| {
-                        a.persistent_volume(n, v)
-                    })
-                    .await?;
-                    Ok(found)
+                    self.sent(
+                        get(api::<PersistentVolume>(None).get(&r.name, &GetParams::default()))
+                            .await?,
+                    )
+                    .await
                 }
                 Kind::QueryPersistentVolumeClaim => {
-                    self.get::<PersistentVolumeClaim>(ns, &r.name, node).await
+                    self.sent(
+                        get(api::<PersistentVolumeClaim>(ns).get(&r.name, &GetParams::default()))
+                            .await?,
+                    )
+                    .await
                 }
                 Kind::QueryVolumeAttachment => {
-                    let found = self.get::<VolumeAttachment>(None, &r.name, node).await?;
-                    self.allowed(Kind::QueryVolumeAttachment, msg, &found, |a, n, v| {
-                        a.volume_attachment(n, v)
-                    })
-                    .await?;
-                    Ok(found)
+                    self.sent(
+                        get(api::<VolumeAttachment>(None).get(&r.name, &GetParams::default()))
+                            .await?,
+                    )
+                    .await
                 }
                 _ => {
-                    let found = self
-                        .get::<CertificateSigningRequest>(None, &r.name, Identity::Cloudcore)
-                        .await?;
-                    self.allowed(Kind::CertificateSigningRequest, msg, &found, |a, n, v| {
-                        a.certificate_request(n, v)
-                    })
-                    .await?;
-                    Ok(found)
+                    let csr = api::<CertificateSigningRequest>(None);
+                    self.sent(get(csr.get(&r.name, &GetParams::default())).await?)
+                        .await
                 }
             }
         })
@@ -105,7 +116,8 @@ impl Upstream {
     }
 
     /// `serviceaccounttoken`/`query`: the content is a TokenRequest; POSTed to the service
-    /// account's `token` subresource as the node. Answered with the TokenRequest (no RV).
+    /// account's `token` subresource as the node once the policy found it bound to a pod of
+    /// the node that runs as that account. Answered with the TokenRequest (no RV).
     pub(crate) async fn service_account_token(&self, msg: &Message) -> Outcome {
         let r = match parts(msg, true, true) {
             Ok(r) => r,
@@ -119,7 +131,9 @@ impl Upstream {
                 &PostParams::default(),
                 body(&tr)?,
             );
-            let token: TokenRequest = self.kube.request(Identity::Node(&r.node), request).await?;
+            let token: TokenRequest = self
+                .call(Kind::ServiceAccountToken, msg, &r.node, request)
+                .await?;
             Ok((token, String::new()))
         })
         .await
@@ -146,52 +160,31 @@ impl Upstream {
         }
     }
 
-    async fn get<K>(&self, ns: Option<&str>, name: &str, who: Identity<'_>) -> Found
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        let request = api::<K>(ns).get(name, &GetParams::default());
-        self.kube
-            .request::<Value>(who, request)
-            .await
-            .and_then(found)
+    /// Sends an authorized GET; the object found.
+    async fn sent(&self, request: Authorized) -> Found {
+        self.kube.send::<Value>(request).await.and_then(found)
     }
 
-    /// From the cache once it has listed (waiting at most `cache_wait` for that); a miss, or a
-    /// cache that has not listed yet, is asked of the API (a watch may lag behind a fresh
-    /// object). NotFound names the singular type, as Go's lister error does.
-    async fn cached<K>(&self, cache: &Cache<K>, r: &NodeResource, who: Identity<'_>) -> Found
+    /// The object `request` was allowed to read, from the cache once it has listed (waiting
+    /// at most `cache_wait` for that); a miss, or a cache that has not listed yet, is sent to
+    /// the API (a watch may lag behind a fresh object). NotFound names the singular type, as
+    /// Go's lister error does.
+    async fn cached<K>(&self, cache: &Cache<K>, singular: &str, request: Authorized) -> Found
     where
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
     {
+        let (ns, name) = (
+            request.info().namespace.clone(),
+            request.info().name.clone(),
+        );
         if cache.wait_ready_for(self.settings.cache_wait).await
-            && let Some(obj) = cache.get_by(Some(&r.namespace), &r.name)
+            && let Some(obj) = cache.get_by(Some(&ns), &name)
         {
             return encode(&*obj);
         }
-        match self.get::<K>(Some(&r.namespace), &r.name, who).await {
-            Err(e) if e.code() == 404 => Err(StatusError::not_found(&r.resource_type, &r.name)),
+        match self.sent(request).await {
+            Err(e) if e.code() == 404 => Err(StatusError::not_found(singular, &name)),
             other => other,
-        }
-    }
-
-    /// The node authorizer's decision on an object fetched for `msg`; a refusal is logged
-    /// and counted like any other, and the object is not returned.
-    async fn allowed(
-        &self,
-        kind: Kind,
-        msg: &Message,
-        found: &(Value, String),
-        rule: impl Fn(&NodeAuthorizer, &str, &Value) -> Result<(), Refusal>,
-    ) -> Result<(), StatusError> {
-        let node = kubeedge_api::node_of(&msg.route.resource).unwrap_or_default();
-        match rule(&self.authz, node, &found.0) {
-            Ok(()) => Ok(()),
-            Err(refusal) => {
-                let status = refusal.status(node);
-                self.refused(kind, msg, &refusal);
-                Err(status)
-            }
         }
     }
 }

@@ -3,7 +3,6 @@
 
 use beehive::Message;
 use kube::api::{GetParams, Patch, PatchParams};
-use kubeedge_api::client::Identity;
 use kubeedge_api::rules::{ExecResult, Rule};
 use kubeedge_api::status::StatusError;
 use serde_json::json;
@@ -38,7 +37,7 @@ impl Upstream {
         loop {
             attempt += 1;
             let get = api::<Rule>(Some(&r.namespace)).get(&r.name, &GetParams::default());
-            let rule: Rule = self.kube.request(Identity::Cloudcore, get).await?;
+            let rule: Rule = self.own_request(get).await?;
             let mut status = rule.status.unwrap_or_default();
             let n = result.deliveries();
             match result.status.as_str() {
@@ -59,11 +58,7 @@ impl Upstream {
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             );
-            match self
-                .kube
-                .request::<Rule>(Identity::Cloudcore, request)
-                .await
-            {
+            match self.own_request::<Rule>(request).await {
                 Err(e) if e.code() == 409 && attempt < CONFLICT_RETRIES => continue,
                 other => return other.map(|_| ()),
             }

@@ -353,8 +353,11 @@ async fn pod_insert_creates_a_mirror_pod() {
     let env = start().await;
     let (ns, e1) = (k8s_testenv::namespace("ec").await, unique("e1"));
     edge_node(&env.client, &e1).await;
+    let node = Api::<Node>::all(env.client.clone()).get(&e1).await.unwrap();
     let pod = json!({"metadata": {"name": "mirror-x", "namespace": ns,
-            "annotations": {"kubernetes.io/config.mirror": "hash"}},
+            "annotations": {"kubernetes.io/config.mirror": "hash"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": e1,
+                "uid": node.uid(), "controller": true}]},
         "spec": {"nodeName": e1, "containers": [{"name": "c", "image": "nginx"}]}});
     let resp = env
         .ask(request(

@@ -9,7 +9,12 @@ use k8s_openapi::api::core::v1::Service;
 use kubeedge_api::application::Application;
 
 /// An Application as edgecore's metaServer writes it.
-fn application(verb: &str, key: &str, option: Option<Value>, body: Option<Value>) -> Value {
+pub(super) fn application(
+    verb: &str,
+    key: &str,
+    option: Option<Value>,
+    body: Option<Value>,
+) -> Value {
     let mut app = Application::request(format!("{}{}", short_id(), short_id()), verb, key);
     app.option = option.map(|v| v.to_string().into_bytes());
     app.req_body = body.map(|v| v.to_string().into_bytes());
@@ -17,22 +22,22 @@ fn application(verb: &str, key: &str, option: Option<Value>, body: Option<Value>
 }
 
 /// The answer to one metaServer message.
-struct Answer {
-    msg: Message,
-    app: Value,
+pub(super) struct Answer {
+    pub(super) msg: Message,
+    pub(super) app: Value,
 }
 
 impl Answer {
-    fn status(&self) -> &str {
+    pub(super) fn status(&self) -> &str {
         self.app["Status"].as_str().unwrap_or("")
     }
 
-    fn code(&self) -> u64 {
+    pub(super) fn code(&self) -> u64 {
         self.app["Error"]["ErrStatus"]["code"].as_u64().unwrap_or(0)
     }
 
     /// `RespBody` decoded as JSON (`Null` when absent).
-    fn body(&self) -> Value {
+    pub(super) fn body(&self) -> Value {
         match self.app["RespBody"].as_str() {
             Some(b) => serde_json::from_slice(
                 &base64::engine::general_purpose::STANDARD
@@ -44,12 +49,12 @@ impl Answer {
         }
     }
 
-    fn approved(&self) -> Value {
+    pub(super) fn approved(&self) -> Value {
         assert_eq!(self.status(), "Approved", "expected Approved: {}", self.app);
         self.body()
     }
 
-    fn rejected(&self, code: u64) {
+    pub(super) fn rejected(&self, code: u64) {
         assert_eq!(self.status(), "Rejected", "expected Rejected: {}", self.app);
         assert_eq!(self.code(), code, "{}", self.app);
         let e = &self.app["Error"]["ErrStatus"];
@@ -64,7 +69,7 @@ impl Answer {
 
 impl Edge {
     /// Sends `content` as the metaServer does (resource `resource`) and waits for the answer.
-    async fn meta(&self, resource: &str, content: Content) -> Answer {
+    pub(super) async fn meta(&self, resource: &str, content: Content) -> Answer {
         let what = format!("metaServer {resource} {}", content.as_json());
         let pending = self
             .send_as("metaserver", "dynamiccontroller", resource, "null", content)
@@ -79,7 +84,7 @@ impl Edge {
         Answer { msg, app }
     }
 
-    async fn apply(&self, app: Value) -> Answer {
+    pub(super) async fn apply(&self, app: Value) -> Answer {
         let answer = self.meta("null", json_content(&app)).await;
         assert_eq!(answer.msg.route.resource, "ignore/Application/ignore");
         assert_eq!(
@@ -784,7 +789,8 @@ async fn update_updatestatus_and_delete_go_to_the_api_server_as_the_node() {
     let nodes: Api<Node> = Api::all(s.client.clone());
     let key = format!("/core/v1/nodes/null/{}", s.node);
     let mut own = to_value(&nodes.get(&s.node).await.unwrap());
-    own["metadata"]["annotations"] = json!({"metaserver.test/update": "1"});
+    // As a client does: what it read, with its change (the `cloudcore` annotation kept).
+    own["metadata"]["annotations"]["metaserver.test/update"] = json!("1");
     let updated = s
         .edge
         .apply(application(

@@ -1,0 +1,151 @@
+//! What NodeRestriction keeps a kubelet from writing through a status write, kept from an edge
+//! too: its Node's restricted labels (and KubeEdge's role labels, once set), finalizers and
+//! owners through `nodepatch`, and its pods' labels through `podpatch`. Each refusal is
+//! answered, counted, and the API server read back unchanged; the status the patch carried
+//! is not written either (a patch is refused whole).
+
+use super::*;
+
+/// Sends `patch` as edgecore's `nodepatch` of its own Node.
+async fn node_patch(s: &Scenario, patch: Value) -> Reply {
+    s.edge
+        .ask(
+            &format!("default/nodepatch/{}", s.node),
+            "patch",
+            Content::string(patch.to_string()),
+        )
+        .await
+}
+
+/// A status change every attempt carries: if the refused patch were applied, it would show.
+fn with_status(mut patch: Value) -> Value {
+    patch["status"] =
+        json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Pwned"}]});
+    patch
+}
+
+async fn node_patch_refused(s: &Scenario, patch: Value) {
+    let nodes = s.all::<Node>();
+    let before = s.own_node().await;
+    let count = counting("patchNode").await;
+    let reply = node_patch(s, with_status(patch.clone())).await;
+    reply.forbidden_object_resp(&s.node);
+    s.unchanged(&nodes, &before, &format!("nodepatch {patch}"))
+        .await;
+    count.one_more().await;
+}
+
+#[tokio::test]
+async fn a_node_status_patch_cannot_set_restricted_labels() {
+    let s = Scenario::new("n2-labels").await;
+    for labels in [
+        json!({"node-restriction.kubernetes.io/secure": "true"}),
+        json!({"node-role.kubernetes.io/control-plane": ""}),
+        json!({"kubernetes.io/role": "master"}),
+    ] {
+        node_patch_refused(&s, json!({"metadata": {"labels": labels}})).await;
+    }
+}
+
+#[tokio::test]
+async fn a_node_status_patch_cannot_remove_or_change_the_edge_label() {
+    let s = Scenario::new("n2-edge").await;
+    assert_eq!(label(&s.own_node().await, EDGE_LABEL), Some(""));
+    for value in [Value::Null, json!("no")] {
+        node_patch_refused(&s, json!({"metadata": {"labels": {EDGE_LABEL: value}}})).await;
+    }
+    assert_eq!(label(&s.own_node().await, EDGE_LABEL), Some(""));
+}
+
+#[tokio::test]
+async fn a_node_status_patch_cannot_add_finalizers_owners_or_directives() {
+    let s = Scenario::new("n2-meta").await;
+    for meta in [
+        json!({"finalizers": ["example.com/keep"]}),
+        json!({"ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "default",
+            "uid": "6b9c1f0e-0000-4000-8000-000000000000"}]}),
+        json!({"labels": {"$patch": "replace", "team": "a"}}),
+        json!({"$patch": "replace", "labels": {}}),
+    ] {
+        node_patch_refused(&s, json!({"metadata": meta})).await;
+    }
+}
+
+#[tokio::test]
+async fn a_node_status_patch_may_still_set_labels_a_kubelet_may_set() {
+    let s = Scenario::new("n2-ok").await;
+    let reply = node_patch(
+        &s,
+        with_status(json!({"metadata": {"labels": {"example.com/rack": "r1",
+            "kubernetes.io/hostname": s.node}}})),
+    )
+    .await;
+    reply.object_resp_ok();
+    let node = s.own_node().await;
+    assert_eq!(label(&node, "example.com/rack"), Some("r1"));
+    assert_eq!(label(&node, EDGE_LABEL), Some(""), "the edge label stays");
+}
+
+#[tokio::test]
+async fn a_pod_status_patch_cannot_change_the_pods_labels() {
+    let s = Scenario::new("n5").await;
+    s.pod("web", &s.node, json!({})).await;
+    let pods = s.api::<Pod>();
+    let labelled = pods
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}})),
+        )
+        .await
+        .expect("admin labels the pod");
+    s.edge
+        .pushed_where("its pod, labelled", |m| {
+            m.route.resource.ends_with(&format!("{}/pod/web", s.ns))
+                && m.content.as_json().contains("\"app\":\"web\"")
+        })
+        .await;
+    for labels in [
+        json!({"app": "payments"}),
+        json!({"app": null}),
+        json!({"tier": "frontend"}),
+    ] {
+        let count = counting("patchPod").await;
+        let patch = json!({"metadata": {"labels": labels}, "status": {"phase": "Failed", "reason": "Pwned"}});
+        let reply = s
+            .edge
+            .ask(
+                &format!("{}/podpatch/web", s.ns),
+                "patch",
+                Content::string(patch.to_string()),
+            )
+            .await;
+        reply.forbidden_object_resp(&s.node);
+        s.unchanged(&pods, &labelled, &format!("podpatch {labels}"))
+            .await;
+        count.one_more().await;
+    }
+    // The status alone, with the pod's uid as edged sends it, is written.
+    let reply = s
+        .edge
+        .ask(
+            &format!("{}/podpatch/web", s.ns),
+            "patch",
+            Content::string(
+                json!({"metadata": {"uid": labelled.uid()}, "status": {"phase": "Running"}})
+                    .to_string(),
+            ),
+        )
+        .await;
+    reply.object_resp_ok();
+    let live = pods.get("web").await.expect("own pod");
+    assert_eq!(label_of(&live, "app"), Some("web"));
+    assert_eq!(
+        live.status.and_then(|st| st.phase).as_deref(),
+        Some("Running")
+    );
+}
+
+fn label_of<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.labels().get(key).map(String::as_str)
+}

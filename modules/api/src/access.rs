@@ -18,8 +18,102 @@ use kube::api::PostParams;
 
 use crate::status::StatusError;
 
-/// Decisions remembered at most; beyond this, expired ones are dropped, then all.
-const CACHE_CAPACITY: usize = 65_536;
+/// How many answers an [`AccessReviewer`] remembers, so that what callers choose (node names,
+/// selectors) cannot grow cloudcore's memory: at most `entries` in all and
+/// `entries_per_subject` for one user, each at most `key_bytes` of attribute text (longer
+/// ones are asked every time, never remembered). Beyond a bound, expired answers go first,
+/// then the oldest of that user (or of all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLimits {
+    /// Answers remembered in all.
+    pub entries: usize,
+    /// Answers remembered for one user (one edge node, one stream caller).
+    pub entries_per_subject: usize,
+    /// Longest attribute text (verb, resource, names, selectors together) remembered.
+    pub key_bytes: usize,
+}
+
+impl Default for CacheLimits {
+    /// 8,192 answers, 256 per user, 4 KiB each: at most about 32 MiB however the keys are
+    /// chosen, 1 MiB per user.
+    fn default() -> Self {
+        CacheLimits {
+            entries: 8_192,
+            entries_per_subject: 256,
+            key_bytes: 4 << 10,
+        }
+    }
+}
+
+/// One remembered answer.
+#[derive(Debug)]
+struct Entry {
+    decision: Decision,
+    until: Instant,
+    /// Insertion order, for evicting the oldest.
+    seq: u64,
+}
+
+/// The answers and how many each user holds.
+#[derive(Debug, Default)]
+struct Cache {
+    map: HashMap<(Subject, Attributes), Entry>,
+    per_user: HashMap<String, usize>,
+    seq: u64,
+}
+
+impl Cache {
+    fn remove(&mut self, key: &(Subject, Attributes)) {
+        if self.map.remove(key).is_some()
+            && let Some(n) = self.per_user.get_mut(&key.0.user)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.per_user.remove(&key.0.user);
+            }
+        }
+    }
+
+    /// Removes the expired answers (of `user` only, when given), or else the oldest one.
+    fn make_room(&mut self, user: Option<&str>, now: Instant) {
+        let mine = |k: &(Subject, Attributes)| user.is_none_or(|u| k.0.user == u);
+        let expired: Vec<(Subject, Attributes)> = self
+            .map
+            .iter()
+            .filter(|(k, e)| mine(k) && e.until <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        if expired.is_empty() {
+            let oldest = self
+                .map
+                .iter()
+                .filter(|(k, _)| mine(k))
+                .min_by_key(|(_, e)| e.seq)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.remove(&k);
+            }
+        }
+        for k in expired {
+            self.remove(&k);
+        }
+    }
+}
+
+/// The size of a cache key's text.
+fn key_bytes(s: &Subject, a: &Attributes) -> usize {
+    s.user.len()
+        + s.groups.iter().map(String::len).sum::<usize>()
+        + a.verb.len()
+        + a.group.len()
+        + a.version.len()
+        + a.resource.len()
+        + a.subresource.len()
+        + a.namespace.len()
+        + a.name.len()
+        + a.field_selector.len()
+        + a.label_selector.len()
+}
 
 /// A request as the authorizers see it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -114,13 +208,14 @@ pub struct Review {
 }
 
 /// Asks the API server what a subject may do (SubjectAccessReviews), remembering allowed
-/// answers for `allowed_ttl` and denied ones for `denied_ttl` (per subject and attributes).
-/// Failures to ask are not remembered.
+/// answers for `allowed_ttl` and denied ones for `denied_ttl` (per subject and attributes),
+/// within [`CacheLimits`]. Failures to ask are not remembered.
 pub struct AccessReviewer {
     api: Api<SubjectAccessReview>,
     allowed_ttl: Duration,
     denied_ttl: Duration,
-    cache: Mutex<HashMap<(Subject, Attributes), (Decision, Instant)>>,
+    limits: CacheLimits,
+    cache: Mutex<Cache>,
 }
 
 impl std::fmt::Debug for AccessReviewer {
@@ -128,28 +223,48 @@ impl std::fmt::Debug for AccessReviewer {
         f.debug_struct("AccessReviewer")
             .field("allowed_ttl", &self.allowed_ttl)
             .field("denied_ttl", &self.denied_ttl)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
 impl AccessReviewer {
     /// Reviews created with `client` (cloudcore's identity, which needs `create` on
-    /// `subjectaccessreviews.authorization.k8s.io`).
+    /// `subjectaccessreviews.authorization.k8s.io`), remembered within the default
+    /// [`CacheLimits`].
     pub fn new(client: kube::Client, allowed_ttl: Duration, denied_ttl: Duration) -> Self {
         AccessReviewer {
             api: Api::all(client),
             allowed_ttl,
             denied_ttl,
-            cache: Mutex::new(HashMap::new()),
+            limits: CacheLimits::default(),
+            cache: Mutex::new(Cache::default()),
         }
     }
 
+    /// Remembers answers within `limits` instead of the default ones.
+    pub fn with_limits(mut self, limits: CacheLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Answers remembered now (expired ones included until they are dropped).
+    pub fn cached_answers(&self) -> usize {
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .len()
+    }
+
     fn cached(&self, key: &(Subject, Attributes)) -> Option<Decision> {
-        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache
-            .get(key)
-            .filter(|(_, until)| Instant::now() < *until)
-            .map(|(d, _)| d.clone())
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = cache.map.get(key)?;
+        if Instant::now() < entry.until {
+            return Some(entry.decision.clone());
+        }
+        cache.remove(key);
+        None
     }
 
     fn remember(&self, key: (Subject, Attributes), decision: Decision) {
@@ -157,18 +272,36 @@ impl AccessReviewer {
             Decision::Allow => self.allowed_ttl,
             Decision::Deny(_) => self.denied_ttl,
         };
-        if ttl.is_zero() {
+        let limits = self.limits;
+        if ttl.is_zero()
+            || limits.entries == 0
+            || limits.entries_per_subject == 0
+            || key_bytes(&key.0, &key.1) > limits.key_bytes
+        {
             return;
         }
         let now = Instant::now();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHE_CAPACITY {
-            cache.retain(|_, (_, until)| now < *until);
-            if cache.len() >= CACHE_CAPACITY {
-                cache.clear();
+        if !cache.map.contains_key(&key) {
+            let user = key.0.user.clone();
+            if cache.per_user.get(&user).copied().unwrap_or(0) >= limits.entries_per_subject {
+                cache.make_room(Some(&user), now);
             }
+            if cache.map.len() >= limits.entries {
+                cache.make_room(None, now);
+            }
+            *cache.per_user.entry(user).or_default() += 1;
         }
-        cache.insert(key, (decision, now + ttl));
+        cache.seq += 1;
+        let seq = cache.seq;
+        cache.map.insert(
+            key,
+            Entry {
+                decision,
+                until: now + ttl,
+                seq,
+            },
+        );
     }
 
     /// What the cluster answers for node `node` doing `attrs`.
@@ -244,6 +377,78 @@ impl AccessReviewer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reviewer(limits: CacheLimits) -> AccessReviewer {
+        // Never asked: these tests fill the cache directly.
+        let client = kube::Client::new(
+            tower::service_fn(|_: http::Request<kube::client::Body>| async {
+                Err::<http::Response<kube::client::Body>, _>(std::io::Error::other("unused"))
+            }),
+            "default",
+        );
+        AccessReviewer::new(client, Duration::from_secs(60), Duration::from_secs(60))
+            .with_limits(limits)
+    }
+
+    fn attrs(name: &str) -> Attributes {
+        Attributes {
+            verb: "get".into(),
+            resource: "nodes".into(),
+            name: name.into(),
+            ..Attributes::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_cache_holds_at_most_its_limits_whatever_the_keys() {
+        let r = reviewer(CacheLimits {
+            entries: 100,
+            entries_per_subject: 10,
+            key_bytes: 300,
+        });
+        let flooder = Subject::node("attacker");
+        for i in 0..1_000 {
+            r.remember((flooder.clone(), attrs(&format!("n{i}"))), Decision::Allow);
+        }
+        assert_eq!(r.cached_answers(), 10, "one user holds its share only");
+        assert!(
+            r.cached(&(flooder.clone(), attrs("n999"))).is_some(),
+            "newest kept"
+        );
+        assert!(
+            r.cached(&(flooder.clone(), attrs("n0"))).is_none(),
+            "oldest gone"
+        );
+        for n in 0..50 {
+            let s = Subject::node(&format!("e{n}"));
+            for i in 0..5 {
+                r.remember((s.clone(), attrs(&format!("x{i}"))), Decision::Allow);
+            }
+        }
+        assert_eq!(r.cached_answers(), 100, "the global bound");
+        // A key longer than the limit is never remembered.
+        r.remember((flooder.clone(), attrs(&"y".repeat(400))), Decision::Allow);
+        assert!(r.cached(&(flooder, attrs(&"y".repeat(400)))).is_none());
+    }
+
+    #[tokio::test]
+    async fn expired_answers_are_dropped_when_read() {
+        let r = reviewer(CacheLimits::default());
+        let s = Subject::node("e1");
+        let mut cache = r.cache.lock().unwrap();
+        cache.map.insert(
+            (s.clone(), attrs("a")),
+            Entry {
+                decision: Decision::Allow,
+                until: Instant::now(),
+                seq: 1,
+            },
+        );
+        cache.per_user.insert(s.user.clone(), 1);
+        drop(cache);
+        assert!(r.cached(&(s, attrs("a"))).is_none());
+        assert_eq!(r.cached_answers(), 0);
+    }
 
     #[test]
     fn a_denial_reads_like_the_api_servers() {

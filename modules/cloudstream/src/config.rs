@@ -62,6 +62,13 @@ pub struct StreamAuthorizationConfig {
     /// How long a denied answer is reused (kubelet `webhook.cacheUnauthorizedTTL`, 30 s).
     #[serde(rename = "cacheUnauthorizedTTLSeconds")]
     pub cache_unauthorized_ttl_seconds: u64,
+    /// Answers remembered at most, all callers together (default 65,536; with names of at
+    /// most 253 bytes, about 45 MiB at worst). Beyond it expired answers go first, then the
+    /// oldest.
+    pub cache_entries: usize,
+    /// Answers remembered for one caller (default 32,768): a caller flooding node names it
+    /// makes up evicts its own answers, not the API server's.
+    pub cache_entries_per_user: usize,
 }
 
 impl Default for StreamAuthorizationConfig {
@@ -70,6 +77,8 @@ impl Default for StreamAuthorizationConfig {
             mode: None,
             cache_authorized_ttl_seconds: 300,
             cache_unauthorized_ttl_seconds: 30,
+            cache_entries: 65_536,
+            cache_entries_per_user: 32_768,
         }
     }
 }
@@ -256,6 +265,7 @@ someFutureKey: 1
                 mode: Some(StreamAuthorizationMode::AlwaysAllow),
                 cache_authorized_ttl_seconds: 10,
                 cache_unauthorized_ttl_seconds: 1,
+                ..StreamAuthorizationConfig::default()
             }
         );
         let c: CloudStreamConfig =

@@ -262,13 +262,18 @@ fn authorizer(
             }
             Authorizer::AlwaysAllow
         }
-        (StreamAuthorizationMode::Webhook, Some(client)) => {
-            Authorizer::Webhook(Box::new(Webhook::new(
+        (StreamAuthorizationMode::Webhook, Some(client)) => Authorizer::Webhook(Box::new(
+            Webhook::new(
                 client.clone(),
                 Duration::from_secs(a.cache_authorized_ttl_seconds),
                 Duration::from_secs(a.cache_unauthorized_ttl_seconds),
-            )))
-        }
+            )
+            .with_limits(kubeedge_api::access::CacheLimits {
+                entries: a.cache_entries,
+                entries_per_subject: a.cache_entries_per_user,
+                key_bytes: 4 << 10,
+            }),
+        )),
         (StreamAuthorizationMode::Webhook, None) => return Err(Error::WebhookWithoutClient),
     };
     Ok(Arc::new(authorizer))

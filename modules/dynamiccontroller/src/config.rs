@@ -38,6 +38,30 @@ pub struct DynamicControllerConfig {
     pub max_informers: usize,
     /// Watch listeners one node may hold (default 256); more are answered `429`.
     pub max_listeners_per_node: usize,
+    /// Watch listeners all nodes together may hold (default 65,536); more are answered `429`.
+    pub max_listeners: usize,
+    /// Bytes one watch may ask cloudcore to keep: its id, key and options together (default
+    /// 8 KiB; edgecore's are a few hundred). A larger watch is refused `400`; an id is at most
+    /// 128 bytes and a watch carries no body.
+    pub max_watch_bytes: usize,
+    /// Bytes of watches one node may have cloudcore keep (default 512 KiB); beyond, its new
+    /// watches are answered `429`.
+    pub max_listener_bytes_per_node: usize,
+    /// Bytes of watches all nodes together may have cloudcore keep (default 64 MiB).
+    pub max_listener_bytes: usize,
+    /// Answers of SubjectAccessReviews remembered, all nodes together (default 8,192, each
+    /// at most 4 KiB of attributes: about 32 MiB at worst).
+    pub review_cache_entries: usize,
+    /// Answers of SubjectAccessReviews remembered for one node (default 256).
+    pub review_cache_entries_per_node: usize,
+    /// Resource types (group/versions) whose discovery is remembered (default 1,024). Only
+    /// group/versions the API server serves are ever remembered, so edges asking for made-up
+    /// groups add nothing.
+    pub max_discovery_entries: usize,
+    /// Seconds between re-reviews of every watch listener (default 300): a listener the
+    /// cluster no longer allows (its pod left the node) is dropped and its objects deleted at
+    /// the edge. 0 turns it off.
+    pub listener_review_seconds: u64,
     /// Keep each node's watch listeners in a ConfigMap (`kubeedge/dynamiccontroller.<node>`)
     /// so a restarted cloudcore resumes pushing changes at once instead of waiting for the
     /// edge's next watch sync (default `true`).
@@ -57,6 +81,14 @@ impl Default for DynamicControllerConfig {
             allowed_resources: Vec::new(),
             max_informers: 64,
             max_listeners_per_node: 256,
+            max_listeners: 65_536,
+            max_watch_bytes: 8 << 10,
+            max_listener_bytes_per_node: 512 << 10,
+            max_listener_bytes: 64 << 20,
+            review_cache_entries: 8_192,
+            review_cache_entries_per_node: 256,
+            max_discovery_entries: 1_024,
+            listener_review_seconds: 300,
             persist_listeners: true,
         }
     }
@@ -90,6 +122,11 @@ impl DynamicControllerConfig {
             ("nodeBurst", self.node_burst as usize),
             ("maxInformers", self.max_informers),
             ("maxListenersPerNode", self.max_listeners_per_node),
+            ("maxListeners", self.max_listeners),
+            ("maxWatchBytes", self.max_watch_bytes),
+            ("maxListenerBytesPerNode", self.max_listener_bytes_per_node),
+            ("maxListenerBytes", self.max_listener_bytes),
+            ("maxDiscoveryEntries", self.max_discovery_entries),
         ]
         .into_iter()
         .find(|(_, v)| *v == 0)

@@ -93,6 +93,10 @@ struct Gate {
     per_node: Mutex<HashMap<String, NodeLoad>>,
     buckets: Mutex<HashMap<String, Bucket>>,
     node_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Each node's share of `running` (a quarter of it, at least one), taken first: one node
+    /// never holds every permit, whatever it waits on.
+    node_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
+    node_share: usize,
     connected: Mutex<HashSet<String>>,
     node_limit: usize,
     node_bytes: usize,
@@ -124,6 +128,8 @@ impl Gate {
             per_node: Mutex::default(),
             buckets: Mutex::default(),
             node_locks: Mutex::default(),
+            node_slots: Mutex::default(),
+            node_share: (config.concurrency / 4).max(1),
             connected: Mutex::default(),
             node_limit: config.node_requests.max(1),
             node_bytes: config.node_request_bytes.max(1),
@@ -189,6 +195,15 @@ impl Gate {
                 m.remove(node);
             }
         }
+    }
+
+    /// `node`'s share of the running permits.
+    fn node_slot(&self, node: &str) -> Arc<Semaphore> {
+        let mut m = self.node_slots.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, s| Arc::strong_count(s) > 1);
+        m.entry(node.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.node_share)))
+            .clone()
     }
 
     fn node_lock(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -284,13 +299,18 @@ fn decode(msg: &Message) -> Result<Application, (Application, StatusError)> {
     }
 }
 
-async fn serve_application(shared: &Shared, gate: &Gate, node: &str, msg: &Message) -> Message {
-    let (app, result) = match decode(msg) {
+/// Serves one Application (already decoded); a watch is served while the caller holds the
+/// node's order lock.
+async fn serve_application(
+    shared: &Shared,
+    node: &str,
+    msg: &Message,
+    decoded: Result<Application, (Application, StatusError)>,
+) -> Message {
+    let (app, result) = match decoded {
         Ok(mut app) => {
             app.node_name = node.to_owned();
             let result = if app.verb == verb::WATCH {
-                let lock = gate.node_lock(node);
-                let _order = lock.lock().await;
                 watches::register(shared, node, &app).await.map(|()| None)
             } else {
                 requests::serve(shared, node, &app).await
@@ -314,6 +334,10 @@ async fn serve_application(shared: &Shared, gate: &Gate, node: &str, msg: &Messa
     let answer = match result {
         Ok(body) => app.approved(body),
         Err(e) => {
+            if e.code() == 403 {
+                shared.metrics.denied(&app.verb);
+                warn!(node, verb = %app.verb, key = %app.key.chars().take(256).collect::<String>(), reason = %e, "metaServer request refused by node authorization");
+            }
             debug!(node, verb = %app.verb, key = %app.key, code = e.code(), error = %e, "application rejected");
             app.rejected(e)
         }
@@ -321,13 +345,10 @@ async fn serve_application(shared: &Shared, gate: &Gate, node: &str, msg: &Messa
     reply(msg, node, REPLY_RESOURCE, json(&answer))
 }
 
-async fn serve_sync(shared: &Shared, gate: &Gate, node: &str, msg: &Message) -> Message {
+/// Serves a watch sync while the caller holds the node's order lock.
+async fn serve_sync(shared: &Shared, node: &str, msg: &Message) -> Message {
     let failed = match msg.content.parse::<BTreeMap<String, Application>>() {
-        Ok(apps) => {
-            let lock = gate.node_lock(node);
-            let _order = lock.lock().await;
-            watches::sync(shared, node, apps).await
-        }
+        Ok(apps) => watches::sync(shared, node, apps).await,
         Err(e) => {
             warn!(node, error = %e, "watch sync content is not a map of Applications");
             BTreeMap::new()
@@ -365,6 +386,7 @@ impl Actor for DynamicController {
             self.metrics.clone(),
             persist.clone(),
         ));
+        let _ = self.metrics.0.shared.set(Arc::downgrade(&shared));
         self.life
             .spawn_cancellable(watches::dispatch(shared.clone(), rx));
         if let Some(p) = persist {
@@ -373,6 +395,8 @@ impl Actor for DynamicController {
         }
         self.life
             .spawn_cancellable(sweep(shared.clone(), self.gate.clone()));
+        self.life
+            .spawn_cancellable(watches::review_listeners(shared.clone()));
         self.shared = Some(shared);
         info!(
             impersonate = self.impersonate,
@@ -459,11 +483,24 @@ impl Handler<Message> for DynamicController {
         // Not tracked by the lifecycle: there can be many at once (bounded by the gate), each
         // short, and a request cut by a stop is answered by the edge's own fall-back.
         tokio::spawn(async move {
+            let decoded = (!is_sync).then(|| decode(&msg));
+            let ordered = is_sync || matches!(&decoded, Some(Ok(app)) if app.verb == verb::WATCH);
+            // The node's own share first, then its order (watches and syncs one at a time),
+            // then a permit: a node waiting on itself (or on a type's first list) holds at
+            // most one permit for that and a quarter of them in all.
+            let slot = gate.node_slot(&node);
+            let Ok(_slot) = slot.acquire_owned().await else {
+                gate.end(&node, bytes);
+                return;
+            };
+            let _order = match ordered {
+                true => Some(gate.node_lock(&node).lock_owned().await),
+                false => None,
+            };
             let answer = match gate.running.acquire().await {
-                Ok(_permit) => Some(if is_sync {
-                    serve_sync(&shared, &gate, &node, &msg).await
-                } else {
-                    serve_application(&shared, &gate, &node, &msg).await
+                Ok(_permit) => Some(match decoded {
+                    None => serve_sync(&shared, &node, &msg).await,
+                    Some(d) => serve_application(&shared, &node, &msg, d).await,
                 }),
                 Err(_) => None,
             };
@@ -523,6 +560,32 @@ mod tests {
             g.try_begin("b", 1).is_ok(),
             "other nodes keep their own budget"
         );
+    }
+
+    #[tokio::test]
+    async fn a_node_runs_at_most_a_quarter_of_the_permits() {
+        let g = Gate::new(&DynamicControllerConfig {
+            concurrency: 32,
+            ..DynamicControllerConfig::default()
+        });
+        let slot = g.node_slot("a");
+        let held: Vec<_> = (0..8)
+            .map(|_| slot.clone().try_acquire_owned().expect("within the share"))
+            .collect();
+        assert!(
+            g.node_slot("a").try_acquire().is_err(),
+            "the 9th request of one node waits for its own share"
+        );
+        assert!(
+            g.node_slot("b").try_acquire().is_ok(),
+            "others are not held up"
+        );
+        drop(held);
+        let tiny = Gate::new(&DynamicControllerConfig {
+            concurrency: 2,
+            ..DynamicControllerConfig::default()
+        });
+        assert_eq!(tiny.node_slot("a").available_permits(), 1);
     }
 
     #[test]

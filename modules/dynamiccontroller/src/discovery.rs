@@ -1,7 +1,12 @@
 //! Which resource types the API server serves: resolved from its discovery documents on first
 //! use, refreshed when a type is not found (so CRDs created later are found without a restart).
+//!
+//! Edges choose the group/versions they ask for, so only those the API server lists are ever
+//! fetched and remembered (the list itself is read at most every few seconds): a made-up
+//! group costs neither a discovery call nor memory, and what is remembered is bounded by the
+//! cluster's API and by `maxDiscoveryEntries`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +47,9 @@ type Types = HashMap<String, Arc<ResourceInfo>>;
 pub(crate) struct Resolver {
     client: kube::Client,
     cache: Mutex<HashMap<String, (Arc<Types>, Instant)>>,
+    /// The group/versions the API server serves, and when they were listed.
+    served: Mutex<Option<(Arc<HashSet<String>>, Instant)>>,
+    max_entries: usize,
 }
 
 impl std::fmt::Debug for Resolver {
@@ -63,11 +71,58 @@ fn not_found(key: &ResourceKey) -> StatusError {
 }
 
 impl Resolver {
-    pub(crate) fn new(client: kube::Client) -> Self {
+    /// A resolver remembering at most `max_entries` group/versions.
+    pub(crate) fn new(client: kube::Client, max_entries: usize) -> Self {
         Resolver {
             client,
             cache: Mutex::new(HashMap::new()),
+            served: Mutex::new(None),
+            max_entries: max_entries.max(1),
         }
+    }
+
+    /// Group/versions remembered.
+    pub(crate) fn len(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether the API server serves `gv` (`v1`, `apps/v1`): from its group list, read again
+    /// when `gv` is not in it and the list is older than [`REFRESH_MIN`].
+    async fn serves(&self, gv: &str) -> Result<bool, StatusError> {
+        let known = self
+            .served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some((set, at)) = &known
+            && (set.contains(gv) || at.elapsed() < REFRESH_MIN)
+        {
+            return Ok(set.contains(gv));
+        }
+        let core = self
+            .client
+            .list_core_api_versions()
+            .await
+            .map_err(|e| StatusError::from_kube(&e))?;
+        let groups = self
+            .client
+            .list_api_groups()
+            .await
+            .map_err(|e| StatusError::from_kube(&e))?;
+        let set: HashSet<String> = core
+            .versions
+            .into_iter()
+            .chain(
+                groups
+                    .groups
+                    .into_iter()
+                    .flat_map(|g| g.versions.into_iter().map(|v| v.group_version)),
+            )
+            .collect();
+        let served = set.contains(gv);
+        *self.served.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Arc::new(set), Instant::now()));
+        Ok(served)
     }
 
     /// The type `key` names: `404 NotFound` when the API server does not serve it,
@@ -89,11 +144,22 @@ impl Resolver {
                 return Err(not_found(key));
             }
         }
+        if !self.serves(&gv).await? {
+            return Err(not_found(key));
+        }
         let types = Arc::new(self.fetch(key).await?);
-        self.cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(gv, (types.clone(), Instant::now()));
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if !cache.contains_key(&gv) && cache.len() >= self.max_entries {
+            let oldest = cache
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                cache.remove(&k);
+            }
+        }
+        cache.insert(gv, (types.clone(), Instant::now()));
+        drop(cache);
         types
             .get(&key.resource)
             .cloned()

@@ -57,6 +57,8 @@ pub(crate) struct Informer {
     store: RwLock<HashMap<String, Arc<DynamicObject>>>,
     ready: watch::Sender<bool>,
     last_error: Mutex<Option<StatusError>>,
+    /// Woken when a list fails for good (403, 404): waiters answer at once.
+    refused: tokio::sync::Notify,
     users: AtomicUsize,
     idle_since: Mutex<Option<Instant>>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -72,15 +74,32 @@ impl std::fmt::Debug for Informer {
 }
 
 impl Informer {
-    /// Waits until the first list completed, at most `timeout`. On timeout the error is the
-    /// API server's last answer to the list (a `403` when cloudcore may not list the type),
-    /// else `504`.
+    /// The last list error when it is final (cloudcore may not list the type, or it is gone).
+    fn refusal(&self) -> Option<StatusError> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|e| matches!(e.code(), 403 | 404))
+    }
+
+    /// Waits until the first list completed, at most `timeout`; a list the API server refuses
+    /// (`403`, `404`) is answered at once, so a waiter never holds its turn for a type
+    /// cloudcore cannot list. On timeout the error is the API server's last answer to the
+    /// list, else `504`.
     pub(crate) async fn wait_ready(&self, timeout: Duration) -> Result<(), StatusError> {
         let mut rx = self.ready.subscribe();
-        if tokio::time::timeout(timeout, rx.wait_for(|r| *r))
-            .await
-            .is_ok_and(|r| r.is_ok())
+        let refused = self.refused.notified();
+        if !self.is_ready()
+            && let Some(e) = self.refusal()
         {
+            return Err(e);
+        }
+        let ready = tokio::select! {
+            r = tokio::time::timeout(timeout, rx.wait_for(|r| *r)) => r.is_ok_and(|r| r.is_ok()),
+            () = refused => self.is_ready(),
+        };
+        if ready {
             return Ok(());
         }
         let last = self
@@ -235,7 +254,11 @@ impl Informer {
                         other => StatusError::internal(other.to_string()),
                     };
                     warn!(r#type = %type_key(&self.info), error = %e, "watch for edges failed; retrying");
+                    let final_ = matches!(status.code(), 403 | 404);
                     *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+                    if final_ {
+                        self.refused.notify_waiters();
+                    }
                     continue;
                 }
             };
@@ -316,6 +339,7 @@ impl Informers {
             store: RwLock::new(HashMap::new()),
             ready: watch::channel(false).0,
             last_error: Mutex::new(None),
+            refused: tokio::sync::Notify::new(),
             users: AtomicUsize::new(1),
             idle_since: Mutex::new(None),
             task: Mutex::new(None),
@@ -378,5 +402,53 @@ impl Informers {
                 task.abort();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn informer() -> Informer {
+        Informer {
+            info: Arc::new(ResourceInfo {
+                resource: kube::core::ApiResource::erase::<
+                    k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+                >(&()),
+                namespaced: false,
+                verbs: vec!["watch".into()],
+            }),
+            store: RwLock::new(HashMap::new()),
+            ready: watch::channel(false).0,
+            last_error: Mutex::new(None),
+            refused: tokio::sync::Notify::new(),
+            users: AtomicUsize::new(1),
+            idle_since: Mutex::new(None),
+            task: Mutex::new(None),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_type_cloudcore_may_not_list_is_answered_at_once_not_after_the_timeout() {
+        let i = Arc::new(informer());
+        *i.last_error.lock().unwrap() = Some(StatusError::forbidden("no list for you"));
+        let started = tokio::time::Instant::now();
+        let e = i.wait_ready(Duration::from_secs(30)).await.unwrap_err();
+        assert_eq!(e.code(), 403);
+        assert!(started.elapsed() < Duration::from_secs(1));
+
+        // Refused while a waiter already waits: it is woken.
+        let i = Arc::new(informer());
+        let waiter = tokio::spawn({
+            let i = i.clone();
+            async move { i.wait_ready(Duration::from_secs(30)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        *i.last_error.lock().unwrap() = Some(StatusError::forbidden("no list for you"));
+        i.refused.notify_waiters();
+        let started = tokio::time::Instant::now();
+        let e = waiter.await.unwrap().unwrap_err();
+        assert_eq!(e.code(), 403);
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

@@ -22,8 +22,35 @@ pub(crate) struct Listener {
     pub namespace: Option<String>,
     pub labels: LabelSelector,
     pub fields: FieldSelector,
-    /// The request as the edge sent it (kept to persist the listener).
+    /// The request as the edge sent it, without bodies (kept to persist the listener).
     pub app: Application,
+    /// The watch request the listener was decided as (decided again by re-reviews).
+    pub uri: String,
+    /// What keeping this listener costs, as counted against the byte limits.
+    pub bytes: usize,
+}
+
+/// Bytes a listener costs beyond its id, key and options (maps, parsed selectors, counted
+/// once more as the options they came from).
+const LISTENER_OVERHEAD: usize = 512;
+
+impl Listener {
+    /// What keeping a listener of `app` costs: its strings twice (the record and what was
+    /// parsed from it) plus a fixed overhead.
+    pub(crate) fn cost(app: &Application) -> usize {
+        let option = app.option.as_ref().map_or(0, Vec::len);
+        LISTENER_OVERHEAD + 2 * (app.id.len() + app.key.len() + option + app.node_name.len())
+    }
+}
+
+/// What the registry holds at most (`maxListenersPerNode`, `maxListeners`,
+/// `maxListenerBytesPerNode`, `maxListenerBytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub per_node: usize,
+    pub total: usize,
+    pub bytes_per_node: usize,
+    pub bytes: usize,
 }
 
 impl Listener {
@@ -41,6 +68,29 @@ impl Listener {
 struct Inner {
     by_node: HashMap<String, HashMap<String, Arc<Listener>>>,
     by_type: HashMap<String, HashMap<(String, String), Arc<Listener>>>,
+    /// Bytes per node and in all ([`Listener::bytes`]).
+    node_bytes: HashMap<String, usize>,
+    bytes: usize,
+    count: usize,
+}
+
+impl Inner {
+    fn account(&mut self, node: &str, bytes: usize, added: bool) {
+        if added {
+            *self.node_bytes.entry(node.to_owned()).or_default() += bytes;
+            self.bytes += bytes;
+            self.count += 1;
+        } else {
+            if let Some(b) = self.node_bytes.get_mut(node) {
+                *b -= bytes;
+                if *b == 0 {
+                    self.node_bytes.remove(node);
+                }
+            }
+            self.bytes -= bytes;
+            self.count -= 1;
+        }
+    }
 }
 
 /// Every listener. Reads (fan-out) do not block each other.
@@ -56,15 +106,62 @@ impl Registry {
         self.0.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds `l`; returns the listener it replaced (same node and id).
-    pub(crate) fn add(&self, l: Arc<Listener>) -> Option<Arc<Listener>> {
+    /// Adds `l` unless that would take its node or all nodes beyond `limits` (then says
+    /// which); returns the listener it replaced (same node and id).
+    pub(crate) fn try_add(
+        &self,
+        l: Arc<Listener>,
+        limits: &Limits,
+    ) -> Result<Option<Arc<Listener>>, String> {
         let mut inner = self.write();
+        let replaced = inner
+            .by_node
+            .get(&l.node)
+            .and_then(|m| m.get(&l.id))
+            .map_or(0, |o| o.bytes);
+        let node_count = inner.by_node.get(&l.node).map_or(0, HashMap::len);
+        let node_bytes = inner.node_bytes.get(&l.node).copied().unwrap_or(0) - replaced;
+        let new = replaced == 0;
+        if new && node_count >= limits.per_node {
+            return Err(format!(
+                "node {} holds {node_count} watches already (maxListenersPerNode)",
+                l.node
+            ));
+        }
+        if new && inner.count >= limits.total {
+            return Err(format!(
+                "{} watches are held for edges already (maxListeners)",
+                inner.count
+            ));
+        }
+        if node_bytes + l.bytes > limits.bytes_per_node {
+            return Err(format!(
+                "node {}'s watches would take more than {} bytes (maxListenerBytesPerNode)",
+                l.node, limits.bytes_per_node
+            ));
+        }
+        if inner.bytes - replaced + l.bytes > limits.bytes {
+            return Err(format!(
+                "edges' watches would take more than {} bytes (maxListenerBytes)",
+                limits.bytes
+            ));
+        }
+        Ok(inner.insert(l))
+    }
+}
+
+impl Inner {
+    /// Adds `l`; returns the listener it replaced (same node and id).
+    fn insert(&mut self, l: Arc<Listener>) -> Option<Arc<Listener>> {
+        let inner = self;
+        inner.account(&l.node, l.bytes, true);
         let old = inner
             .by_node
             .entry(l.node.clone())
             .or_default()
             .insert(l.id.clone(), l.clone());
         if let Some(old) = &old {
+            inner.account(&old.node, old.bytes, false);
             let t = type_key(&old.info);
             if let Some(m) = inner.by_type.get_mut(&t) {
                 m.remove(&(old.node.clone(), old.id.clone()));
@@ -77,11 +174,14 @@ impl Registry {
             .insert((l.node.clone(), l.id.clone()), l);
         old
     }
+}
 
+impl Registry {
     /// Removes the listener `id` of `node`.
     pub(crate) fn remove(&self, node: &str, id: &str) -> Option<Arc<Listener>> {
         let mut inner = self.write();
         let gone = inner.by_node.get_mut(node)?.remove(id)?;
+        inner.account(node, gone.bytes, false);
         if inner.by_node.get(node).is_some_and(HashMap::is_empty) {
             inner.by_node.remove(node);
         }
@@ -133,6 +233,11 @@ impl Registry {
 
     /// Listeners in all.
     pub(crate) fn len(&self) -> usize {
-        self.read().by_node.values().map(HashMap::len).sum()
+        self.read().count
+    }
+
+    /// Bytes the listeners cost in all ([`Listener::bytes`]).
+    pub(crate) fn bytes(&self) -> usize {
+        self.read().bytes
     }
 }

@@ -49,8 +49,18 @@ pub(crate) struct Inner {
     requests: Family<RequestLabels, Counter>,
     events_sent: Counter,
     events_failed: Counter,
+    /// Requests refused by authorization (`403`), by verb.
+    denied: Family<DeniedLabels, Counter>,
     pub(crate) registry: OnceLock<Arc<ListenerRegistry>>,
     pub(crate) informers: OnceLock<Arc<Informers>>,
+    /// The answer and discovery caches, read when scraped.
+    pub(crate) shared: OnceLock<std::sync::Weak<crate::shared::Shared>>,
+}
+
+/// The label of a refusal.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct DeniedLabels {
+    verb: &'static str,
 }
 
 /// The module's metrics; cheap to clone (clones share the values). [`Self::register`]
@@ -74,6 +84,15 @@ pub struct MetricsSnapshot {
     pub events_sent: u64,
     /// Watch events cloudhub did not take (module missing or stopped).
     pub events_failed: u64,
+    /// Bytes the listeners cost, as counted against `maxListenerBytes`.
+    pub listener_bytes: usize,
+    /// SubjectAccessReview answers remembered.
+    pub review_cache_entries: usize,
+    /// Group/versions whose discovery is remembered.
+    pub discovery_entries: usize,
+    /// Requests refused by authorization (`403`), by verb: the module's share of
+    /// `cloudcore_node_authorization_denied_total`.
+    pub denied: Vec<(&'static str, u64)>,
 }
 
 impl DynamicControllerMetrics {
@@ -84,6 +103,23 @@ impl DynamicControllerMetrics {
             outcome,
         };
         self.0.requests.get_or_create(&labels).inc();
+    }
+
+    /// One request of `verb` refused by authorization.
+    pub(crate) fn denied(&self, verb: &str) {
+        let labels = DeniedLabels {
+            verb: verb_label(verb),
+        };
+        self.0.denied.get_or_create(&labels).inc();
+    }
+
+    /// (listener bytes, review answers, discovery entries) now.
+    fn cache_sizes(&self) -> (usize, usize, usize) {
+        let bytes = self.0.registry.get().map_or(0, |r| r.bytes());
+        match self.0.shared.get().and_then(std::sync::Weak::upgrade) {
+            Some(s) => (bytes, s.reviewer.cached_answers(), s.resolver.len()),
+            None => (bytes, 0, 0),
+        }
     }
 
     pub(crate) fn event(&self, sent: bool) {
@@ -142,7 +178,20 @@ impl DynamicControllerMetrics {
             .collect();
         requests.sort();
         let (listeners, listener_nodes, informers) = self.sizes();
+        let (listener_bytes, review_cache_entries, discovery_entries) = self.cache_sizes();
+        let denied = VERBS
+            .iter()
+            .chain(&["unknown"])
+            .filter_map(|verb| {
+                let n = self.0.denied.get(&DeniedLabels { verb })?.get();
+                Some((*verb, n))
+            })
+            .collect();
         MetricsSnapshot {
+            listener_bytes,
+            review_cache_entries,
+            discovery_entries,
+            denied,
             requests,
             listeners,
             listener_nodes,
@@ -160,7 +209,23 @@ struct Sizes(DynamicControllerMetrics);
 impl Collector for Sizes {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let (listeners, nodes, informers) = self.0.sizes();
+        let (bytes, reviews, discovery) = self.0.cache_sizes();
         for (name, help, v) in [
+            (
+                "dynamiccontroller_listener_bytes",
+                "Bytes edge watch listeners cost, as counted against maxListenerBytes.",
+                bytes,
+            ),
+            (
+                "dynamiccontroller_review_cache_entries",
+                "SubjectAccessReview answers remembered for edge nodes.",
+                reviews,
+            ),
+            (
+                "dynamiccontroller_discovery_entries",
+                "API group/versions whose discovery is remembered.",
+                discovery,
+            ),
             (
                 "dynamiccontroller_listeners",
                 "Edge watch listeners registered.",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use beehive::{Endpoint, Message};
 use kube::core::ApiResource;
-use kubeedge_api::access::{AccessReviewer, Attributes, Decision};
+use kubeedge_api::access::{AccessReviewer, Attributes, CacheLimits, Decision};
 use kubeedge_api::authz::Authorized;
 use kubeedge_api::client::NodeClient;
 use kubeedge_api::names::CLOUDHUB;
@@ -84,12 +84,17 @@ impl Shared {
         Shared {
             reads: NodeClient::new(client.clone(), impersonate),
             writes: NodeClient::new(client.clone(), true),
-            resolver: Resolver::new(client.clone()),
+            resolver: Resolver::new(client.clone(), config.max_discovery_entries),
             reviewer: AccessReviewer::new(
                 client.clone(),
                 Duration::from_secs(10),
                 Duration::from_secs(5),
-            ),
+            )
+            .with_limits(CacheLimits {
+                entries: config.review_cache_entries,
+                entries_per_subject: config.review_cache_entries_per_node,
+                key_bytes: 4 << 10,
+            }),
             config,
             client,
             informers,
@@ -98,6 +103,17 @@ impl Shared {
             metrics,
             persist,
             topology: OnceLock::new(),
+        }
+    }
+
+    /// What the listener registry may hold (the `maxListener*` settings).
+    pub(crate) fn listener_limits(&self) -> crate::listeners::Limits {
+        let c = &self.config;
+        crate::listeners::Limits {
+            per_node: c.max_listeners_per_node,
+            total: c.max_listeners,
+            bytes_per_node: c.max_listener_bytes_per_node,
+            bytes: c.max_listener_bytes,
         }
     }
 

@@ -86,16 +86,41 @@ async fn send_all(shared: &Shared, l: &Listener, informer: &Informer) {
     }
 }
 
-/// The request as it is kept: what the edge asked, not what was answered.
+/// The request as it is kept: what the edge asked (id, key, verb, options), no bodies, not
+/// what was answered.
 fn recorded(app: &Application, node: &str) -> Application {
     Application {
         node_name: node.to_owned(),
+        req_body: None,
         resp_body: None,
         status: String::new(),
         reason: String::new(),
         error: None,
         ..app.clone()
     }
+}
+
+/// The longest watch id kept (edgecore's are hex digests of 64 characters).
+pub(crate) const ID_MAX: usize = 128;
+
+/// Refuses a watch whose id, body or size would make cloudcore keep more than a watch needs.
+fn check_size(shared: &Shared, app: &Application) -> Result<(), StatusError> {
+    if app.id.len() > ID_MAX {
+        return Err(StatusError::bad_request(format!(
+            "a watch id may be at most {ID_MAX} bytes"
+        )));
+    }
+    if app.req_body.as_ref().is_some_and(|b| !b.is_empty()) {
+        return Err(StatusError::bad_request("a watch carries no body"));
+    }
+    let size = app.id.len() + app.key.len() + app.option.as_ref().map_or(0, Vec::len);
+    if size > shared.config.max_watch_bytes {
+        return Err(StatusError::bad_request(format!(
+            "a watch may be at most {} bytes of id, key and options (maxWatchBytes)",
+            shared.config.max_watch_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// Registers the watch `app` of `node` and sends the objects it selects. An identical watch
@@ -110,6 +135,7 @@ pub(crate) async fn register(
     node: &str,
     app: &Application,
 ) -> Result<(), StatusError> {
+    check_size(shared, app)?;
     let key = ResourceKey::parse(&app.key)?;
     let options: ListOptions = app
         .options()
@@ -143,7 +169,7 @@ pub(crate) async fn register(
     let mut query = list_query(&options, key.name.as_deref());
     query.push(("watch", "true".into()));
     let uri = with_query(key.collection_path(info.namespaced), &query);
-    let watch = http::Request::get(uri).body(Vec::new());
+    let watch = http::Request::get(&uri).body(Vec::new());
     let decided = authorize(&MetaPolicy(shared), node, watch.map_err(Into::into)).await?;
     let i = decided.info();
     let namespace = (!i.namespace.is_empty()).then(|| i.namespace.clone());
@@ -156,6 +182,7 @@ pub(crate) async fn register(
         shared.informers.release(&info);
         return Err(e);
     }
+    let app = recorded(app, node);
     let listener = Arc::new(Listener {
         id: app.id.clone(),
         node: node.to_owned(),
@@ -163,15 +190,25 @@ pub(crate) async fn register(
         namespace,
         labels,
         fields,
-        app: recorded(app, node),
+        bytes: Listener::cost(&app),
+        app,
+        uri,
     });
-    if let Some(old) = shared.registry.add(listener.clone()) {
-        shared.informers.release(&old.info);
+    match shared
+        .registry
+        .try_add(listener.clone(), &shared.listener_limits())
+    {
+        Ok(Some(old)) => shared.informers.release(&old.info),
+        Ok(None) => {}
+        Err(full) => {
+            shared.informers.release(&info);
+            return Err(StatusError::too_many_requests(full));
+        }
     }
     if let Some(p) = &shared.persist {
         p.mark(node);
     }
-    debug!(node, id = %app.id, r#type = %type_key(&info), "edge watch registered");
+    debug!(node, id = %listener.id, r#type = %type_key(&info), "edge watch registered");
     send_all(shared, &listener, &informer).await;
     Ok(())
 }
@@ -207,6 +244,7 @@ pub(crate) async fn sync(
                 "node {node} cannot register a watch for node {:?}",
                 app.node_name.chars().take(253).collect::<String>()
             ));
+            shared.metrics.denied(verb::WATCH);
             failed.insert(id, app.rejected(e));
             continue;
         }
@@ -222,6 +260,9 @@ pub(crate) async fn sync(
             app.id = id.clone();
         }
         if let Err(e) = register(shared, node, &app).await {
+            if e.code() == 403 {
+                shared.metrics.denied(verb::WATCH);
+            }
             failed.insert(id, app.rejected(e));
         }
     }
@@ -272,6 +313,53 @@ pub(crate) async fn forget_node(shared: &Shared, node: &str) {
             listeners = listeners.len(),
             "node deleted: its edge watches are dropped"
         );
+    }
+}
+
+/// Decides every listener again ([`MetaPolicy`] on the watch request it was registered as)
+/// every `listenerReviewSeconds`: one the cluster no longer allows (a Secret whose pod left
+/// the node) is dropped, and the edge is sent a delete for each object it selected that no
+/// other listener of the node still selects. An answer that is not a refusal keeps it.
+pub(crate) async fn review_listeners(shared: Arc<Shared>) {
+    let every = shared.config.listener_review_seconds;
+    if every == 0 {
+        return;
+    }
+    let period = std::time::Duration::from_secs(every);
+    loop {
+        tokio::time::sleep(period).await;
+        for node in shared.registry.nodes() {
+            for l in shared.registry.of_node(&node) {
+                let watch = http::Request::get(&l.uri).body(Vec::new());
+                let decided =
+                    authorize(&MetaPolicy(&shared), &node, watch.map_err(Into::into)).await;
+                match decided {
+                    Err(e) if e.code() == 403 => revoke(&shared, &l).await,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Drops listener `l`, now refused, and deletes at its edge what only it selected.
+async fn revoke(shared: &Shared, l: &Listener) {
+    info!(node = %l.node, id = %l.id, r#type = %type_key(&l.info), "edge watch no longer allowed: dropped");
+    shared.metrics.denied(verb::WATCH);
+    unregister(shared, &l.node, &l.id);
+    let Some(informer) = shared.informers.get(&type_key(&l.info)) else {
+        return;
+    };
+    let others = shared.registry.of_node(&l.node);
+    let lookup = lookup_for(shared, &l.info).await;
+    for obj in informer.list() {
+        if !l.matches(&obj) || others.iter().any(|o| o.info == l.info && o.matches(&obj)) {
+            continue;
+        }
+        if let Some(msg) = event_message(&l.node, &l.info, op::DELETE, &obj, lookup.as_ref()) {
+            let sent = shared.send(msg).await;
+            shared.metrics.event(sent);
+        }
     }
 }
 

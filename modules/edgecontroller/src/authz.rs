@@ -45,10 +45,11 @@ pub enum Refusal {
     /// The API request built for it cannot be read one way only (answered `400 BadRequest`).
     #[error(transparent)]
     Request(#[from] InvalidRequest),
-    /// What the decision needs could not be read from the API server now (answered `500`;
-    /// not counted as a refusal: the edge retries).
-    #[error("cannot decide the request now: {0}")]
-    Unavailable(String),
+    /// What the decision needs could not be read from the API server (answered with the API
+    /// server's own status, a `500` for a transport error; not counted as a refusal of the
+    /// node).
+    #[error("cannot decide the request: {0}")]
+    Unavailable(Box<StatusError>),
     /// The node may not do this (answered `403 Forbidden`).
     #[error("{plural} \"{name}\" is forbidden: {why}")]
     Forbidden {
@@ -109,7 +110,7 @@ impl Refusal {
         match self {
             Refusal::InvalidName(e) => StatusError::bad_request(e.to_string()),
             Refusal::Request(e) => StatusError::bad_request(e.to_string()),
-            Refusal::Unavailable(_) => StatusError::internal(self.to_string()),
+            Refusal::Unavailable(e) => (**e).clone(),
             Refusal::Malformed(m) => StatusError::bad_request(m.clone()),
             Refusal::Forbidden {
                 plural,

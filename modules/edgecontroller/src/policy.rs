@@ -18,6 +18,7 @@ use kube::api::{GetParams, ListParams};
 use kubeedge_api::authz::restriction::{self, Denied, KUBEEDGE_ROLE_LABELS};
 use kubeedge_api::authz::{Act, EdgeRequest, Policy, RequestInfo};
 use kubeedge_api::replicas::CLOUDCORE_ANNOTATION;
+use kubeedge_api::status::StatusError;
 use kubeedge_api::validation;
 use kubeedge_api::watch::Cache;
 use serde_json::Value;
@@ -174,12 +175,7 @@ impl EdgePolicy {
                         name: name.to_owned(),
                     });
                 }
-                Err(_) => {
-                    return Err(Refusal::UnknownPod {
-                        namespace: namespace.to_owned(),
-                        name: name.to_owned(),
-                    });
-                }
+                Err(e) => return Err(Refusal::Unavailable(Box::new(StatusError::from_kube(&e)))),
             },
         };
         if bound_node(&pod) == Some(node) {
@@ -210,7 +206,7 @@ impl EdgePolicy {
             .lookup
             .request(request)
             .await
-            .map_err(|e| Refusal::Malformed(format!("cannot list the node's pods: {e}")))?;
+            .map_err(|e| Refusal::Unavailable(Box::new(StatusError::from_kube(&e))))?;
         let used = pods
             .items
             .iter()
@@ -242,7 +238,7 @@ impl EdgePolicy {
         let found = self
             .get::<K>(None, &i.name)
             .await
-            .map_err(|e| Refusal::Unavailable(e.to_string()))?;
+            .map_err(|e| Refusal::Unavailable(Box::new(StatusError::from_kube(&e))))?;
         match found.map(|o| serde_json::to_value(o).unwrap_or_default()) {
             Some(v) if related(&v) => Ok(Act::Node),
             _ => no_relationship(i, node),

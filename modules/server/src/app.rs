@@ -349,6 +349,11 @@ impl CloudCore {
                 )
                 .with_impersonation(impersonate);
                 metrics::dynamiccontroller(metrics, dc.metrics());
+                let dc_metrics = dc.metrics();
+                denials.push((
+                    names::DYNAMICCONTROLLER,
+                    Box::new(move || dc_metrics.snapshot().denied),
+                ));
                 lifecycles.push(dc.lifecycle());
                 bus.register(dc)?;
             }

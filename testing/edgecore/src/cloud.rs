@@ -452,6 +452,15 @@ mod tests {
                           "modules": {"cloudHub": {"keepaliveInterval": 7}}}),
         };
         let v: serde_json::Value = serde_saphyr::from_str(&spec.render().unwrap()).unwrap();
+        assert_eq!(
+            v["modules"]["dynamicController"]["listenerReviewSeconds"],
+            2
+        );
+        assert_eq!(v["modules"]["cloudHub"]["keepaliveInterval"], 7);
+        assert_eq!(
+            v["modules"]["cloudHub"]["websocket"]["port"], 1,
+            "merged, not replaced"
+        );
         let hub = &v["modules"]["cloudHub"];
         assert_eq!(hub["websocket"]["port"], 1);
         assert_eq!(hub["authorization"]["enable"], true);

@@ -146,6 +146,11 @@ impl Webhook {
         Webhook(AccessReviewer::new(client, allowed_ttl, denied_ttl))
     }
 
+    /// Remembers answers within `limits` (callers choose node names: the cache is bounded).
+    pub(crate) fn with_limits(self, limits: access::CacheLimits) -> Self {
+        Webhook(self.0.with_limits(limits))
+    }
+
     async fn authorize(
         &self,
         caller: &Caller,

@@ -296,6 +296,17 @@ fn target(ctx: &StreamContext, key: SessionKey) -> (Option<String>, Result<Arc<S
         },
         SessionKey::Node(name) => name,
     };
+    // A name no Node can have (a caller chose it) reaches neither the registry nor a review:
+    // the caller then needs the right on every node.
+    if !kubeedge_api::validation::is_dns1123_subdomain(&name) {
+        return (
+            None,
+            Err(Refusal::Status(
+                400,
+                "the node name is not a DNS-1123 subdomain".into(),
+            )),
+        );
+    }
     let session = ctx
         .shared
         .registry

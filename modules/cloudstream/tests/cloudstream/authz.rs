@@ -17,12 +17,12 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, PostParams};
 use tokio::io::AsyncWriteExt;
 
-struct Env {
+pub(crate) struct Env {
     client: kube::Client,
-    ns: String,
+    pub(crate) ns: String,
     node: String,
-    handle: CloudStreamHandle,
-    stream_ca: Pki,
+    pub(crate) handle: CloudStreamHandle,
+    pub(crate) stream_ca: Pki,
     _kubelet: FakeKubelet,
     _edge: AgentHandle,
     _bus: Bus,
@@ -30,7 +30,7 @@ struct Env {
 
 /// cloudstream with a Kubernetes client and the given authorization settings, a Node and
 /// its edge agent relaying to a fake kubelet, and pod `web` placed on that node.
-async fn setup(authz: StreamAuthorizationConfig) -> Env {
+pub(crate) async fn setup(authz: StreamAuthorizationConfig) -> Env {
     support::init_tracing();
     let client = k8s_testenv::client().await;
     let ns = k8s_testenv::namespace("csauthz").await;
@@ -96,7 +96,12 @@ async fn setup(authz: StreamAuthorizationConfig) -> Env {
 
 impl Env {
     /// GET `target` as `cert`; the status and body (lossy text).
-    async fn get_as(&self, cert: &TlsMaterial, target: &str, extra: &str) -> (u16, String) {
+    pub(crate) async fn get_as(
+        &self,
+        cert: &TlsMaterial,
+        target: &str,
+        extra: &str,
+    ) -> (u16, String) {
         let (status, body) = self.get_bytes_as(cert, target, extra).await;
         (status, String::from_utf8_lossy(&body).into_owned())
     }
@@ -291,6 +296,7 @@ async fn answers_should_be_cached_for_their_ttl() {
         mode: Some(StreamAuthorizationMode::Webhook),
         cache_authorized_ttl_seconds: 300,
         cache_unauthorized_ttl_seconds: 2,
+        ..StreamAuthorizationConfig::default()
     })
     .await;
     let logs = env.logs();

@@ -16,5 +16,6 @@ mod identity;
 mod iptables;
 mod logs;
 mod module;
+mod review_cache;
 mod stream_tls;
 mod tunnel;

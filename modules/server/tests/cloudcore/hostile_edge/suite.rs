@@ -76,7 +76,9 @@ fn start_cloud() -> Cloudcore {
         let mut spec = CloudSpec::for_testenv(&dir).expect("cloud spec");
         spec.impersonate = super::IMPERSONATE;
         spec.replica_address = Some(crate::support::replica_address());
-        // The optional modules whose edge-facing messages the suite attacks too.
+        // The optional modules whose edge-facing messages the suite attacks too. Listeners
+        // are decided again every 2 s (300 s by default), so a test sees a watch end when the
+        // cluster stops allowing it.
         let router_port = edgecore_interop::listen_ports(1).expect("a port for the router")[0];
         let socket = format!("unix://{}", dir.join("kubeedge.sock").display());
         spec.extra = json!({
@@ -85,6 +87,7 @@ fn start_cloud() -> Cloudcore {
                 "router": {"enable": true, "address": "127.0.0.1", "port": router_port,
                            "restTimeout": 10},
                 "cloudHub": {"unixsocket": {"enable": true, "address": socket}},
+                "dynamicController": {"listenerReviewSeconds": 2},
             },
         });
         let mut core = Cloudcore::start(&spec)
@@ -2802,6 +2805,9 @@ mod policycontroller;
 #[allow(clippy::duplicate_mod)]
 #[path = "executed_request.rs"]
 mod executed_request;
+#[allow(clippy::duplicate_mod)]
+#[path = "metaserver_bounds.rs"]
+mod metaserver_bounds;
 #[allow(clippy::duplicate_mod)]
 #[path = "node_restriction.rs"]
 mod node_restriction;

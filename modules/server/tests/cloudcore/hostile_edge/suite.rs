@@ -2809,5 +2809,11 @@ mod executed_request;
 #[path = "metaserver_bounds.rs"]
 mod metaserver_bounds;
 #[allow(clippy::duplicate_mod)]
+#[path = "metaserver_writes.rs"]
+mod metaserver_writes;
+#[allow(clippy::duplicate_mod)]
 #[path = "node_restriction.rs"]
 mod node_restriction;
+#[allow(clippy::duplicate_mod)]
+#[path = "parity.rs"]
+mod parity;

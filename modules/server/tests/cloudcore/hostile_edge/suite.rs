@@ -224,7 +224,11 @@ impl Edge {
     /// Bootstraps a certificate for `node` with the cloud's token (like edgecore), connects and
     /// waits until the session is up.
     async fn connect(node: &str) -> Edge {
-        let core = cloud();
+        Edge::connect_to(cloud(), node).await
+    }
+
+    /// [`Edge::connect`] to `core`.
+    async fn connect_to(core: &Cloudcore, node: &str) -> Edge {
         let ports = core.spec().ports;
         let token = core.token().expect("bootstrap token");
         let certs = edge::hub::bootstrap(&format!("https://{}", ports.https_addr()), &token, node)
@@ -2817,3 +2821,6 @@ mod node_restriction;
 #[allow(clippy::duplicate_mod)]
 #[path = "parity.rs"]
 mod parity;
+#[allow(clippy::duplicate_mod)]
+#[path = "permits.rs"]
+mod permits;

@@ -209,12 +209,9 @@ impl Registry {
         self.read().by_node.get(node).map_or(0, HashMap::len)
     }
 
-    /// Whether `node` holds listener `id`.
-    pub(crate) fn contains(&self, node: &str, id: &str) -> bool {
-        self.read()
-            .by_node
-            .get(node)
-            .is_some_and(|m| m.contains_key(id))
+    /// Listener `id` of `node`, if it holds one.
+    pub(crate) fn get(&self, node: &str, id: &str) -> Option<Arc<Listener>> {
+        self.read().by_node.get(node)?.get(id).cloned()
     }
 
     /// The listeners of the type with key `key`.

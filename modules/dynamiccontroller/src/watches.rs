@@ -157,8 +157,10 @@ pub(crate) async fn register(
             key.resource
         )));
     }
-    if shared.registry.contains(node, &app.id) {
-        return Ok(());
+    if let Some(l) = shared.registry.get(node, &app.id) {
+        // The same watch again (edgecore repeats its watches): decided again, not taken as
+        // allowed because it once was.
+        return decide_again(shared, &l).await;
     }
     if shared.registry.node_count(node) >= shared.config.max_listeners_per_node {
         return Err(StatusError::too_many_requests(format!(
@@ -290,6 +292,12 @@ pub(crate) async fn connected(shared: &Shared, node: &str) {
         return;
     }
     for l in listeners {
+        // Decided again before anything is sent: the cluster may have stopped allowing it
+        // while the edge was away.
+        if decide_again(shared, &l).await.is_err() {
+            shared.metrics.denied(verb::WATCH);
+            continue;
+        }
         if let Some(informer) = shared.informers.get(&type_key(&l.info)) {
             send_all(shared, &l, &informer).await;
         }
@@ -330,22 +338,31 @@ pub(crate) async fn review_listeners(shared: Arc<Shared>) {
         tokio::time::sleep(period).await;
         for node in shared.registry.nodes() {
             for l in shared.registry.of_node(&node) {
-                let watch = http::Request::get(&l.uri).body(Vec::new());
-                let decided =
-                    authorize(&MetaPolicy(&shared), &node, watch.map_err(Into::into)).await;
-                match decided {
-                    Err(e) if e.code() == 403 => revoke(&shared, &l).await,
-                    _ => {}
+                if decide_again(&shared, &l).await.is_err() {
+                    shared.metrics.denied(verb::WATCH);
                 }
             }
         }
     }
 }
 
+/// Decides listener `l` again on the watch request it was decided as; one the cluster now
+/// refuses (`403`) is revoked and the refusal returned (the caller counts it). Other failures (the API server is
+/// unreachable) keep it: it was allowed, and a later review decides.
+async fn decide_again(shared: &Shared, l: &Listener) -> Result<(), StatusError> {
+    let watch = http::Request::get(&l.uri).body(Vec::new());
+    match authorize(&MetaPolicy(shared), &l.node, watch.map_err(Into::into)).await {
+        Err(e) if e.code() == 403 => {
+            revoke(shared, l).await;
+            Err(e)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Drops listener `l`, now refused, and deletes at its edge what only it selected.
 async fn revoke(shared: &Shared, l: &Listener) {
     info!(node = %l.node, id = %l.id, r#type = %type_key(&l.info), "edge watch no longer allowed: dropped");
-    shared.metrics.denied(verb::WATCH);
     unregister(shared, &l.node, &l.id);
     let Some(informer) = shared.informers.get(&type_key(&l.info)) else {
         return;

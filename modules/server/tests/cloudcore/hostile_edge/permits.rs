@@ -85,21 +85,36 @@ async fn cloudcore_identity(client: &kube::Client, ns: &str, dir: &Path) -> std:
     path
 }
 
+/// A cloudcore of a test's own (the suite's configuration with `overrides`), in `dir`,
+/// with `kubeconfig` when given; stopped when this test binary exits at the latest.
+pub(super) async fn own_cloudcore(
+    dir: &Path,
+    kubeconfig: Option<std::path::PathBuf>,
+    overrides: Value,
+) -> Cloudcore {
+    let mut spec = CloudSpec::for_testenv(dir).expect("cloud spec");
+    if let Some(k) = kubeconfig {
+        spec.kubeconfig = k;
+    }
+    spec.impersonate = super::super::IMPERSONATE;
+    spec.replica_address = Some(crate::support::replica_address());
+    spec.overrides = overrides;
+    let mut core = Cloudcore::start(&spec)
+        .await
+        .unwrap_or_else(|e| panic!("cloudcore did not start: {e}"));
+    stop_with_this_binary(core.process().id(), dir);
+    core
+}
+
 #[tokio::test]
 async fn one_edge_cannot_hold_every_permit() {
     let _ = cloud();
     let client = k8s_testenv::client().await;
     let ns = k8s_testenv::namespace("n9").await;
     let dir = std::env::temp_dir().join(format!("cloudcore-permits-{}", short_id()));
-    let mut spec = CloudSpec::for_testenv(&dir).expect("cloud spec");
-    spec.kubeconfig = cloudcore_identity(&client, &ns, &dir).await;
-    spec.impersonate = super::super::IMPERSONATE;
-    spec.replica_address = Some(crate::support::replica_address());
-    spec.overrides = json!({"modules": {"dynamicController": {"concurrency": CONCURRENCY}}});
-    let mut core = Cloudcore::start(&spec)
-        .await
-        .unwrap_or_else(|e| panic!("cloudcore did not start: {e}"));
-    stop_with_this_binary(core.process().id(), &dir);
+    let kubeconfig = cloudcore_identity(&client, &ns, &dir).await;
+    let overrides = json!({"modules": {"dynamicController": {"concurrency": CONCURRENCY}}});
+    let mut core = own_cloudcore(&dir, Some(kubeconfig), overrides).await;
 
     let (attacker, victim) = (unique("edge-n9-flood"), unique("edge-n9-victim"));
     edge_node(&client, &attacker).await;

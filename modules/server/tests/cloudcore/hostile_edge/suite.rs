@@ -2824,3 +2824,6 @@ mod parity;
 #[allow(clippy::duplicate_mod)]
 #[path = "permits.rs"]
 mod permits;
+#[allow(clippy::duplicate_mod)]
+#[path = "rereview.rs"]
+mod rereview;

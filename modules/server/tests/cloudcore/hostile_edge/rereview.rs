@@ -1,0 +1,88 @@
+//! A watch is decided again whenever the edge repeats it, not taken as allowed because it
+//! once was: after the pod that related a Secret to the node left, the same watch (same id,
+//! as edgecore's watch sync repeats it) is refused, its listener dropped, and the Secret's
+//! next rotation does not reach the edge.
+//!
+//! This test runs its own cloudcore with the periodic re-review off
+//! (`listenerReviewSeconds: 0`), so only the repeated watch can end the listener.
+
+use super::metaserver::application;
+use super::permits::own_cloudcore;
+use super::*;
+
+#[tokio::test]
+async fn a_repeated_watch_is_decided_again() {
+    let (client, ns, node) = Scenario::names("n10-again").await;
+    let dir = std::env::temp_dir().join(format!("cloudcore-rereview-{}", short_id()));
+    let overrides = json!({"modules": {"dynamicController": {"listenerReviewSeconds": 0}}});
+    let mut core = own_cloudcore(&dir, None, overrides).await;
+    edge_node(&client, &node).await;
+    let edge = Edge::connect_to(&core, &node).await;
+    edge.pushed_where("its own Node", |m| {
+        m.route.resource.ends_with(&format!("/node/{node}"))
+    })
+    .await;
+    let s = Scenario {
+        client,
+        ns,
+        node,
+        edge,
+    };
+    secret(&s, "creds").await;
+    s.own_pod(
+        "web",
+        json!({"volumes": [{"name": "s", "secret": {"secretName": "creds"}}]}),
+    )
+    .await;
+    let key = format!("/core/v1/secrets/{}/creds", s.ns);
+    let id = unique("w");
+    let watch = || {
+        let mut app = application("watch", &key, Some(json!({"watch": true})), None);
+        app["ID"] = json!(id);
+        app
+    };
+    eventually(WAIT, "the watch of the pod's Secret", || async {
+        let a = s.edge.apply(watch()).await;
+        (a.status() == "Approved").then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    s.api::<Pod>()
+        .delete("web", &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .expect("admin deletes the pod");
+    // An allowed answer is remembered 10 s; the Node authorizer's graph follows the delete
+    // within moments.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let again = s.edge.apply(watch()).await;
+    again.rejected(403);
+
+    let rotations = |s: &Scenario| {
+        let resource = format!("{}/secret/creds", s.ns);
+        s.edge
+            .pushed
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m.route.resource == resource && m.route.operation != "delete")
+            .count()
+    };
+    let before = rotations(&s);
+    s.api::<Secret>()
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"k": "rotated"}})),
+        )
+        .await
+        .expect("admin rotates the Secret");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        rotations(&s),
+        before,
+        "a rotated Secret reached an edge whose watch the cluster no longer allows"
+    );
+    drop(s);
+    core.stop().await;
+}

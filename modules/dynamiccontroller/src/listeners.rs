@@ -114,43 +114,61 @@ impl Registry {
         limits: &Limits,
     ) -> Result<Option<Arc<Listener>>, String> {
         let mut inner = self.write();
-        let replaced = inner
+        inner.room(&l.node, &l.id, l.bytes, limits)?;
+        Ok(inner.insert(l))
+    }
+
+    /// Whether listener `id` of `node`, costing `bytes`, would fit within `limits` now (then
+    /// says why not): asked before a watch is reviewed, so a node at its limits costs the
+    /// API server no review.
+    pub(crate) fn room(
+        &self,
+        node: &str,
+        id: &str,
+        bytes: usize,
+        limits: &Limits,
+    ) -> Result<(), String> {
+        self.read().room(node, id, bytes, limits)
+    }
+}
+
+impl Inner {
+    /// See [`Registry::room`].
+    fn room(&self, node: &str, id: &str, bytes: usize, limits: &Limits) -> Result<(), String> {
+        let replaced = self
             .by_node
-            .get(&l.node)
-            .and_then(|m| m.get(&l.id))
+            .get(node)
+            .and_then(|m| m.get(id))
             .map_or(0, |o| o.bytes);
-        let node_count = inner.by_node.get(&l.node).map_or(0, HashMap::len);
-        let node_bytes = inner.node_bytes.get(&l.node).copied().unwrap_or(0) - replaced;
+        let node_count = self.by_node.get(node).map_or(0, HashMap::len);
+        let node_bytes = self.node_bytes.get(node).copied().unwrap_or(0) - replaced;
         let new = replaced == 0;
         if new && node_count >= limits.per_node {
             return Err(format!(
-                "node {} holds {node_count} watches already (maxListenersPerNode)",
-                l.node
+                "node {node} holds {node_count} watches already (maxListenersPerNode)"
             ));
         }
-        if new && inner.count >= limits.total {
+        if new && self.count >= limits.total {
             return Err(format!(
                 "{} watches are held for edges already (maxListeners)",
-                inner.count
+                self.count
             ));
         }
-        if node_bytes + l.bytes > limits.bytes_per_node {
+        if node_bytes + bytes > limits.bytes_per_node {
             return Err(format!(
-                "node {}'s watches would take more than {} bytes (maxListenerBytesPerNode)",
-                l.node, limits.bytes_per_node
+                "node {node}'s watches would take more than {} bytes (maxListenerBytesPerNode)",
+                limits.bytes_per_node
             ));
         }
-        if inner.bytes - replaced + l.bytes > limits.bytes {
+        if self.bytes - replaced + bytes > limits.bytes {
             return Err(format!(
                 "edges' watches would take more than {} bytes (maxListenerBytes)",
                 limits.bytes
             ));
         }
-        Ok(inner.insert(l))
+        Ok(())
     }
-}
 
-impl Inner {
     /// Adds `l`; returns the listener it replaced (same node and id).
     fn insert(&mut self, l: Arc<Listener>) -> Option<Arc<Listener>> {
         let inner = self;
@@ -202,11 +220,6 @@ impl Registry {
             .get(node)
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default()
-    }
-
-    /// How many listeners `node` holds.
-    pub(crate) fn node_count(&self, node: &str) -> usize {
-        self.read().by_node.get(node).map_or(0, HashMap::len)
     }
 
     /// Listener `id` of `node`, if it holds one.

@@ -162,12 +162,16 @@ pub(crate) async fn register(
         // allowed because it once was.
         return decide_again(shared, &l).await;
     }
-    if shared.registry.node_count(node) >= shared.config.max_listeners_per_node {
-        return Err(StatusError::too_many_requests(format!(
-            "node {node} holds {} watches already (maxListenersPerNode)",
-            shared.config.max_listeners_per_node
-        )));
-    }
+    // Limits first: a node at its limits costs the API server no review.
+    shared
+        .registry
+        .room(
+            node,
+            &app.id,
+            Listener::cost(&recorded(app, node)),
+            &shared.listener_limits(),
+        )
+        .map_err(StatusError::too_many_requests)?;
     let mut query = list_query(&options, key.name.as_deref());
     query.push(("watch", "true".into()));
     let uri = with_query(key.collection_path(info.namespaced), &query);

@@ -12,8 +12,13 @@
 //!    pings and messages that need answers over valid edge certificates while reading slowly
 //!    (`127.68.0.k`, one each), and open exec sessions (as the API server, with its
 //!    kubelet-client certificate, from `127.70.0.1`) towards a tunnel that never answers
-//!    (`127.69.0.1`). Each kind has its own addresses so that a per-source limit tripped by
-//!    one kind does not hide the others.
+//!    (`127.69.0.1`). Edges with valid certificates flood the metaServer (`127.71.0.k`):
+//!    watches with the largest ids and options cloudcore takes, a new label selector in every
+//!    watch and list (each a SubjectAccessReview answer to remember) and discovery of made-up
+//!    API groups; and the API server's identity asks the stream server for the metrics of a
+//!    new made-up node in every request (`X-Forwarded-Uri`, from `127.72.0.k`), each a review
+//!    answer to remember. Each kind has its own addresses so that a per-source limit tripped
+//!    by one kind does not hide the others.
 //! 3. **after**: the attack stops; once cloudcore's open descriptors are back to the baseline
 //!    (or `--settle-secs` passed), the legitimate round runs once more.
 //!
@@ -119,6 +124,14 @@ struct Siege {
     /// Exec sessions towards the tunnel that never answers.
     #[arg(long, default_value_t = 100)]
     execs: usize,
+    /// Edges with valid certificates that flood the metaServer (dynamiccontroller): large
+    /// watches, a new selector in every request, made-up API groups.
+    #[arg(long, default_value_t = 4)]
+    meta_flooders: usize,
+    /// Connections to the stream server, as the API server, asking for the metrics of a new
+    /// made-up node name in every request.
+    #[arg(long, default_value_t = 4)]
+    stream_reviewers: usize,
     /// Source addresses the idle connections spread over (127.66.0.1, .2, …), and the slow
     /// uploads (127.67.0.1, …). One address meets the per-source limit at once; many make the
     /// connections pass it and meet the global and pre-authentication limits.
@@ -761,6 +774,10 @@ struct AttackStats {
     flood_bytes: AtomicU64,
     tunnel: Gauge,
     exec: Gauge,
+    meta: Gauge,
+    meta_requests: AtomicU64,
+    review: Gauge,
+    review_requests: AtomicU64,
 }
 
 impl AttackStats {
@@ -774,6 +791,16 @@ impl AttackStats {
         );
         println!("  {}", self.tunnel.line("mute tunnel"));
         println!("  {}", self.exec.line("exec sessions"));
+        println!(
+            "  {}; {} requests",
+            self.meta.line("metaServer"),
+            self.meta_requests.load(Ordering::Relaxed)
+        );
+        println!(
+            "  {}; {} requests",
+            self.review.line("stream reviews"),
+            self.review_requests.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -785,6 +812,9 @@ struct Plan {
     apiserver: Arc<ClientConfig>,
     flooders: Vec<(String, Arc<ClientConfig>)>,
     tunnel: (String, Arc<ClientConfig>),
+    meta_flooders: Vec<(String, Arc<ClientConfig>)>,
+    /// The namespace the metaServer flood lists in.
+    ns: String,
     jwt: String,
     exec_path: String,
     redial: Duration,
@@ -798,6 +828,8 @@ enum Task {
     Flood(usize),
     Tunnel,
     Exec,
+    Meta(usize),
+    Review(usize),
 }
 
 struct Attack {
@@ -821,6 +853,8 @@ impl Attack {
             tasks.push(Task::Tunnel);
             tasks.extend(std::iter::repeat_n(Task::Exec, args.execs));
         }
+        tasks.extend((0..args.meta_flooders).map(Task::Meta));
+        tasks.extend((0..args.stream_reviewers).map(Task::Review));
         let spread = args.attacker_ips.max(1);
         let tasks: Vec<(Task, IpAddr)> = tasks
             .into_iter()
@@ -832,6 +866,8 @@ impl Attack {
                     Task::Flood(i) => attacker_ip(68, i),
                     Task::Tunnel => attacker_ip(69, 0),
                     Task::Exec => attacker_ip(70, 0),
+                    Task::Meta(i) => attacker_ip(71, i),
+                    Task::Review(i) => attacker_ip(72, i),
                 };
                 (t, from)
             })
@@ -897,6 +933,8 @@ async fn attacker(task: Task, from: IpAddr, plan: Plan, mut stop: watch::Receive
             Task::Flood(_) => &st.flood,
             Task::Tunnel => &st.tunnel,
             Task::Exec => &st.exec,
+            Task::Meta(_) => &st.meta,
+            Task::Review(_) => &st.review,
         };
         let session = one_session(task, from, &plan, gauge);
         let stopped = tokio::select! {
@@ -1074,7 +1112,128 @@ async fn one_session(task: Task, from: IpAddr, plan: &Plan, gauge: &Gauge) {
             drain(&mut s).await;
             open.closed_by_server();
         }
+        Task::Meta(k) => {
+            let (node, tls) = &plan.meta_flooders[k];
+            let addr = local(p.websocket);
+            let Ok(Ok(mut s)) =
+                tokio::time::timeout(Duration::from_secs(20), tls_from(from, addr, tls.clone()))
+                    .await
+            else {
+                return gauge.failed();
+            };
+            let head = ws_head(
+                addr,
+                &format!("/{DEFAULT_PROJECT_ID}/{node}/events"),
+                &[
+                    ("node_id", node),
+                    ("project_id", DEFAULT_PROJECT_ID),
+                    ("connectionuse", "msg"),
+                ],
+            );
+            if upgrade(&mut s, &head).await.is_err() {
+                return gauge.failed();
+            }
+            let open = Open::new(gauge);
+            let (mut rd, mut wr) = tokio::io::split(s);
+            let write = async {
+                // A per-session salt: a redialled session asks new things again.
+                let salt = beehive::new_id().replace('-', "");
+                for i in 0u64.. {
+                    let (batch, n) = meta_batch(&plan.ns, &format!("{k}{}", &salt[..8]), i);
+                    if wr.write_all(&batch).await.is_err() {
+                        break;
+                    }
+                    plan.stats.meta_requests.fetch_add(n, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            tokio::select! {
+                _ = write => {}
+                _ = drain(&mut rd) => {}
+            }
+            open.closed_by_server();
+        }
+        Task::Review(k) => {
+            let Ok(Ok(s)) = tokio::time::timeout(
+                Duration::from_secs(20),
+                tls_from(from, local(p.stream), plan.apiserver.clone()),
+            )
+            .await
+            else {
+                return gauge.failed();
+            };
+            let open = Open::new(gauge);
+            let (mut rd, mut wr) = tokio::io::split(s);
+            let salt = beehive::new_id().replace('-', "");
+            let mut buf = vec![0u8; 16 * 1024];
+            for i in 0u64.. {
+                let head = format!(
+                    "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\
+                     X-Forwarded-Uri: /api/v1/nodes/siege-made-up-{k}-{}-{i}/proxy/metrics\r\n\r\n",
+                    p.stream,
+                    &salt[..8]
+                );
+                if wr.write_all(head.as_bytes()).await.is_err() {
+                    break;
+                }
+                plan.stats.review_requests.fetch_add(1, Ordering::Relaxed);
+                // One answer before the next request (any bytes of it).
+                match tokio::time::timeout(Duration::from_secs(10), rd.read(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => break,
+                }
+            }
+            open.closed_by_server();
+        }
     }
+}
+
+/// One round of a metaServer flooder, as edgecore's metaServer sends Applications, and how
+/// many requests it holds: a watch of Services with an id of 128 bytes and a label selector
+/// of about 6 KiB (the most cloudcore keeps per watch is 8 KiB), new in each round; a list of
+/// ConfigMaps with a new selector (the node may not list them: a refusal to remember); the
+/// discovery of a made-up API group; and a keepalive.
+fn meta_batch(ns: &str, who: &str, i: u64) -> (Vec<u8>, u64) {
+    use kubeedge_api::application::Application;
+    let app = |verb: &str, key: &str, id: String, option: serde_json::Value| {
+        let mut a = Application::request(id, verb, key);
+        a.option = Some(option.to_string().into_bytes());
+        let content = Content::json(&serde_json::to_value(a).unwrap_or_default())
+            .unwrap_or_else(|_| Content::string(""));
+        wire::client_frame(
+            &Message::new()
+                .with_route("metaserver", "dynamiccontroller", "null", "null")
+                .with_content(content),
+        )
+        .to_vec()
+    };
+    let id = |what: &str| {
+        let mut id = format!("{what}-{who}-{i}-");
+        id.extend(std::iter::repeat_n('x', 128usize.saturating_sub(id.len())));
+        id
+    };
+    let values: Vec<String> = (0..600).map(|v| format!("v{v}")).collect();
+    let selector = format!("siege-{who}-{i} in ({})", values.join(","));
+    let mut batch = app(
+        "watch",
+        "/core/v1/services/null/null",
+        id("w"),
+        json!({"labelSelector": selector, "watch": true}),
+    );
+    batch.extend(app(
+        "list",
+        &format!("/core/v1/configmaps/{ns}/null"),
+        id("l"),
+        json!({"labelSelector": format!("siege={who}-{i}")}),
+    ));
+    batch.extend(app(
+        "get",
+        &format!("/apis/g{i}-{who}.siege.example/v1"),
+        id("d"),
+        json!({}),
+    ));
+    batch.extend(wire::client_frame(&edge::hub::keepalive()).to_vec());
+    (batch, 3)
 }
 
 /// What a flooder writes over and over: a WebSocket ping (answered by a pong), a transport
@@ -1249,6 +1408,17 @@ fn print_defences(text: &str) {
     for (name, v) in seen.into_iter().filter(|(_, v)| *v > 0.0) {
         println!("  {name} {v}");
     }
+    // What the metaServer and stream floods made cloudcore keep, against its bounds.
+    let kept = sum_by_name(text, |n| {
+        n.starts_with("dynamiccontroller_")
+            && ["listener", "review_cache", "discovery", "informers"]
+                .iter()
+                .any(|w| n.contains(w))
+            || n.starts_with("cloudstream_") && n.contains("cache")
+    });
+    for (name, v) in kept {
+        println!("  {name} {v}");
+    }
 }
 
 async fn siege(args: Siege) -> anyhow::Result<()> {
@@ -1278,7 +1448,7 @@ async fn siege(args: Siege) -> anyhow::Result<()> {
         spec.log_level = args.log_level.clone();
         let mut yaml: serde_json::Value = serde_saphyr::from_str(&spec.render()?)?;
         yaml["modules"]["cloudHub"]["nodeLimit"] =
-            serde_json::Value::from((args.nodes + args.flooders + 100) as u64);
+            serde_json::Value::from((args.nodes + args.flooders + args.meta_flooders + 100) as u64);
         std::fs::write(spec.config_file(), serde_saphyr::to_string(&yaml)?)?;
         let mut cloud = start_cloudcore(&spec, &args.log_level)?;
         match wait_ready(&spec, &mut cloud).await {
@@ -1306,12 +1476,16 @@ async fn siege(args: Siege) -> anyhow::Result<()> {
     let flooder_names: Vec<String> = (0..args.flooders)
         .map(|i| format!("siege-flood-{i}"))
         .collect();
+    let meta_names: Vec<String> = (0..args.meta_flooders)
+        .map(|i| format!("siege-meta-{i}"))
+        .collect();
     let tunnel_name = "siege-tunnel".to_owned();
     let nodes_api = Api::<Node>::all(client.clone());
     let t = Instant::now();
     let all_nodes: Vec<&String> = names
         .iter()
         .chain(&flooder_names)
+        .chain(&meta_names)
         .chain(std::iter::once(&tunnel_name))
         .collect();
     let created: Vec<_> = futures::stream::iter(all_nodes)
@@ -1352,7 +1526,7 @@ async fn siege(args: Siege) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     println!(
         "{} nodes created and certificates signed in {:.1?}",
-        names.len() + flooder_names.len() + 1,
+        names.len() + flooder_names.len() + meta_names.len() + 1,
         t.elapsed()
     );
 
@@ -1384,6 +1558,11 @@ async fn siege(args: Siege) -> anyhow::Result<()> {
             .map(|n| Ok((n.clone(), tls_for(n)?)))
             .collect::<anyhow::Result<_>>()?,
         tunnel: (tunnel_name.clone(), tls_for(&tunnel_name)?),
+        meta_flooders: meta_names
+            .iter()
+            .map(|n| Ok((n.clone(), tls_for(n)?)))
+            .collect::<anyhow::Result<_>>()?,
+        ns: ns.clone(),
         jwt,
         exec_path: format!("/exec/{ns}/siege-exec/c?command=sh&input=1&output=1&tty=1"),
         redial: Duration::from_millis(args.redial_ms),
@@ -1434,8 +1613,15 @@ async fn siege(args: Siege) -> anyhow::Result<()> {
     let base_fds = rows[0].fds;
 
     println!(
-        "\nphase 2/3: attack ({} idle, {} slow uploads, {} flooders, {} execs; idle and slow spread over {} addresses; ramp {} s)",
-        args.idle, args.slow_uploads, args.flooders, args.execs, args.attacker_ips, args.ramp_secs
+        "\nphase 2/3: attack ({} idle, {} slow uploads, {} flooders, {} execs, {} metaServer flooders, {} stream reviewers; idle and slow spread over {} addresses; ramp {} s)",
+        args.idle,
+        args.slow_uploads,
+        args.flooders,
+        args.execs,
+        args.meta_flooders,
+        args.stream_reviewers,
+        args.attacker_ips,
+        args.ramp_secs
     );
     let attack_began = Instant::now();
     let attack = Attack::start(plan, &args, 2);
@@ -1541,13 +1727,15 @@ async fn siege(args: Siege) -> anyhow::Result<()> {
     );
     let st = &stats;
     println!(
-        "attack totals: idle {} opened, slow uploads {}, flooder sessions {} ({:.1} MiB), tunnels {}, execs {}",
+        "attack totals: idle {} opened, slow uploads {}, flooder sessions {} ({:.1} MiB), tunnels {}, execs {}, metaServer requests {}, stream reviews {}",
         st.idle.opened.load(Ordering::Relaxed),
         st.slow.opened.load(Ordering::Relaxed),
         st.flood.opened.load(Ordering::Relaxed),
         st.flood_bytes.load(Ordering::Relaxed) as f64 / 1048576.0,
         st.tunnel.opened.load(Ordering::Relaxed),
         st.exec.opened.load(Ordering::Relaxed),
+        st.meta_requests.load(Ordering::Relaxed),
+        st.review_requests.load(Ordering::Relaxed),
     );
 
     fleet.stop();

@@ -164,7 +164,7 @@ async fn metaserver_writes_never_touch_the_replica_annotation_or_finalizers() {
         json!({"metadata": {"annotations": {"cloudcore": "10.9.9.9"}}}),
         json!({"metadata": {"finalizers": ["example.com/keep"]}}),
     ] {
-        let before = s.own_node().await;
+        let before = s.settled_node().await;
         s.edge
             .apply(patch_app(&key, &s.node, patch.clone()))
             .await

@@ -24,9 +24,23 @@ fn with_status(mut patch: Value) -> Value {
     patch
 }
 
+impl Scenario {
+    /// The edge's own Node once cloudcore has written which replica holds it (the
+    /// `cloudcore` annotation, written when the edge connected), so nothing but the edge's
+    /// own request changes it afterwards.
+    pub(super) async fn settled_node(&self) -> Node {
+        eventually(WAIT, "cloudcore annotates the edge's Node", || async {
+            let node = self.own_node().await;
+            node.annotations().contains_key("cloudcore").then_some(node)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
 async fn node_patch_refused(s: &Scenario, patch: Value) {
     let nodes = s.all::<Node>();
-    let before = s.own_node().await;
+    let before = s.settled_node().await;
     let count = counting("patchNode").await;
     let reply = node_patch(s, with_status(patch.clone())).await;
     reply.forbidden_object_resp(&s.node);

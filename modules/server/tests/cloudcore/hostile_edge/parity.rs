@@ -85,7 +85,7 @@ async fn objects_that_do_not_exist_are_refused_like_objects_of_other_nodes() {
 #[tokio::test]
 async fn a_legacy_node_status_cannot_write_the_replica_annotation() {
     let s = Scenario::new("n18-ext").await;
-    let before = s.own_node().await;
+    let before = s.settled_node().await;
     let held_by = before
         .annotations()
         .get("cloudcore")

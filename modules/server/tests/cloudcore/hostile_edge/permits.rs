@@ -85,8 +85,8 @@ async fn cloudcore_identity(client: &kube::Client, ns: &str, dir: &Path) -> std:
     path
 }
 
-/// A cloudcore of a test's own (the suite's configuration with `overrides`), in `dir`,
-/// with `kubeconfig` when given; stopped when this test binary exits at the latest.
+/// A cloudcore of a test's own (the test configuration with `overrides` merged over it), in
+/// `dir`, with `kubeconfig` when given; stopped when this test binary exits at the latest.
 pub(super) async fn own_cloudcore(
     dir: &Path,
     kubeconfig: Option<std::path::PathBuf>,
@@ -98,7 +98,7 @@ pub(super) async fn own_cloudcore(
     }
     spec.impersonate = super::super::IMPERSONATE;
     spec.replica_address = Some(crate::support::replica_address());
-    spec.overrides = overrides;
+    spec.extra = overrides;
     let mut core = Cloudcore::start(&spec)
         .await
         .unwrap_or_else(|e| panic!("cloudcore did not start: {e}"));

@@ -802,7 +802,7 @@ async fn an_edge_cannot_rewrite_which_replica_holds_it() {
     test_tiers::require!(ApiServer);
     let s = Scenario::new("npa").await;
     let nodes = s.all::<Node>();
-    let before = s.own_node().await;
+    let before = s.settled_node().await;
     let count = counting("patchNode").await;
     let patch = r#"{"metadata":{"annotations":{"cloudcore":"10.9.9.9"}},"status":{"conditions":[{"type":"Ready","status":"True","reason":"Pwned"}]}}"#;
     let reply = s

@@ -50,6 +50,7 @@ async fn namespace_with_one_used_secret(s: &Scenario) {
 
 #[tokio::test]
 async fn a_list_naming_a_secret_its_pod_uses_returns_that_secret_only() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n1-secret").await;
     namespace_with_one_used_secret(&s).await;
     let key = format!("/core/v1/secrets/{}/used", s.ns);
@@ -75,6 +76,7 @@ async fn a_list_naming_a_secret_its_pod_uses_returns_that_secret_only() {
 
 #[tokio::test]
 async fn a_list_naming_a_configmap_or_its_own_node_returns_that_object_only() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n1-cm").await;
     namespace_with_one_used_secret(&s).await;
     s.other_node().await;
@@ -95,6 +97,7 @@ async fn a_list_naming_a_configmap_or_its_own_node_returns_that_object_only() {
 
 #[tokio::test]
 async fn a_list_of_a_whole_namespace_of_secrets_is_refused() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n1-all").await;
     namespace_with_one_used_secret(&s).await;
     let all = s
@@ -111,6 +114,7 @@ async fn a_list_of_a_whole_namespace_of_secrets_is_refused() {
 
 #[tokio::test]
 async fn discovery_paths_with_dot_segments_are_refused() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n21-dots").await;
     for path in [
         "/apis/../metrics",

@@ -32,6 +32,7 @@ impl Scenario {
 
 #[tokio::test]
 async fn a_watch_cannot_make_cloudcore_keep_large_ids_options_or_bodies() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n3-size").await;
     s.watch(&"i".repeat(1 << 10), json!({"watch": true}))
         .await
@@ -61,6 +62,7 @@ async fn a_watch_cannot_make_cloudcore_keep_large_ids_options_or_bodies() {
 
 #[tokio::test]
 async fn a_nodes_watches_are_bounded_in_bytes() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n3-bytes").await;
     // Just under maxWatchBytes (8 KiB) each: the node's 512 KiB are spent within 40.
     let padded = json!({"watch": true, "padding": "p".repeat(7 << 10)});
@@ -94,6 +96,7 @@ async fn a_nodes_watches_are_bounded_in_bytes() {
 
 #[tokio::test]
 async fn made_up_api_groups_are_not_remembered() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n3-disc").await;
     let before = gauge("dynamiccontroller_discovery_entries").await;
     for i in 0..50 {
@@ -112,6 +115,7 @@ async fn made_up_api_groups_are_not_remembered() {
 
 #[tokio::test]
 async fn one_node_holds_at_most_its_share_of_review_answers() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n4").await;
     let key = format!("/core/v1/services/{}/null", s.ns);
     let too_long = format!("a in ({})", vec!["v"; 3000].join(","));
@@ -154,6 +158,7 @@ async fn one_node_holds_at_most_its_share_of_review_answers() {
 
 #[tokio::test]
 async fn a_watch_ends_when_the_cluster_stops_allowing_it() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n10").await;
     secret(&s, "creds").await;
     s.own_pod(

@@ -52,6 +52,7 @@ async fn let_nodes_patch_device_statuses(s: &Scenario) {
 
 #[tokio::test]
 async fn device_statuses_cannot_be_written_through_the_metaserver_whatever_rbac_says() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n12").await;
     let_nodes_patch_device_statuses(&s).await;
     let other = s.other_node().await;
@@ -85,6 +86,7 @@ async fn device_statuses_cannot_be_written_through_the_metaserver_whatever_rbac_
 
 #[tokio::test]
 async fn metaserver_events_only_about_the_node_and_its_pods() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n18-ev").await;
     let other = s.other_node().await;
     s.pod("theirs", &other, json!({})).await;
@@ -125,6 +127,7 @@ async fn metaserver_events_only_about_the_node_and_its_pods() {
 
 #[tokio::test]
 async fn metaserver_certificate_requests_only_for_its_own_name() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n18-csr").await;
     let key = "/certificates.k8s.io/v1/certificatesigningrequests/null/null";
     let name = unique("csr");
@@ -142,6 +145,7 @@ async fn metaserver_certificate_requests_only_for_its_own_name() {
 
 #[tokio::test]
 async fn metaserver_tokens_only_for_audiences_the_pod_declares() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n18-tok").await;
     service_account(&s, "runner").await;
     let pod = s
@@ -157,6 +161,7 @@ async fn metaserver_tokens_only_for_audiences_the_pod_declares() {
 
 #[tokio::test]
 async fn metaserver_writes_never_touch_the_replica_annotation_or_finalizers() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n18-node").await;
     let nodes = s.all::<Node>();
     let key = format!("/core/v1/nodes/null/{}", s.node);
@@ -176,6 +181,7 @@ async fn metaserver_writes_never_touch_the_replica_annotation_or_finalizers() {
 
 #[tokio::test]
 async fn watch_events_cost_no_object_sync_records() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n15").await;
     let label = unique("app");
     for i in 0..10 {

@@ -51,6 +51,7 @@ async fn node_patch_refused(s: &Scenario, patch: Value) {
 
 #[tokio::test]
 async fn a_node_status_patch_cannot_set_restricted_labels() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n2-labels").await;
     for labels in [
         json!({"node-restriction.kubernetes.io/secure": "true"}),
@@ -63,6 +64,7 @@ async fn a_node_status_patch_cannot_set_restricted_labels() {
 
 #[tokio::test]
 async fn a_node_status_patch_cannot_remove_or_change_the_edge_label() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n2-edge").await;
     assert_eq!(label(&s.own_node().await, EDGE_LABEL), Some(""));
     for value in [Value::Null, json!("no")] {
@@ -73,6 +75,7 @@ async fn a_node_status_patch_cannot_remove_or_change_the_edge_label() {
 
 #[tokio::test]
 async fn a_node_status_patch_cannot_add_finalizers_owners_or_directives() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n2-meta").await;
     for meta in [
         json!({"finalizers": ["example.com/keep"]}),
@@ -87,6 +90,7 @@ async fn a_node_status_patch_cannot_add_finalizers_owners_or_directives() {
 
 #[tokio::test]
 async fn a_node_status_patch_may_still_set_labels_a_kubelet_may_set() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n2-ok").await;
     let reply = node_patch(
         &s,
@@ -102,6 +106,7 @@ async fn a_node_status_patch_may_still_set_labels_a_kubelet_may_set() {
 
 #[tokio::test]
 async fn a_pod_status_patch_cannot_change_the_pods_labels() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n5").await;
     s.pod("web", &s.node, json!({})).await;
     let pods = s.api::<Pod>();

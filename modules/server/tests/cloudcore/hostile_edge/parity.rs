@@ -8,6 +8,7 @@ use super::*;
 
 #[tokio::test]
 async fn a_token_needs_a_full_pod_binding() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n19-tok").await;
     service_account(&s, "app").await;
     let pod = s.own_pod("web", json!({"serviceAccountName": "app"})).await;
@@ -35,6 +36,7 @@ async fn a_token_needs_a_full_pod_binding() {
 
 #[tokio::test]
 async fn a_mirror_pod_is_owned_by_exactly_the_nodes_own_node() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n19-mirror").await;
     let node = s.own_node().await;
     let unowned = {
@@ -62,6 +64,7 @@ async fn a_mirror_pod_is_owned_by_exactly_the_nodes_own_node() {
 
 #[tokio::test]
 async fn objects_that_do_not_exist_are_refused_like_objects_of_other_nodes() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n19-oracle").await;
     for (kind, resource) in [
         ("queryPersistentVolume", "persistentvolume"),
@@ -84,6 +87,7 @@ async fn objects_that_do_not_exist_are_refused_like_objects_of_other_nodes() {
 
 #[tokio::test]
 async fn a_legacy_node_status_cannot_write_the_replica_annotation() {
+    test_tiers::require!(ApiServer);
     let s = Scenario::new("n18-ext").await;
     let before = s.settled_node().await;
     let held_by = before

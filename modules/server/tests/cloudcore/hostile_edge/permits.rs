@@ -108,6 +108,7 @@ pub(super) async fn own_cloudcore(
 
 #[tokio::test]
 async fn one_edge_cannot_hold_every_permit() {
+    test_tiers::require!(ApiServer);
     let _ = cloud();
     let client = k8s_testenv::client().await;
     let ns = k8s_testenv::namespace("n9").await;

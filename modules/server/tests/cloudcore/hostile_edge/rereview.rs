@@ -12,6 +12,7 @@ use super::*;
 
 #[tokio::test]
 async fn a_repeated_watch_is_decided_again() {
+    test_tiers::require!(ApiServer);
     let (client, ns, node) = Scenario::names("n10-again").await;
     let dir = std::env::temp_dir().join(format!("cloudcore-rereview-{}", short_id()));
     let overrides = json!({"modules": {"dynamicController": {"listenerReviewSeconds": 0}}});

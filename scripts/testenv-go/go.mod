@@ -1,4 +1,5 @@
-// Wrapper module that builds kube-apiserver and etcd for the test environment.
+// Wrapper module that builds kube-apiserver, etcd, kube-controller-manager and kube-scheduler
+// for the test environment.
 // Not part of the product: scripts/k8s-testenv builds from it.
 module cloudcore.test/testenv
 

@@ -14,8 +14,8 @@
 //! (`.ci/run` installs them; docs/real-edge.md).
 //!
 //! ```text
-//! cargo test -p cloudcore-server --test realedge                    # everything, ~8 min
-//! cargo test -p cloudcore-server --test realedge kubeedge_defaults  # one configuration
+//! cargo test -p cloudcore-server --test realedge -- --test-threads=4   # everything, ~7 min
+//! cargo test -p cloudcore-server --test realedge kubeedge_defaults    # one configuration
 //! ```
 
 mod support;

@@ -200,8 +200,8 @@ pub(super) async fn away_while_deployment_changes(c: &Cluster, node: &str) -> Re
     Ok(())
 }
 
-/// cloudcore stopped and started again: both edges reconnect (hub and tunnel), stay Ready,
-/// and each runs a pod of a new Deployment spread over them by the scheduler, whose logs and
+/// cloudcore stopped and started again: both edges reconnect (hub and tunnel), renew their
+/// Leases and are Ready, and each runs a pod of a new Deployment spread over them by the scheduler, whose logs and
 /// exec work. The refusal counters are checked before the stop; cloudcore counts from zero
 /// after it.
 pub(super) async fn cloudcore_restart(
@@ -210,6 +210,7 @@ pub(super) async fn cloudcore_restart(
     nodes: [&str; 2],
 ) -> Result<()> {
     baseline.check(c).await.context("before the restart")?;
+    let stopped = chrono_now(c).await?;
     c.stop("cloudcore").await?;
     baseline.restarted();
     c.start("cloudcore").await?;
@@ -226,7 +227,21 @@ pub(super) async fn cloudcore_restart(
     )
     .await?;
     for n in nodes {
-        support::wait_ready_status(c, n, "True", Duration::from_secs(60)).await?;
+        eventually(
+            Duration::from_secs(180),
+            POLL,
+            "Lease renewed after the restart",
+            || async {
+                let lease = c
+                    .kubectl_json(&["-n", "kube-node-lease", "get", "lease", n])
+                    .await
+                    .ok()?;
+                (lease["spec"]["renewTime"].as_str()? > stopped.as_str()).then_some(())
+            },
+        )
+        .await
+        .with_context(|| format!("{n} renews its Lease"))?;
+        support::wait_ready_status(c, n, "True", Duration::from_secs(180)).await?;
     }
     let ns = support::namespace(c, &unique("after-restart")).await?;
     let mut spec = json!({

@@ -1,18 +1,20 @@
-//! What a real edge node takes and costs through our cloudcore, on `scripts/local-up` (one
-//! edge: an unmodified edgecore with edged running pods on containerd, the whole control
-//! plane beside it): `kubectl apply` of a Deployment until its pod is Running and Ready as the
-//! edge reported it, p50/p99 over N rollouts one after the other; `kubectl exec` round trips
-//! and `kubectl logs` first bytes against the real container, each also through the API
-//! alone (without kubectl's start-up); then cloudcore's and edgecore's CPU and RSS while the
-//! edge idles with one pod. Needs root and local-up's packages (docs/real-edge.md).
+//! What a real edge node takes and costs through our cloudcore, side by side with KubeEdge's
+//! own cloudcore: two `scripts/local-up` clusters at once (each one edge: an unmodified
+//! edgecore with edged running pods on containerd, and the whole control plane), measured in
+//! turns. `kubectl apply` of a Deployment until its pod is Running and Ready as the edge
+//! reported it, p50/p99 over N rollouts one after the other; `kubectl exec` round trips and
+//! `kubectl logs` first bytes against the real container, each also through the API alone
+//! (without kubectl's start-up); then each cloudcore's and edgecore's CPU and RSS while the
+//! edges idle with one pod. Needs root, local-up's packages (docs/real-edge.md) and KubeEdge's
+//! cloudcore (`CLOUDCORE_GO_BIN` or `CLOUDCORE_GO_XZ`; `--ours-only` without it).
 //!
 //! ```text
 //! cargo build --release -p cloudcore-server --bin cloudcore
 //! cargo run --release --example real_edge -- --rollouts 50 --streams 50 --idle-minutes 10
 //! ```
 //!
-//! The cloudcore measured is the newest build beside this example's profile (as the edgecore
-//! harness finds it), or `CLOUDCORE_BIN`.
+//! Our cloudcore is the newest build beside this example's profile (as the edgecore harness
+//! finds it), or `CLOUDCORE_BIN`. Each line prints ours, then KubeEdge's, then ours/KubeEdge's.
 
 use std::time::{Duration, Instant};
 
@@ -37,24 +39,34 @@ use latency::{ms, percentile};
 /// Sizes of the run.
 #[derive(Debug, Parser)]
 struct Args {
-    /// Deployments rolled out one after the other.
+    /// Deployments rolled out one after the other, on each side.
     #[arg(long, default_value_t = 50)]
     rollouts: usize,
-    /// Exec round trips and logs requests, each way.
+    /// Exec round trips and logs requests, each way, on each side.
     #[arg(long, default_value_t = 50)]
     streams: usize,
-    /// Minutes the edge idles with one pod while cloudcore's CPU and memory are read.
+    /// Minutes the edges idle with one pod while the processes' CPU and memory are read.
     #[arg(long, default_value_t = 10)]
     idle_minutes: u64,
+    /// Our cloudcore alone (no KubeEdge cloudcore at hand).
+    #[arg(long)]
+    ours_only: bool,
 }
 
 const NS: &str = "measure";
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    println!("load before: {}", load());
-    let cluster = tokio::task::spawn_blocking(|| LocalUp::new().edges(1).start()).await??;
+/// One cluster and what the measurements use of it.
+struct Side {
+    name: &'static str,
+    cluster: Cluster,
+    pods: Api<Pod>,
+    node: String,
+}
+
+async fn side(name: &'static str, kubeedge: bool) -> anyhow::Result<Side> {
+    let cluster =
+        tokio::task::spawn_blocking(move || LocalUp::new().kubeedge_cloudcore(kubeedge).start())
+            .await??;
     let node = cluster.nodes()[0].clone();
     let kubeconfig = Kubeconfig::read_from(cluster.kubeconfig())?;
     let config =
@@ -73,35 +85,72 @@ async fn main() -> anyhow::Result<()> {
         },
     )
     .await?;
-    let pods: Api<Pod> = Api::namespaced(client, NS);
+    Ok(Side {
+        name,
+        cluster,
+        pods: Api::namespaced(client, NS),
+        node,
+    })
+}
 
-    let rollouts = rollouts(&cluster, &pods, &node, args.rollouts).await?;
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    println!("load before: {}", load());
+    let ours = side("ours", false).await?;
+    let mut sides = vec![ours];
+    if !args.ours_only {
+        sides.push(side("KubeEdge's", true).await?);
+    }
+    println!(
+        "| | n | {} |",
+        sides
+            .iter()
+            .map(|s| format!("{} p50 / p99", s.name))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+
+    // In turns, the first side alternating, so that neither always runs right after the other.
+    let mut rollouts = vec![Vec::new(); sides.len()];
+    for i in 0..args.rollouts {
+        for k in turns(sides.len(), i) {
+            rollouts[k].push(rollout(&sides[k], i).await?);
+        }
+    }
     report(
         "kubectl apply → pod Running and Ready (reported by the edge)",
         rollouts,
     );
 
-    cluster
-        .apply(
-            &deployment(
-                &cluster,
-                "target",
-                &node,
-                "echo hello from the edge; while true; do sleep 1; done",
+    for s in &sides {
+        s.cluster
+            .apply(
+                &deployment(
+                    &s.cluster,
+                    "target",
+                    &s.node,
+                    "echo hello from the edge; while true; do sleep 1; done",
+                )
+                .to_string(),
             )
-            .to_string(),
-        )
-        .await?;
-    let target = ready_pod(&pods, "target").await?;
-    let mut exec_kubectl = Vec::new();
-    let mut exec_api = Vec::new();
-    let mut logs_kubectl = Vec::new();
-    let mut logs_api = Vec::new();
-    for _ in 0..args.streams {
-        exec_kubectl.push(kubectl_exec(&cluster, &target).await?);
-        exec_api.push(api_exec(&pods, &target).await?);
-        logs_kubectl.push(kubectl_logs_first_byte(&cluster, &target).await?);
-        logs_api.push(api_logs_first_byte(&pods, &target).await?);
+            .await?;
+    }
+    let mut targets = Vec::new();
+    for s in &sides {
+        targets.push(ready_pod(&s.pods, "target").await?);
+    }
+    let empty = || vec![Vec::new(); sides.len()];
+    let (mut exec_kubectl, mut exec_api, mut logs_kubectl, mut logs_api) =
+        (empty(), empty(), empty(), empty());
+    for i in 0..args.streams {
+        for k in turns(sides.len(), i) {
+            let (s, t) = (&sides[k], &targets[k]);
+            exec_kubectl[k].push(kubectl_exec(&s.cluster, t).await?);
+            exec_api[k].push(api_exec(&s.pods, t).await?);
+            logs_kubectl[k].push(kubectl_logs_first_byte(&s.cluster, t).await?);
+            logs_api[k].push(api_logs_first_byte(&s.pods, t).await?);
+        }
     }
     report("kubectl exec … -- true (whole command)", exec_kubectl);
     report(
@@ -111,10 +160,17 @@ async fn main() -> anyhow::Result<()> {
     report("kubectl logs: first byte", logs_kubectl);
     report("logs through the API: first byte", logs_api);
 
-    idle(&cluster, &node, Duration::from_secs(args.idle_minutes * 60)).await?;
+    idle(&sides, Duration::from_secs(args.idle_minutes * 60)).await?;
     println!("load after: {}", load());
-    tokio::task::spawn_blocking(move || cluster.down()).await??;
+    for s in sides {
+        tokio::task::spawn_blocking(move || s.cluster.down()).await??;
+    }
     Ok(())
+}
+
+/// The order of the sides in round `i`: rotated by one each round.
+fn turns(n: usize, i: usize) -> Vec<usize> {
+    (0..n).map(|k| (k + i) % n).collect()
 }
 
 fn deployment(c: &Cluster, name: &str, node: &str, script: &str) -> serde_json::Value {
@@ -146,41 +202,34 @@ fn ready(p: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Each rollout: a watch on its pods first, then `kubectl apply`; timed until a pod of it is
+/// One rollout: a watch on its pods first, then `kubectl apply`; timed until a pod of it is
 /// Ready. Then it is deleted and its pod awaited gone (not timed).
-async fn rollouts(
-    c: &Cluster,
-    pods: &Api<Pod>,
-    node: &str,
-    n: usize,
-) -> anyhow::Result<Vec<Duration>> {
-    let mut took = Vec::with_capacity(n);
-    for i in 0..n {
-        let name = format!("rollout-{i}");
-        let params = WatchParams::default()
-            .labels(&format!("app={name}"))
-            .timeout(120);
-        let mut events = pods.watch(&params, "0").await?.boxed();
-        let began = Instant::now();
-        c.apply(&deployment(c, &name, node, "while true; do sleep 1; done").to_string())
-            .await?;
-        loop {
-            match events.next().await {
-                Some(Ok(WatchEvent::Added(p) | WatchEvent::Modified(p))) if ready(&p) => break,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e.into()),
-                None => bail!("rollout {name}: no Ready pod within 120 s"),
-            }
+async fn rollout(s: &Side, i: usize) -> anyhow::Result<Duration> {
+    let (c, pods) = (&s.cluster, &s.pods);
+    let name = format!("rollout-{i}");
+    let params = WatchParams::default()
+        .labels(&format!("app={name}"))
+        .timeout(120);
+    let mut events = pods.watch(&params, "0").await?.boxed();
+    let began = Instant::now();
+    c.apply(&deployment(c, &name, &s.node, "while true; do sleep 1; done").to_string())
+        .await?;
+    loop {
+        match events.next().await {
+            Some(Ok(WatchEvent::Added(p) | WatchEvent::Modified(p))) if ready(&p) => break,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
+            None => bail!("{} rollout {name}: no Ready pod within 120 s", s.name),
         }
-        took.push(began.elapsed());
-        c.kubectl_ok(&["-n", NS, "delete", "deployment", &name, "--wait=false"])
-            .await?;
-        loop {
-            match events.next().await {
-                Some(Ok(WatchEvent::Deleted(_))) | None => break,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e.into()),
-            }
+    }
+    let took = began.elapsed();
+    c.kubectl_ok(&["-n", NS, "delete", "deployment", &name, "--wait=false"])
+        .await?;
+    loop {
+        match events.next().await {
+            Some(Ok(WatchEvent::Deleted(_))) | None => break,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
         }
     }
     Ok(took)
@@ -253,15 +302,20 @@ async fn api_logs_first_byte(pods: &Api<Pod>, pod: &str) -> anyhow::Result<Durat
     Ok(began.elapsed())
 }
 
-fn report(what: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    println!(
-        "| {what} | {} | {:.0} ms | {:.0} ms | {:.0} ms |",
-        samples.len(),
-        ms(percentile(&samples, 0.5)),
-        ms(percentile(&samples, 0.99)),
-        ms(samples[samples.len() - 1])
-    );
+fn report(what: &str, samples: Vec<Vec<Duration>>) {
+    let mut cells = Vec::new();
+    let mut p50s = Vec::new();
+    for mut side in samples {
+        side.sort();
+        let (p50, p99) = (percentile(&side, 0.5), percentile(&side, 0.99));
+        p50s.push(ms(p50));
+        cells.push(format!("{:.0} / {:.0} ms", ms(p50), ms(p99)));
+    }
+    let ratio = match p50s[..] {
+        [ours, theirs] => format!(" | ×{:.2}", ours / theirs),
+        _ => String::new(),
+    };
+    println!("| {what} | {} |{ratio}", cells.join(" | "));
 }
 
 /// CPU seconds (user + system) a process has used; clock ticks of 1/100 s, as on Linux/x86.
@@ -282,16 +336,23 @@ fn cpu_seconds(pid: u32) -> f64 {
     (tick(11) + tick(12)) / 100.0
 }
 
-/// Samples cloudcore and edgecore every 10 s while the edge idles with the `target` pod.
-async fn idle(c: &Cluster, node: &str, span: Duration) -> anyhow::Result<()> {
-    let pid = |name: &str| -> anyhow::Result<u32> {
-        let f = c.dir().join(format!("{name}.pid"));
-        Ok(std::fs::read_to_string(&f)
-            .with_context(|| f.display().to_string())?
-            .trim()
-            .parse()?)
-    };
-    let procs = [("cloudcore", pid("cloudcore")?), ("edgecore", pid(node)?)];
+/// Samples each side's cloudcore and edgecore every 10 s while the edges idle with the
+/// `target` pod.
+async fn idle(sides: &[Side], span: Duration) -> anyhow::Result<()> {
+    let mut procs = Vec::new();
+    for s in sides {
+        for (what, file) in [
+            ("cloudcore", "cloudcore".to_owned()),
+            ("edgecore", s.node.clone()),
+        ] {
+            let f = s.cluster.dir().join(format!("{file}.pid"));
+            let pid: u32 = std::fs::read_to_string(&f)
+                .with_context(|| f.display().to_string())?
+                .trim()
+                .parse()?;
+            procs.push((format!("{} {what}", s.name), pid));
+        }
+    }
     let began = Instant::now();
     let cpu0: Vec<f64> = procs.iter().map(|(_, p)| cpu_seconds(*p)).collect();
     let mut rss: Vec<Vec<u64>> = vec![Vec::new(); procs.len()];
@@ -306,7 +367,7 @@ async fn idle(c: &Cluster, node: &str, span: Duration) -> anyhow::Result<()> {
         let cpu = cpu_seconds(*p) - cpu0[i];
         let r = &rss[i];
         println!(
-            "| {name} idle {:.0} min, one edge, one pod | CPU {:.2} % of a core ({cpu:.1} s) | RSS {:.1}-{:.1} MiB, last {:.1} MiB |",
+            "| {name}, idle {:.0} min, one edge, one pod | CPU {:.2} % of a core ({cpu:.1} s) | RSS {:.1}-{:.1} MiB, last {:.1} MiB |",
             wall / 60.0,
             cpu / wall * 100.0,
             procstat::mib(*r.iter().min().unwrap_or(&0)),

@@ -22,6 +22,7 @@ pub struct LocalUp {
     owner: u32,
     cloudcore: Option<PathBuf>,
     log_level: Option<String>,
+    go: bool,
 }
 
 impl Default for LocalUp {
@@ -33,6 +34,7 @@ impl Default for LocalUp {
             owner: std::process::id(),
             cloudcore: None,
             log_level: None,
+            go: false,
         }
     }
 }
@@ -82,6 +84,13 @@ impl LocalUp {
         self
     }
 
+    /// `--cloud go`: KubeEdge's own cloudcore instead of ours (side-by-side measurements;
+    /// local-up finds it as `CLOUDCORE_GO_BIN`, `CLOUDCORE_GO_XZ` or the peer archive).
+    pub fn kubeedge_cloudcore(mut self, on: bool) -> Self {
+        self.go = on;
+        self
+    }
+
     /// Runs `local-up up` and waits for it (every edge Node Ready, about 40 s; longer when the
     /// control plane or cloudcore must be built first).
     ///
@@ -102,13 +111,16 @@ impl LocalUp {
         if self.impersonate {
             cmd.arg("--impersonate");
         }
+        if self.go {
+            cmd.args(["--cloud", "go"]);
+        }
         let cloudcore = self.cloudcore.or_else(|| {
             std::env::var_os("CLOUDCORE_BIN")
                 .or_else(|| std::env::var_os("CARGO_BIN_EXE_cloudcore"))
                 .map(PathBuf::from)
                 .or_else(|| edgecore_interop::binary::cloudcore().ok())
         });
-        if let Some(bin) = cloudcore {
+        if let Some(bin) = cloudcore.filter(|_| !self.go) {
             cmd.env("CLOUDCORE_BIN", bin);
         }
         if let Some(filter) = &self.log_level {

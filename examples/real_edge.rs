@@ -11,6 +11,7 @@
 //! ```text
 //! cargo build --release -p cloudcore-server --bin cloudcore
 //! cargo run --release --example real_edge -- --rollouts 50 --streams 50 --idle-minutes 10
+//! cargo run --release --example real_edge -- --rollouts 50 --streams 50 --idle-minutes 10 --kubeedge-first
 //! ```
 //!
 //! Our cloudcore is the newest build beside this example's profile (as the edgecore harness
@@ -51,6 +52,10 @@ struct Args {
     /// Our cloudcore alone (no KubeEdge cloudcore at hand).
     #[arg(long)]
     ours_only: bool,
+    /// KubeEdge's side takes the first turn of the first round (and so of every even round);
+    /// two runs, one with it, measure both orders.
+    #[arg(long)]
+    kubeedge_first: bool,
 }
 
 const NS: &str = "measure";
@@ -103,18 +108,24 @@ async fn main() -> anyhow::Result<()> {
         sides.push(side("KubeEdge's", true).await?);
     }
     println!(
-        "| | n | {} |",
+        "| | n | {} |{}",
         sides
             .iter()
             .map(|s| format!("{} p50 / p99", s.name))
             .collect::<Vec<_>>()
-            .join(" | ")
+            .join(" | "),
+        if sides.len() == 2 {
+            " ours/KubeEdge's p50 |"
+        } else {
+            ""
+        }
     );
 
     // In turns, the first side alternating, so that neither always runs right after the other.
+    let first = usize::from(args.kubeedge_first);
     let mut rollouts = vec![Vec::new(); sides.len()];
     for i in 0..args.rollouts {
-        for k in turns(sides.len(), i) {
+        for k in turns(sides.len(), i + first) {
             rollouts[k].push(rollout(&sides[k], i).await?);
         }
     }
@@ -144,10 +155,15 @@ async fn main() -> anyhow::Result<()> {
     let (mut exec_kubectl, mut exec_api, mut logs_kubectl, mut logs_api) =
         (empty(), empty(), empty(), empty());
     for i in 0..args.streams {
-        for k in turns(sides.len(), i) {
+        for k in turns(sides.len(), i + first) {
             let (s, t) = (&sides[k], &targets[k]);
             exec_kubectl[k].push(kubectl_exec(&s.cluster, t).await?);
-            exec_api[k].push(api_exec(&s.pods, t).await?);
+            // A failed exec through the API is reported (with the status the API server
+            // gave) and left out of its row; the other measurements go on.
+            match api_exec(&s.pods, t).await {
+                Ok(d) => exec_api[k].push(d),
+                Err(e) => eprintln!("{}: exec through the API: {e:#}", s.name),
+            }
             logs_kubectl[k].push(kubectl_logs_first_byte(&s.cluster, t).await?);
             logs_api[k].push(api_logs_first_byte(&s.pods, t).await?);
         }
@@ -263,16 +279,17 @@ async fn kubectl_exec(c: &Cluster, pod: &str) -> anyhow::Result<Duration> {
 
 async fn api_exec(pods: &Api<Pod>, pod: &str) -> anyhow::Result<Duration> {
     let began = Instant::now();
+    // The API requires one stream; `true` writes nothing to it.
     let ap = AttachParams::default()
-        .stdout(false)
+        .stdout(true)
         .stderr(false)
         .stdin(false);
     let mut process = pods.exec(pod, ["true"], &ap).await?;
     let status = process.take_status().context("exec status")?.await;
     let took = began.elapsed();
     let _ = process.join().await;
-    match status.and_then(|s| s.status) {
-        Some(s) if s == "Success" => Ok(took),
+    match status {
+        Some(s) if s.status.as_deref() == Some("Success") => Ok(took),
         other => bail!("exec true ended {other:?}"),
     }
 }
@@ -303,19 +320,26 @@ async fn api_logs_first_byte(pods: &Api<Pod>, pod: &str) -> anyhow::Result<Durat
 }
 
 fn report(what: &str, samples: Vec<Vec<Duration>>) {
+    let samples_len = samples.first().map_or(0, Vec::len);
     let mut cells = Vec::new();
     let mut p50s = Vec::new();
     for mut side in samples {
+        if side.is_empty() {
+            cells.push("failed".to_owned());
+            p50s.push(f64::NAN);
+            continue;
+        }
         side.sort();
         let (p50, p99) = (percentile(&side, 0.5), percentile(&side, 0.99));
         p50s.push(ms(p50));
         cells.push(format!("{:.0} / {:.0} ms", ms(p50), ms(p99)));
     }
     let ratio = match p50s[..] {
-        [ours, theirs] => format!(" | ×{:.2}", ours / theirs),
+        [ours, theirs] => format!(" ×{:.2} |", ours / theirs),
         _ => String::new(),
     };
-    println!("| {what} | {} |{ratio}", cells.join(" | "));
+    let n = samples_len;
+    println!("| {what} | {n} | {} |{ratio}", cells.join(" | "));
 }
 
 /// CPU seconds (user + system) a process has used; clock ticks of 1/100 s, as on Linux/x86.

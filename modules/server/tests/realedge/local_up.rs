@@ -57,6 +57,7 @@ fn refused(mut cmd: Command, dir: &Path) -> Result<(bool, String)> {
 
 #[test]
 fn a_missing_prerequisite_stops_up_and_names_its_package() {
+    test_tiers::require!(Root);
     let root = std::env::temp_dir().join(format!("local-up-prereq-{}", std::process::id()));
     let dir = root.join("cluster");
     for (program, package) in [
@@ -106,6 +107,7 @@ fn a_missing_prerequisite_stops_up_and_names_its_package() {
 
 #[test]
 fn when_the_owner_exits_down_leaves_the_host_as_it_was() {
+    test_tiers::require!(ApiServer, Root, Edgecore);
     let mut owner = Command::new("sleep").arg("600").spawn().unwrap();
     let cluster = LocalUp::new()
         .owner_pid(owner.id())

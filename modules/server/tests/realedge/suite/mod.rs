@@ -65,6 +65,9 @@ const fn configuration() -> &'static str {
 
 #[tokio::test]
 async fn real_edges_run_pods_through_cloudcore() {
+    // local-up's own packages (containerd, runc, CNI, umoci, busybox-static) it checks itself,
+    // naming the package.
+    test_tiers::require!(ApiServer, Root, Edgecore);
     let cluster = tokio::task::spawn_blocking(|| {
         LocalUp::new()
             .edges(2)

@@ -11,7 +11,7 @@
 //! that survive relists), [`client`] (sends [`authz::Authorized`] requests only), [`queue`] (bounded request
 //! queues) and [`lifecycle`] (background tasks and graceful stop: a `CancellationToken` and a `TaskTracker`); servers share [`listener`] (admission
 //! limits for edge-facing listeners) and [`metrics`] (their Prometheus families); [`replicas`] says which replica holds which node; [`devices`], [`rules`],
-//! [`operations`] (node jobs) and [`policy`] hold the KubeEdge CRDs; [`validation`] checks names from the wire before they reach a URL; `testing` (feature) has a fake edge and a fault-injecting client.
+//! [`operations`] (node jobs) and [`policy`] hold the KubeEdge CRDs; [`validation`] checks names from the wire before they reach a URL and [`escaped`] percent-encodes every name a path is built from; `testing` (feature) has a fake edge and a fault-injecting client.
 //!
 //! ```
 //! use kubeedge_api::{NodeResource, trim_node};
@@ -25,6 +25,7 @@ pub mod authz;
 pub mod client;
 pub mod crds;
 pub mod devices;
+pub mod escaped;
 pub mod lifecycle;
 pub mod listener;
 pub mod metrics;

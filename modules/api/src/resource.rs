@@ -14,6 +14,9 @@ pub enum ResourceError {
     /// The path does not start with `node/<id>/`.
     #[error("resource {0:?} does not start with node/<id>/")]
     NoNode(String),
+    /// The node part is not a Node name (a DNS-1123 subdomain).
+    #[error("resource path: {0}")]
+    InvalidNode(#[from] crate::validation::InvalidName),
 }
 
 /// A cloud-internal resource path split into its segments (index convention of the Go
@@ -70,7 +73,8 @@ impl NodeResource {
     }
 
     /// Splits a cloud-internal path. Only `node/<id>` is required; other parts may be empty.
-    /// A name containing `/` keeps its slashes.
+    /// A name containing `/` keeps its slashes. The node must be a valid Node name
+    /// ([`crate::validation::node_name`]).
     pub fn parse(resource: &str) -> Result<Self, ResourceError> {
         let r = NodeResourceRef::parse(resource)?;
         Ok(NodeResource {
@@ -111,7 +115,7 @@ pub struct NodeResourceRef<'a> {
 }
 
 impl<'a> NodeResourceRef<'a> {
-    /// Splits a cloud-internal path as [`NodeResource::parse`] does.
+    /// Splits a cloud-internal path as [`NodeResource::parse`] does (the node validated).
     pub fn parse(resource: &'a str) -> Result<Self, ResourceError> {
         let mut parts = resource.splitn(5, '/');
         if parts.next() != Some("node") {
@@ -121,6 +125,7 @@ impl<'a> NodeResourceRef<'a> {
         if node.is_empty() {
             return Err(ResourceError::NoNode(resource.to_owned()));
         }
+        crate::validation::node_name(node)?;
         Ok(NodeResourceRef {
             node,
             namespace: parts.next().unwrap_or_default(),
@@ -211,6 +216,20 @@ mod tests {
         );
         assert!(NodeResource::parse("default/pod/web").is_err());
         assert!(NodeResource::parse("node//x").is_err());
+    }
+
+    #[test]
+    fn a_node_that_is_not_a_node_name_should_be_refused() {
+        for bad in [
+            "node/victim?x=1/ns/pod/p",
+            "node/Edge/ns/pod/p",
+            "node/a%2fb/ns",
+        ] {
+            assert!(
+                matches!(NodeResource::parse(bad), Err(ResourceError::InvalidNode(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

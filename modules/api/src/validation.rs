@@ -111,6 +111,15 @@ pub fn object_name<'a>(what: &'static str, name: &'a str) -> Result<&'a str, Inv
     )
 }
 
+/// `name` as a Node name: a DNS-1123 subdomain, as Kubernetes validates Node names. Every
+/// node name cloudcore takes from the wire (a certificate request's `NodeName`, a
+/// WebSocket's `Node_id`, a tunnel's node header, a resource path) passes this before it is
+/// used, so a name can never carry a path, query or fragment into a request for another
+/// node's objects.
+pub fn node_name(name: &str) -> Result<&str, InvalidName> {
+    object_name("node name", name)
+}
+
 fn check<'a>(
     s: &'a str,
     what: &'static str,
@@ -204,6 +213,26 @@ mod tests {
             &"a".repeat(254),
         ] {
             assert!(!is_dns1123_subdomain(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn node_names_refuse_what_would_change_a_url() {
+        for ok in ["edge-1", "edge.example.com", "a"] {
+            assert_eq!(node_name(ok), Ok(ok));
+        }
+        for bad in [
+            "victim?x=1",
+            "victim?",
+            "victim#",
+            "victim/status",
+            "victim%2f",
+            "..",
+            "Edge",
+            "edge_1",
+            "",
+        ] {
+            assert!(node_name(bad).is_err(), "{bad}");
         }
     }
 

@@ -19,7 +19,7 @@ use actix_web::{App, HttpRequest, HttpResponse, web};
 use beehive::{Content, Message};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::Api;
+use kubeedge_api::escaped;
 use kubeedge_api::listener::{Admission, Gate};
 use kubeedge_api::names;
 use serde::Deserialize;
@@ -223,12 +223,15 @@ fn cert_node(hub: &Hub, req: &HttpRequest) -> Option<Result<String, String>> {
         .verify_client_cert(leaf, rest)
         .and_then(|id| hub.revocations.check(leaf).map(|()| id));
     Some(match verified {
-        Ok(id) => id.node_name().map(str::to_owned).ok_or_else(|| {
-            format!(
+        Ok(id) => match id.node_name() {
+            Some(node) => kubeedge_api::validation::node_name(node)
+                .map(str::to_owned)
+                .map_err(|e| format!("certificate names no valid node: {e}")),
+            None => Err(format!(
                 "certificate subject {:?} {:?} is not an edge node",
                 id.common_name, id.organizations
-            )
-        }),
+            )),
+        },
         Err(e) => Err(e.to_string()),
     })
 }
@@ -248,6 +251,12 @@ async fn edge_crt(
     use actix_web::http::StatusCode as S;
     let started = tokio::time::Instant::now();
     let node = header(&req, "NodeName").unwrap_or_default();
+    // A node name becomes a certificate's identity and, through it, part of API paths and
+    // object names: only a name Kubernetes accepts for a Node is ever signed.
+    if let Err(e) = kubeedge_api::validation::node_name(&node) {
+        warn!(node = %node.escape_debug(), peer = ?req.peer_addr(), "edge.crt: invalid node name refused");
+        return unread(S::BAD_REQUEST, format!("NodeName header: {e}"), payload);
+    }
     // As upstream: a client certificate takes precedence over a token.
     match cert_node(&hub, &req) {
         Some(Ok(cert_node)) if cert_node == node => authenticated(&req),
@@ -456,8 +465,8 @@ async fn node_check(
         return text(S::TOO_MANY_REQUESTS, "too many requests");
     }
     let name = name.into_inner();
-    if name.is_empty() {
-        return text(S::BAD_REQUEST, "node name is empty");
+    if let Err(e) = kubeedge_api::validation::node_name(&name) {
+        return text(S::BAD_REQUEST, e.to_string());
     }
     let Some(client) = hub.kube.clone() else {
         // Without Kubernetes there are no Node objects: "not found" lets keadm join proceed.
@@ -466,7 +475,7 @@ async fn node_check(
             "Node not found (no Kubernetes API configured)",
         );
     };
-    match Api::<Node>::all(client).get_opt(&name).await {
+    match escaped::Api::<Node>::all(client).get_opt(&name).await {
         Ok(Some(_)) => text(S::OK, "Node found"),
         Ok(None) => text(S::NOT_FOUND, "Node not found"),
         Err(e) => {

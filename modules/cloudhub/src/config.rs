@@ -145,7 +145,7 @@ impl CloudHubConfig {
 
     /// Checks what upstream treats as fatal: no `advertiseAddress`, a zero token refresh, a
     /// listener address that is not an IP; and an `edgeCertSigningDuration` beyond 36 400
-    /// days (the CA's own validity).
+    /// days (the CA's own validity) or `authorization.enforceIdentity: false`.
     pub fn validate(&self) -> Result<(), String> {
         if self.edge_cert_signing_duration > MAX_EDGE_CERT_SIGNING_DAYS {
             return Err(format!(
@@ -158,6 +158,12 @@ impl CloudHubConfig {
         }
         if self.token_refresh_duration == 0 {
             return Err("tokenRefreshDuration must be > 0".into());
+        }
+        if !self.authorization.enforce_identity {
+            return Err(
+                "authorization.enforceIdentity: false is not supported: an edge's certificate must name the node it connects as (remove the key)"
+                    .into(),
+            );
         }
         for (name, l) in [("websocket", &self.websocket), ("https", &self.https)] {
             if l.address.parse::<std::net::IpAddr>().is_err() {
@@ -272,8 +278,10 @@ pub struct AuthorizationConfig {
     pub debug: bool,
     /// Default `[{node: {enable: true}}]`.
     pub modes: Vec<AuthorizationMode>,
-    /// Rust-only: refuse (403) a connection whose client certificate CN is not
-    /// `system:node:<Node_id>`. Default true, whatever `enable`/`debug` say.
+    /// Rust-only, kept so that configurations written for earlier versions load: a connection
+    /// whose client certificate CN is not `system:node:<Node_id>` is always refused (403).
+    /// Only `true` is accepted; `false` is a configuration error, because without the check
+    /// one edge's certificate speaks for any node.
     pub enforce_identity: bool,
 }
 
@@ -417,5 +425,21 @@ https: {port: 10002, requestTimeoutSeconds: 0, limits: {preAuthTimeoutSeconds: 3
         c.edge_cert_signing_duration = u32::MAX;
         let err = c.validate().unwrap_err();
         assert!(err.contains("edgeCertSigningDuration"), "{err}");
+    }
+
+    #[test]
+    fn the_certificate_identity_check_cannot_be_switched_off() {
+        let yaml = r#"
+advertiseAddress: [10.0.0.1]
+authorization: {enforceIdentity: true}
+"#;
+        let c: CloudHubConfig = serde_saphyr::from_str(yaml).unwrap();
+        assert!(c.validate().is_ok(), "true still loads");
+        let c: CloudHubConfig = serde_saphyr::from_str(&yaml.replace("true", "false")).unwrap();
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("enforceIdentity: false is not supported"),
+            "{err}"
+        );
     }
 }

@@ -94,8 +94,8 @@ fn check(hub: &Hub, req: &Request, io: &TlsStream<Gated>) -> Result<String, Refu
     if node.is_empty() {
         return Err(bad("missing Node_id header"));
     }
-    if node.contains('/') || node.chars().any(char::is_control) || node.len() > 253 {
-        return Err(bad("invalid Node_id header"));
+    if let Err(e) = kubeedge_api::validation::node_name(&node) {
+        return Err(bad(&format!("invalid Node_id header: {e}")));
     }
     // A missing Connectionuse is served as a message connection (Rust); str/shr are refused.
     if let Some(usage) = first(headers, CONNECTION_USE)
@@ -112,27 +112,26 @@ fn check(hub: &Hub, req: &Request, io: &TlsStream<Gated>) -> Result<String, Refu
     {
         return Err((StatusCode::FORBIDDEN, e.to_string()));
     }
-    let auth = &hub.config.authorization;
-    if auth.enforce_identity || (auth.enable && !auth.debug) {
-        let identity = io
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|c| c.first())
-            .map(|c| pki::parse_identity(c));
-        let cn = match identity {
-            Some(Ok(id)) => id.common_name,
-            _ => None,
-        };
-        if cn.as_deref() != Some(format!("{}{node}", pki::NODE_CN_PREFIX).as_str()) {
-            return Err((
-                StatusCode::FORBIDDEN,
-                format!(
-                    "client certificate CN {:?} does not match node {node:?} (want system:node:{node})",
-                    cn.unwrap_or_default()
-                ),
-            ));
-        }
+    // Always checked: the session, its routes and every request it makes are keyed by
+    // `Node_id`, so only the certificate of that node may claim it.
+    let identity = io
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| pki::parse_identity(c));
+    let cn = match identity {
+        Some(Ok(id)) => id.common_name,
+        _ => None,
+    };
+    if cn.as_deref() != Some(format!("{}{node}", pki::NODE_CN_PREFIX).as_str()) {
+        return Err((
+            StatusCode::FORBIDDEN,
+            format!(
+                "client certificate CN {:?} does not match node {node:?} (want system:node:{node})",
+                cn.unwrap_or_default()
+            ),
+        ));
     }
     Ok(node)
 }

@@ -5,7 +5,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
+use kubeedge_api::escaped::Api;
 use tracing::{info, warn};
 
 /// Sets `status.daemonEndpoints.kubeletEndpoint.Port` of connecting nodes.

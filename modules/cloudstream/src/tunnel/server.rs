@@ -104,8 +104,8 @@ impl Refusal {
     }
 }
 
-/// The checks before the upgrade, in order: route, method, node header, certificate CN,
-/// WebSocket headers, IP header syntax.
+/// The checks before the upgrade, in order: route, method, node header (a valid Node name),
+/// certificate CN (exactly one, `system:node:<node>`), WebSocket headers, IP header syntax.
 fn admit(head: &RequestHead, cn: Option<&str>, peer: SocketAddr) -> Result<Identity, Refusal> {
     let path = head.path();
     if path != CONNECT_PATH && path != "/v1/kubeedge/connect/" {
@@ -125,6 +125,10 @@ fn admit(head: &RequestHead, cn: Option<&str>, peer: SocketAddr) -> Result<Ident
             400,
             format!("missing {NODE_HEADER} header"),
         ));
+    }
+    // The name keys the session and goes into the Node's API path: only a Node name will do.
+    if let Err(e) = kubeedge_api::validation::node_name(&node) {
+        return Err(Refusal::identity(400, format!("{NODE_HEADER}: {e}")));
     }
     // The node name is the verified certificate's (upstream trusts the header).
     let want = format!("system:node:{node}");

@@ -282,3 +282,40 @@ async fn a_revoked_edge_certificate_should_be_refused_at_the_tunnel() {
     assert_eq!(status, 101, "{body}");
     assert!(tunnel.is_some());
 }
+
+#[actix_rt::test]
+async fn a_node_header_that_is_not_a_node_name_or_a_certificate_with_two_cns_should_be_refused() {
+    let cloud = Cloud::start().await;
+    // A certificate for `edge-1?` (as an unchecked issuer could have made) and the same
+    // header: the name would reach the API path of Node `edge-1`.
+    for bad in ["edge-1?", "edge-1?x=1", "Edge-1", "edge-1#"] {
+        let (head, tunnel, body) = raw_dial(
+            cloud.handle.tunnel_addr().port(),
+            &cloud.edge_ca.node(bad),
+            &upgrade_request(Some(bad), Some("127.0.0.1")),
+        )
+        .await
+        .unwrap();
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(head.status, 400, "{bad}: {body}");
+        assert!(tunnel.is_none());
+        assert!(body.contains("DNS-1123 subdomain"), "{bad}: {body}");
+    }
+    // Two CNs name no node, whichever one the header repeats.
+    let two = cloud
+        .edge_ca
+        .user_with_two_common_names("system:node:edge-1", "system:node:edge-2");
+    for node in ["edge-1", "edge-2"] {
+        let (head, tunnel, body) = raw_dial(
+            cloud.handle.tunnel_addr().port(),
+            &two,
+            &upgrade_request(Some(node), Some("127.0.0.1")),
+        )
+        .await
+        .unwrap();
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(head.status, 403, "{node}: {body}");
+        assert!(tunnel.is_none());
+    }
+    assert!(cloud.handle.connected_nodes().is_empty());
+}

@@ -164,11 +164,10 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// The subject common name of a DER certificate, if it has one.
+/// The subject common name of a DER certificate when its subject has exactly one (a
+/// certificate with several CNs names no one: Go's x509 reads the last, others the first).
 pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let cn = parsed.subject().iter_common_name().next()?;
-    cn.as_str().ok().map(str::to_owned)
+    pki::parse_identity(cert.as_ref()).ok()?.common_name
 }
 
 /// A client configuration presenting `cert_chain`/`key`, with no ALPN (as gorilla). With

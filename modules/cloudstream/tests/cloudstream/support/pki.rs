@@ -85,6 +85,19 @@ impl Pki {
         self.issue(params)
     }
 
+    /// A client certificate (EKU clientAuth) whose subject holds two CNs, `first` then
+    /// `last` (rcgen keeps one value per attribute type: the second goes in as a custom type
+    /// with the CN's OID).
+    pub fn user_with_two_common_names(&self, first: &str, last: &str) -> TlsMaterial {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, first);
+        params
+            .distinguished_name
+            .push(DnType::CustomDnType(vec![2, 5, 4, 3]), last);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
     /// An edge node's certificate, as cloudhub issues it.
     pub fn node(&self, node: &str) -> TlsMaterial {
         self.client(&format!("system:node:{node}"), Eku::ClientAuth)

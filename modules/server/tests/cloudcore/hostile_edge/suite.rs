@@ -2827,3 +2827,10 @@ mod permits;
 #[allow(clippy::duplicate_mod)]
 #[path = "rereview.rs"]
 mod rereview;
+// Node names, revocation, tunnels and the other perimeter checks
+// ---------------------------------------------------------------------------------------------
+
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
+#[allow(clippy::duplicate_mod)]
+#[path = "names.rs"]
+mod names;

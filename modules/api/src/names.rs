@@ -39,17 +39,29 @@ pub const SOURCE_EDGED: &str = "edged";
 /// Edge source: the edge hub's own module name (its keepalives).
 pub const SOURCE_EDGEHUB: &str = "websocket";
 
-/// Sources that only cloud modules may use: an upstream message claiming one is dropped, so
-/// an edge cannot impersonate a cloud module.
-pub const CLOUD_SOURCES: [&str; 7] = [
+/// Source of the cloud router's messages to an edge's eventbus.
+pub const ROUTER_EVENTBUS: &str = "router_eventbus";
+/// Source of the cloud router's messages to an edge's servicebus.
+pub const ROUTER_SERVICEBUS: &str = "router_servicebus";
+
+/// Sources that only cloud modules may use: every cloud module's name and the cloud-only
+/// sources of its messages. cloudhub drops an upstream message claiming one, so an edge
+/// cannot speak as a cloud module; a handler may trust these sources on messages that did
+/// not come from an edge. A new cloud module adds its name here (the hub's tests send every
+/// entry from an edge and expect it dropped).
+pub const CLOUD_SOURCES: [&str; 12] = [
     CLOUDHUB,
     CLOUDSTREAM,
     DEVICECONTROLLER,
+    DYNAMICCONTROLLER,
     EDGECONTROLLER,
-    SYNCCONTROLLER,
-    // edgecontroller writes rule status only for messages of this source.
-    ROUTER,
+    NODEUPGRADEJOBCONTROLLER,
     POLICYCONTROLLER,
+    ROUTER,
+    ROUTER_EVENTBUS,
+    ROUTER_SERVICEBUS,
+    SYNCCONTROLLER,
+    TASKMANAGER,
 ];
 
 /// The namespace token of cluster-scoped objects in resource paths.

@@ -81,6 +81,11 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
     if operation == op::RESPONSE_ERROR {
         return Upstream::EdgeError(msg);
     }
+    // Past answers (an edge's ack or error may echo the cloud route it answers), no message
+    // may claim a cloud module's source: modules trust those sources.
+    if names::CLOUD_SOURCES.contains(&msg.route.source.as_str()) {
+        return Upstream::Drop("edge message claims a cloud module as source");
+    }
     if operation == op::UPLOAD && msg.route.group == names::GROUP_USER {
         msg.route.resource = with_node(node, &msg.route.resource).into();
         return Upstream::ToModule(names::ROUTER, msg);
@@ -100,11 +105,7 @@ pub(crate) fn route(node: &str, mut msg: Message) -> Upstream {
         return Upstream::Ignore("empty message");
     }
     msg.route.resource = with_node(node, &msg.route.resource).into();
-    let source = msg.route.source.as_str();
-    if names::CLOUD_SOURCES.contains(&source) {
-        return Upstream::Drop("edge message claims a cloud module as source");
-    }
-    match source {
+    match msg.route.source.as_str() {
         names::SOURCE_METASERVER => Upstream::ToModule(names::DYNAMICCONTROLLER, msg),
         names::SOURCE_TWIN => Upstream::ToGroup(names::DEVICECONTROLLER, msg),
         _ => Upstream::ToGroup(names::EDGECONTROLLER, msg),
@@ -204,6 +205,24 @@ mod tests {
             route("e", Message::default()),
             Upstream::Ignore(_)
         ));
+    }
+
+    #[test]
+    fn no_cloud_source_passes_from_an_edge_whatever_the_operation() {
+        for source in names::CLOUD_SOURCES {
+            for (group, resource, operation) in [
+                ("resource", "ns/rulestatus/r", "update"),
+                ("user", "ns/topic", "upload"),
+                ("taskmanager", "task/t/node/e", "upgrade"),
+                ("meta", "default/pod", "list"),
+            ] {
+                let got = route("e", m(source, group, resource, operation));
+                assert!(
+                    matches!(got, Upstream::Drop(_)),
+                    "{source} {operation}: {got:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -18,28 +18,25 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    /// The caller a certificate names, as the API server's x509 authenticator maps it.
-    pub(crate) fn from_certificate(cert: Option<&CertificateDer<'_>>) -> Caller {
-        let subject = cert.and_then(|c| {
-            let (_, parsed) = x509_parser::parse_x509_certificate(c.as_ref()).ok()?;
-            let subject = parsed.subject();
-            let cn = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
-            let orgs: Vec<String> = subject
-                .iter_organization()
-                .filter_map(|o| o.as_str().ok().map(str::to_owned))
-                .collect();
-            Some((cn, orgs))
-        });
-        match subject {
-            Some((user, mut groups)) => {
-                groups.push("system:authenticated".into());
-                Caller { user, groups }
-            }
-            None => Caller {
+    /// The caller a certificate names, as the API server's x509 authenticator maps it; no
+    /// certificate is `system:anonymous`. A certificate whose subject does not hold exactly
+    /// one CN is refused: Go's x509 keeps the last CN where others read the first, so such a
+    /// certificate would be reviewed as another user than the API server sees.
+    pub(crate) fn from_certificate(cert: Option<&CertificateDer<'_>>) -> Result<Caller, String> {
+        let Some(cert) = cert else {
+            return Ok(Caller {
                 user: "system:anonymous".into(),
                 groups: vec!["system:unauthenticated".into()],
-            },
-        }
+            });
+        };
+        let subject = pki::parse_identity(cert.as_ref()).map_err(|e| e.to_string())?;
+        let user = subject
+            .common_name
+            .filter(|cn| !cn.is_empty())
+            .ok_or("the client certificate's subject must hold exactly one common name")?;
+        let mut groups = subject.organizations;
+        groups.push("system:authenticated".into());
+        Ok(Caller { user, groups })
     }
 }
 
@@ -225,11 +222,31 @@ mod tests {
             .push(rcgen::DnType::OrganizationName, "dev");
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.self_signed(&key).unwrap();
-        let caller = Caller::from_certificate(Some(cert.der()));
+        let caller = Caller::from_certificate(Some(cert.der())).unwrap();
         assert_eq!(caller.user, "alice");
         assert_eq!(caller.groups, ["dev", "system:authenticated"]);
-        let anon = Caller::from_certificate(None);
+        let anon = Caller::from_certificate(None).unwrap();
         assert_eq!(anon.user, "system:anonymous");
         assert_eq!(anon.groups, ["system:unauthenticated"]);
+    }
+
+    #[test]
+    fn a_certificate_with_two_common_names_or_none_should_name_no_caller() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut two = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        two.distinguished_name
+            .push(rcgen::DnType::CommonName, "first");
+        // The CN attribute type again, under another key of rcgen's map.
+        two.distinguished_name
+            .push(rcgen::DnType::CustomDnType(vec![2, 5, 4, 3]), "last");
+        let cert = two.self_signed(&key).unwrap();
+        let err = Caller::from_certificate(Some(cert.der())).unwrap_err();
+        assert!(err.contains("exactly one common name"), "{err}");
+        let mut none = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        none.distinguished_name = rcgen::DistinguishedName::new();
+        none.distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:masters");
+        let cert = none.self_signed(&key).unwrap();
+        assert!(Caller::from_certificate(Some(cert.der())).is_err());
     }
 }

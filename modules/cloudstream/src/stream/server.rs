@@ -87,8 +87,17 @@ async fn connection(
     let Some(Some((mut conn, mut head))) = first else {
         return;
     };
-    let caller =
-        Caller::from_certificate(conn.get_ref().1.peer_certificates().and_then(|c| c.first()));
+    let caller = match Caller::from_certificate(
+        conn.get_ref().1.peer_certificates().and_then(|c| c.first()),
+    ) {
+        Ok(caller) => caller,
+        Err(reason) => {
+            warn!(%peer, %reason, "stream client certificate names no user; refused");
+            respond_status(&mut conn, &ctx, 401, "Unauthorized", &reason, "", false).await;
+            let _ = conn.shutdown().await;
+            return;
+        }
+    };
     let mut first = true;
     loop {
         if !first {

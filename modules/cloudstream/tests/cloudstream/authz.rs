@@ -375,3 +375,31 @@ async fn always_allow_should_be_explicit_and_webhook_should_need_a_client() {
         "{err}"
     );
 }
+
+#[actix_rt::test]
+async fn a_certificate_with_two_common_names_should_be_refused_before_any_review() {
+    let env = setup(StreamAuthorizationConfig::default()).await;
+    // The first CN may read logs; Go's x509 authenticator would see the last one, who may not.
+    let first = format!("first-cn-{}", env.ns);
+    env.grant(
+        &first,
+        serde_json::json!([{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]),
+    )
+    .await;
+    let granted = env.stream_ca.user(&first, None);
+    let (status, _) = env.get_as(&granted, &env.logs(), "").await;
+    assert_eq!(status, 200, "the first CN alone is allowed");
+    let reviews = env.handle.counters().authz_reviews;
+
+    let two = env
+        .stream_ca
+        .user_with_two_common_names(&first, &format!("last-cn-{}", env.ns));
+    let (status, body) = env.get_as(&two, &env.logs(), "").await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("exactly one common name"), "{body}");
+    assert_eq!(
+        env.handle.counters().authz_reviews,
+        reviews,
+        "no review was made for a certificate that names no one"
+    );
+}

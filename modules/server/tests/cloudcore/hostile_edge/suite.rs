@@ -2834,3 +2834,8 @@ mod rereview;
 #[allow(clippy::duplicate_mod)]
 #[path = "names.rs"]
 mod names;
+
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
+#[allow(clippy::duplicate_mod)]
+#[path = "sources.rs"]
+mod sources;

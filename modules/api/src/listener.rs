@@ -1,7 +1,10 @@
 //! Admission limits for the listeners that face the edge: how many connections may be open,
 //! how many may be still unauthenticated (TLS handshake and request head in progress), how
-//! many of those one source address may hold, and how long a connection may stay
-//! unauthenticated.
+//! many of those one source (an IPv4 address, an IPv6 /64) and one network (an IPv4 /24, an
+//! IPv6 /48) may hold, and how long a connection may stay unauthenticated.
+//!
+//! IPv6 sources are keyed by their /64: one host usually holds a whole /64 and can use any
+//! address in it, so a per-address limit would not limit it at all.
 //!
 //! A server asks its [`Gate`] to [`admit`](Gate::admit) every accepted socket before it spends
 //! anything on it, keeps the [`Admission`] as long as the connection lives, and calls
@@ -38,7 +41,8 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 /// The limits of one listener (YAML: `maxConnections`, `maxHandshakes`,
-/// `maxUnauthenticatedPerIP`, `preAuthTimeoutSeconds`). Zero in a count means "no limit".
+/// `maxUnauthenticatedPerIP`, `maxUnauthenticatedPerNetwork`, `preAuthTimeoutSeconds`). Zero
+/// in a count means "no limit".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ListenerLimits {
@@ -47,10 +51,15 @@ pub struct ListenerLimits {
     /// Connections not yet authenticated: TLS handshake or request head in progress
     /// (default 1,024).
     pub max_handshakes: u32,
-    /// Unauthenticated connections from one source IP (default 64). Edges behind one NAT
-    /// share an address; a refused edge retries, and authenticated connections do not count.
+    /// Unauthenticated connections from one source: an IPv4 address or an IPv6 /64
+    /// (default 64). Edges behind one NAT share an address; a refused edge retries, and
+    /// authenticated connections do not count.
     #[serde(rename = "maxUnauthenticatedPerIP")]
     pub max_unauthenticated_per_ip: u32,
+    /// Unauthenticated connections from one network: an IPv4 /24 or an IPv6 /48 (default
+    /// 256, a quarter of the default `maxHandshakes`), so that one network's addresses
+    /// together cannot take the whole handshake budget from everyone else.
+    pub max_unauthenticated_per_network: u32,
     /// Seconds a connection may take to finish TLS and send its request head (default 10).
     pub pre_auth_timeout_seconds: u32,
 }
@@ -61,6 +70,7 @@ impl Default for ListenerLimits {
             max_connections: 10_000,
             max_handshakes: 1_024,
             max_unauthenticated_per_ip: 64,
+            max_unauthenticated_per_network: 256,
             pre_auth_timeout_seconds: 10,
         }
     }
@@ -88,11 +98,25 @@ pub enum Refused {
         /// The limit reached.
         limit: u32,
     },
-    /// The source address holds `maxUnauthenticatedPerIP` unauthenticated connections.
+    /// The source (an IPv4 address, an IPv6 /64) holds `maxUnauthenticatedPerIP`
+    /// unauthenticated connections.
     #[error("{ip} holds {limit} unauthenticated connections (maxUnauthenticatedPerIP)")]
     PerIp {
-        /// The source address.
+        /// The source: the address, or the first address of its IPv6 /64.
         ip: IpAddr,
+        /// The limit reached.
+        limit: u32,
+    },
+    /// The network (an IPv4 /24, an IPv6 /48) holds `maxUnauthenticatedPerNetwork`
+    /// unauthenticated connections.
+    #[error(
+        "{network}/{prefix} holds {limit} unauthenticated connections (maxUnauthenticatedPerNetwork)"
+    )]
+    PerNetwork {
+        /// The network's first address.
+        network: IpAddr,
+        /// Its prefix length (24 or 48).
+        prefix: u8,
         /// The limit reached.
         limit: u32,
     },
@@ -108,12 +132,13 @@ pub enum Refused {
 }
 
 impl Refused {
-    /// The metrics label: `connections`, `handshakes`, `per_ip` or `files`.
+    /// The metrics label: `connections`, `handshakes`, `per_ip`, `per_network` or `files`.
     pub fn reason(&self) -> &'static str {
         match self {
             Refused::Connections { .. } => "connections",
             Refused::Handshakes { .. } => "handshakes",
             Refused::PerIp { .. } => "per_ip",
+            Refused::PerNetwork { .. } => "per_network",
             Refused::Files { .. } => "files",
         }
     }
@@ -187,7 +212,10 @@ fn check_files() -> Result<(), Refused> {
 struct Counts {
     open: u64,
     handshaking: u64,
+    /// Unauthenticated connections by [`source`].
     per_ip: HashMap<IpAddr, u32>,
+    /// Unauthenticated connections by [`network`].
+    per_network: HashMap<IpAddr, u32>,
 }
 
 #[derive(Debug, Default)]
@@ -196,6 +224,7 @@ struct Totals {
     refused_connections: AtomicU64,
     refused_handshakes: AtomicU64,
     refused_per_ip: AtomicU64,
+    refused_per_network: AtomicU64,
     refused_files: AtomicU64,
     timed_out: AtomicU64,
 }
@@ -225,8 +254,10 @@ pub struct ListenerStats {
     pub refused_connections: u64,
     /// Refused because `maxHandshakes` were authenticating.
     pub refused_handshakes: u64,
-    /// Refused because their address held `maxUnauthenticatedPerIP`.
+    /// Refused because their source held `maxUnauthenticatedPerIP`.
     pub refused_per_ip: u64,
+    /// Refused because their network held `maxUnauthenticatedPerNetwork`.
+    pub refused_per_network: u64,
     /// Refused because the process was within [`files_reserve`] of its open-file limit.
     pub refused_files: u64,
     /// Closed because they did not authenticate within `preAuthTimeoutSeconds`.
@@ -258,12 +289,14 @@ impl Gate {
     /// logged). The caller closes a refused socket at once, without reading from it.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Admission, Refused> {
         let peer = canonical(peer);
+        let (from, net) = (source(peer), network(peer));
         // Outside the lock: it reads /proc.
         let files = check_files();
         let refused = {
             let mut c = self.lock();
             let l = &self.limits;
-            let on_ip = c.per_ip.get(&peer).copied().unwrap_or(0);
+            let on_ip = c.per_ip.get(&from).copied().unwrap_or(0);
+            let on_net = c.per_network.get(&net.0).copied().unwrap_or(0);
             if let Err(why) = files {
                 Some(why)
             } else if l.max_connections > 0 && c.open >= u64::from(l.max_connections) {
@@ -276,13 +309,22 @@ impl Gate {
                 })
             } else if l.max_unauthenticated_per_ip > 0 && on_ip >= l.max_unauthenticated_per_ip {
                 Some(Refused::PerIp {
-                    ip: peer,
+                    ip: from,
                     limit: l.max_unauthenticated_per_ip,
+                })
+            } else if l.max_unauthenticated_per_network > 0
+                && on_net >= l.max_unauthenticated_per_network
+            {
+                Some(Refused::PerNetwork {
+                    network: net.0,
+                    prefix: net.1,
+                    limit: l.max_unauthenticated_per_network,
                 })
             } else {
                 c.open += 1;
                 c.handshaking += 1;
-                *c.per_ip.entry(peer).or_insert(0) += 1;
+                *c.per_ip.entry(from).or_insert(0) += 1;
+                *c.per_network.entry(net.0).or_insert(0) += 1;
                 None
             }
         };
@@ -291,6 +333,7 @@ impl Gate {
                 Refused::Connections { .. } => &self.totals.refused_connections,
                 Refused::Handshakes { .. } => &self.totals.refused_handshakes,
                 Refused::PerIp { .. } => &self.totals.refused_per_ip,
+                Refused::PerNetwork { .. } => &self.totals.refused_per_network,
                 Refused::Files { .. } => &self.totals.refused_files,
             };
             // Refusals come in floods; the counter carries the volume, the log the first few.
@@ -323,6 +366,7 @@ impl Gate {
             refused_connections: t.refused_connections.load(Ordering::Relaxed),
             refused_handshakes: t.refused_handshakes.load(Ordering::Relaxed),
             refused_per_ip: t.refused_per_ip.load(Ordering::Relaxed),
+            refused_per_network: t.refused_per_network.load(Ordering::Relaxed),
             refused_files: t.refused_files.load(Ordering::Relaxed),
             timed_out: t.timed_out.load(Ordering::Relaxed),
         }
@@ -334,11 +378,17 @@ impl Gate {
 
     fn leave_handshake(&self, peer: IpAddr) {
         let mut c = self.lock();
+        let c = &mut *c;
         c.handshaking = c.handshaking.saturating_sub(1);
-        if let Some(n) = c.per_ip.get_mut(&peer) {
-            *n -= 1;
-            if *n == 0 {
-                c.per_ip.remove(&peer);
+        for (table, key) in [
+            (&mut c.per_ip, source(peer)),
+            (&mut c.per_network, network(peer).0),
+        ] {
+            if let Some(n) = table.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    table.remove(&key);
+                }
             }
         }
     }
@@ -349,6 +399,38 @@ fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
+    }
+}
+
+/// `ip` with all but its first `bits` bits cleared.
+fn prefix(ip: IpAddr, bits: u32) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & mask).into())
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
+    }
+}
+
+/// The source a peer counts as in per-source limits: its IPv4 address (also when seen as an
+/// IPv4-mapped IPv6 address), or the first address of its IPv6 /64.
+pub fn source(ip: IpAddr) -> IpAddr {
+    match canonical(ip) {
+        v4 @ IpAddr::V4(_) => v4,
+        v6 @ IpAddr::V6(_) => prefix(v6, 64),
+    }
+}
+
+/// The network a canonical peer counts in, with its prefix length: its IPv4 /24, or its
+/// IPv6 /48.
+fn network(ip: IpAddr) -> (IpAddr, u8) {
+    match ip {
+        IpAddr::V4(_) => (prefix(ip, 24), 24),
+        IpAddr::V6(_) => (prefix(ip, 48), 48),
     }
 }
 
@@ -424,8 +506,77 @@ mod tests {
             max_connections: conns,
             max_handshakes: handshakes,
             max_unauthenticated_per_ip: per_ip,
+            max_unauthenticated_per_network: 0,
             pre_auth_timeout_seconds: 1,
         }
+    }
+
+    fn v6(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn an_ipv6_64_counts_as_one_source() {
+        let gate = Gate::new("t", limits(0, 0, 2));
+        // One host, any addresses of its /64.
+        let _a = gate.admit(v6("2001:db8:1:2::1")).unwrap();
+        let _b = gate.admit(v6("2001:db8:1:2:ffff::9")).unwrap();
+        assert_eq!(
+            gate.admit(v6("2001:db8:1:2:1234:5678:9abc:def0"))
+                .unwrap_err(),
+            Refused::PerIp {
+                ip: v6("2001:db8:1:2::"),
+                limit: 2
+            }
+        );
+        // The next /64 is another source.
+        let _c = gate.admit(v6("2001:db8:1:3::1")).unwrap();
+        assert_eq!(gate.stats().refused_per_ip, 1);
+    }
+
+    #[test]
+    fn one_network_cannot_take_the_whole_handshake_budget() {
+        let gate = Gate::new(
+            "t",
+            ListenerLimits {
+                max_unauthenticated_per_network: 3,
+                ..limits(0, 10, 2)
+            },
+        );
+        let mut held = Vec::new();
+        for last in 1..=3 {
+            held.push(gate.admit(ip(last)).unwrap());
+        }
+        // A fourth address of 127.0.0.0/24: the network is full, the budget is not.
+        assert_eq!(
+            gate.admit(ip(4)).unwrap_err(),
+            Refused::PerNetwork {
+                network: ip(0),
+                prefix: 24,
+                limit: 3
+            }
+        );
+        let other_v4 = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 1));
+        held.push(gate.admit(other_v4).expect("another /24 is served"));
+        // IPv6: /64s of one /48 share it; another /48 does not.
+        for n in 1..=3 {
+            held.push(gate.admit(v6(&format!("2001:db8:1:{n}::1"))).unwrap());
+        }
+        assert!(matches!(
+            gate.admit(v6("2001:db8:1:ff::1")),
+            Err(Refused::PerNetwork { prefix: 48, .. })
+        ));
+        held.push(
+            gate.admit(v6("2001:db8:2::1"))
+                .expect("another /48 is served"),
+        );
+        // Authenticated connections leave the count.
+        held[0].authenticated();
+        held.push(gate.admit(ip(4)).expect("a slot of the /24 was freed"));
+        assert_eq!(gate.stats().refused_per_network, 2);
+        drop(held);
+        let c = gate.lock();
+        assert!(c.per_ip.is_empty() && c.per_network.is_empty());
     }
 
     #[test]
@@ -508,5 +659,6 @@ mod tests {
             serde_saphyr::from_str("maxConnections: 5\nmaxUnauthenticatedPerIP: 3").unwrap();
         assert_eq!((l.max_connections, l.max_unauthenticated_per_ip), (5, 3));
         assert_eq!((l.max_handshakes, l.pre_auth_timeout_seconds), (1024, 10));
+        assert_eq!(l.max_unauthenticated_per_network, 256);
     }
 }

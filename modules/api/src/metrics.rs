@@ -224,6 +224,7 @@ impl Collector for ListenerMetrics {
                 ("connections", s.refused_connections),
                 ("handshakes", s.refused_handshakes),
                 ("per_ip", s.refused_per_ip),
+                ("per_network", s.refused_per_network),
                 ("files", s.refused_files),
             ]
             .map(|(reason, n)| {
@@ -237,7 +238,7 @@ impl Collector for ListenerMetrics {
         encode_family(
             &mut encoder,
             "cloudcore_listener_refused",
-            "Connections refused on accept, by listener and limit (connections: maxConnections, handshakes: maxHandshakes, per_ip: maxUnauthenticatedPerIP, files: the process's open-file limit less a reserve).",
+            "Connections refused on accept, by listener and limit (connections: maxConnections, handshakes: maxHandshakes, per_ip: maxUnauthenticatedPerIP, per_network: maxUnauthenticatedPerNetwork, files: the process's open-file limit less a reserve).",
             refused,
         )
     }

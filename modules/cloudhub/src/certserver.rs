@@ -408,22 +408,8 @@ impl NodeCheckLimiter {
     /// the least recently used, so the table stays bounded whatever the sources.
     const MAX_ADDRESSES: usize = 4096;
 
-    fn key(ip: IpAddr) -> IpAddr {
-        match ip {
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => {
-                    let mut seg = v6.segments();
-                    seg[4..].fill(0);
-                    IpAddr::V6(seg.into())
-                }
-            },
-            v4 => v4,
-        }
-    }
-
     fn allow(&self, ip: IpAddr, now: Instant) -> bool {
-        let key = Self::key(ip);
+        let key = kubeedge_api::listener::source(ip);
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if !buckets.contains_key(&key) && buckets.len() >= Self::MAX_ADDRESSES {
             // A full bucket holds nothing a fresh one would not.
@@ -729,7 +715,7 @@ mod tests {
         assert!(!limiter.allow(b, now));
         assert!(limiter.allow(other, now));
         let mapped = IpAddr::V6(Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped());
-        assert_eq!(NodeCheckLimiter::key(mapped), v4(1));
+        assert_eq!(kubeedge_api::listener::source(mapped), v4(1));
     }
 
     #[test]

@@ -51,6 +51,7 @@ async fn try_connect(h: &Harness, node: &str) -> Result<Edge, String> {
 async fn connections_past_the_open_file_limit_are_refused_with_a_close_and_edges_keep_working() {
     let h = Harness::with(|c| {
         c.websocket.limits.max_unauthenticated_per_ip = 0;
+        c.websocket.limits.max_unauthenticated_per_network = 0;
         c.node_limit = 1_000;
     })
     .await;

@@ -305,8 +305,12 @@ async fn an_edge_that_sends_flat_out_and_never_reads_is_held_to_a_bounded_backlo
 #[actix_rt::test]
 async fn many_nodes_connect_at_once_and_all_get_their_message() {
     // Every simulated edge dials from 127.0.0.1, like edges behind one NAT: the per-address
-    // limit on connections still authenticating is lifted here.
-    let h = Harness::with(|c| c.websocket.limits.max_unauthenticated_per_ip = 0).await;
+    // and per-network limits on connections still authenticating are lifted here.
+    let h = Harness::with(|c| {
+        c.websocket.limits.max_unauthenticated_per_ip = 0;
+        c.websocket.limits.max_unauthenticated_per_network = 0;
+    })
+    .await;
     let n = 200;
     let conns = futures::future::join_all((0..n).map(|i| h.connect_owned(format!("n{i}")))).await;
     h.wait_nodes(n).await;

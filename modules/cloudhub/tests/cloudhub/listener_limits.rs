@@ -119,6 +119,42 @@ async fn tls_closed_within(s: &mut TlsStream<TcpStream>, d: Duration) -> bool {
 }
 
 #[actix_rt::test]
+async fn idle_sockets_from_one_network_are_capped_whatever_their_addresses() {
+    // Real sockets from many loopback addresses of 127.0.9.0/24: one address each is under
+    // the per-address limit, together they would take the whole handshake budget. (IPv6 /64
+    // and /48 keying has unit tests in kubeedge_api::listener: a test host has only ::1.)
+    let h = Harness::with(|c| {
+        c.websocket.limits.max_handshakes = 12;
+        c.websocket.limits.max_unauthenticated_per_ip = 2;
+        c.websocket.limits.max_unauthenticated_per_network = 4;
+        c.websocket.limits.pre_auth_timeout_seconds = 60;
+        c.handshake_timeout = 0;
+    })
+    .await;
+    let mut idle = Vec::new();
+    for last in 1..=4 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 9, last));
+        idle.push(tcp_from(from, h.ws).await);
+    }
+    wait_until(|| stats(&h.hub, WS).handshaking == 4).await;
+    for last in 5..=8 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 9, last));
+        let mut refused = tcp_from(from, h.ws).await;
+        assert!(
+            closed_within(&mut refused, WAIT).await,
+            "127.0.9.{last}: the network already holds its share"
+        );
+    }
+    // Another network is served, edges included.
+    let (status, _edge) = edge_from(&h, OTHER, "edge-other-net").await;
+    assert_eq!(status, 101);
+    let s = stats(&h.hub, WS);
+    assert_eq!(s.refused_per_network, 4, "{s:?}");
+    assert_eq!(s.refused_handshakes + s.refused_per_ip, 0, "{s:?}");
+    drop(idle);
+}
+
+#[actix_rt::test]
 async fn idle_sockets_beyond_the_per_address_limit_are_refused_while_edges_keep_connecting() {
     let h = Harness::with(|c| {
         c.websocket.limits.max_unauthenticated_per_ip = 3;

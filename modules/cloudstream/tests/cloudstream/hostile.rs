@@ -141,6 +141,7 @@ async fn tunnel_port_should_cap_connections_and_handshakes_and_still_admit_an_ed
                 max_connections: 3,
                 max_handshakes: 1,
                 max_unauthenticated_per_ip: 0,
+                max_unauthenticated_per_network: 0,
                 pre_auth_timeout_seconds: 1,
             };
         },

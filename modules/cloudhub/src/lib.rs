@@ -61,6 +61,7 @@ mod session;
 mod socket;
 mod state;
 mod store;
+mod sync_answers;
 mod throttle;
 mod tls_accept;
 mod upstream;

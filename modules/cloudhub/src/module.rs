@@ -137,6 +137,7 @@ impl CloudHub {
         let hub = Hub {
             endpoint,
             registry: Registry::new(metrics.clone()),
+            sync_answers: Default::default(),
             persister: Persister::new(
                 store,
                 metrics.records_written.clone(),
@@ -243,6 +244,11 @@ fn dispatch(hub: &Arc<Hub>, msg: Message) {
         offline(hub, node, &msg);
         return;
     };
+    if msg.header.sync {
+        // A caller waits for this node's answer (and no other node's).
+        hub.sync_answers
+            .sent(&msg.header.id, node, |id| hub.endpoint.is_waiting(id));
+    }
     let deliver = Deliver::new(
         msg,
         hub.persister.clone(),

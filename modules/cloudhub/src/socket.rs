@@ -24,6 +24,7 @@ use crate::messages::{Acked, SessionAddr, Stop, StopReason};
 use crate::metrics::{DropReason, NodeCounters};
 use crate::outbox::{BACKLOG_HIGH, Outbox};
 use crate::state::Hub;
+use crate::sync_answers::Claim;
 use crate::throttle::Throttle;
 use crate::upstream::{self, Upstream};
 
@@ -201,6 +202,23 @@ fn refuse(link: &Link, e: &WireError) -> String {
     e.to_string()
 }
 
+/// Whether `reply` answers a synchronous request that was sent to this link's node (which
+/// then takes it); an answer to another node's request is logged and goes nowhere.
+fn answers(link: &Link, reply: &Message) -> bool {
+    match link
+        .hub
+        .sync_answers
+        .claim(&reply.header.parent_id, &link.node)
+    {
+        Claim::Mine => true,
+        Claim::Unknown => false,
+        Claim::OtherNode(to) => {
+            warn!(node = %link.node, request_node = %to, parent = %reply.header.parent_id, "answer to another node's request dropped");
+            false
+        }
+    }
+}
+
 /// Handles one complete frame; `Some(reason)` ends the connection.
 async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<String> {
     let payload = match item {
@@ -222,15 +240,17 @@ async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<St
         Upstream::Keepalive => link.outbox.last_keepalive.set(Instant::now()),
         Upstream::Answer(reply) => link.outbox.push_message(&reply),
         Upstream::VolumeReply(reply) => {
-            if !matches!(
-                hub.endpoint.send_resp(reply),
-                beehive::RespOutcome::Delivered
-            ) {
+            let delivered = answers(link, &reply)
+                && matches!(
+                    hub.endpoint.send_resp(reply),
+                    beehive::RespOutcome::Delivered
+                );
+            if !delivered {
                 hub.count_drop(Some(&link.counters), DropReason::Unroutable, 1);
             }
         }
         Upstream::Ack(resp) => {
-            if hub.endpoint.is_waiting(&resp.header.parent_id) {
+            if answers(link, &resp) {
                 hub.endpoint.send_resp(resp.clone());
             }
             // Ordered with the session's other work; waits only when its mailbox is full.

@@ -18,6 +18,7 @@ use crate::material::Material;
 use crate::metrics::{DropReason, HubMetrics, NodeCounters};
 use crate::persist::Persister;
 use crate::registry::Registry;
+use crate::sync_answers::SyncAnswers;
 
 /// The running listeners.
 #[derive(Default)]
@@ -33,6 +34,8 @@ pub(crate) struct Hub {
     pub(crate) config: CloudHubConfig,
     pub(crate) endpoint: Endpoint,
     pub(crate) registry: Registry,
+    /// Which node each synchronous request went to: only that node may answer it.
+    pub(crate) sync_answers: SyncAnswers,
     pub(crate) persister: Arc<Persister>,
     pub(crate) events: Events,
     pub(crate) kube: Option<kube::Client>,

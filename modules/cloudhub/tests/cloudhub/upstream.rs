@@ -227,3 +227,47 @@ async fn the_edge_stop_message_is_dropped_quietly() {
         "node/edge-1/default/pod/marker"
     );
 }
+
+#[actix_rt::test]
+async fn a_sync_request_is_answered_only_by_the_node_it_was_sent_to() {
+    let h = Harness::start().await;
+    let mut a = h.connect("edge-a").await;
+    let mut b = h.connect("edge-b").await;
+    h.wait_nodes(2).await;
+    for (source, group, resource, operation) in [
+        (
+            "cloudhub",
+            "resource",
+            "node/edge-a/ns/volume/v",
+            "createvolume",
+        ),
+        ("router", "user", "node/edge-a/r/x", "insert"),
+    ] {
+        let request = Message::new().with_route(source, group, resource, operation);
+        let id = request.header.id.clone();
+        let caller = h.bus.endpoint("csidriver");
+        let call = tokio::spawn(async move {
+            caller
+                .send_sync("cloudhub", request, Duration::from_secs(10))
+                .await
+        });
+        let got = a.recv().await;
+        assert_eq!(got.header.id, id, "the request reached edge-a");
+        // edge-b knows the id (it could have guessed or seen it) and answers first.
+        let forged = Message::with_parent(id.clone())
+            .with_route("csidriver", group, &resource[12..], "response")
+            .with_content(Content::string("from edge-b"));
+        b.send(&forged).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !call.is_finished(),
+            "{operation}: edge-b's answer was taken"
+        );
+        let real = Message::with_parent(id)
+            .with_route("csidriver", group, &resource[12..], "response")
+            .with_content(Content::string("from edge-a"));
+        a.send(&real).await;
+        let answer = call.await.unwrap().expect("edge-a's answer");
+        assert_eq!(answer.content.as_json(), r#""from edge-a""#, "{operation}");
+    }
+}

@@ -299,6 +299,34 @@ async fn edge_crt(
                     payload,
                 );
             }
+            // Read now, not cached: an invalidation must hold for every replica at once.
+            let current = match &hub.kube {
+                Some(client) => match crate::material::token_generation(client).await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        warn!(node = %node, error = %e, "edge.crt: cannot read the token generation");
+                        return unread(
+                            S::SERVICE_UNAVAILABLE,
+                            "the token generation cannot be read; retry later",
+                            payload,
+                        );
+                    }
+                },
+                None => hub
+                    .token_generation
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
+            };
+            if pki::jwt_generation(parts[1]) != current {
+                warn!(node = %node, peer = ?req.peer_addr(), "edge.crt: token of an invalidated generation refused");
+                return unauthorized(
+                    &shared,
+                    S::UNAUTHORIZED,
+                    "token rejected: it was invalidated (token generation changed); get the current token (keadm gettoken)",
+                    payload,
+                );
+            }
             authenticated(&req);
             // A token holder must not be able to take over a node that is connected now:
             // the node itself renews with its current certificate instead.

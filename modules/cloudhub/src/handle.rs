@@ -118,6 +118,15 @@ impl HubHandle {
         self.0.revocations.clone()
     }
 
+    /// Resolves once the revocation table is complete: with Kubernetes, the stored
+    /// revocations and edge nodes are read and the first full Node list judged (until then
+    /// every edge certificate is refused); without, at once.
+    pub async fn wait_revocations_loaded(&self) {
+        while !self.0.revocations.is_loaded() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Revokes every certificate issued to `node` so far and closes its session, as a Node
     /// deletion does (with Kubernetes the hub watches Nodes and calls this itself). With
     /// Kubernetes the revocation is also stored in ConfigMap `kubeedge/revokedcerts`;

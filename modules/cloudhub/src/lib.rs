@@ -45,9 +45,11 @@ mod certserver;
 mod classify;
 mod config;
 mod downstream;
+mod edgenodes;
 mod error;
 mod events;
 mod handle;
+mod kv;
 mod listener;
 mod material;
 mod messages;
@@ -71,13 +73,15 @@ pub use config::{
     AuthorizationConfig, AuthorizationMode, CloudHubConfig, ListenerConfig, NodeAuthorization,
     QuicConfig, UnixSocketConfig,
 };
+pub use edgenodes::EDGE_NODES;
 pub use error::{Error, Result};
 pub use events::event_message;
 pub use handle::{HubHandle, ServerAddrs};
 /// The hub's framing (one definition for both ends), re-exported from [`kubeedge_wire::hub`].
 pub use kubeedge_wire::hub as wire;
 pub use material::{
-    CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_SECRET, prepare, store_token,
+    CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_GENERATION_ANNOTATION, TOKEN_SECRET,
+    prepare, store_token,
 };
 pub use metrics::{
     CertServerStats, DropCounts, DropReason, HubMetrics, HubStats, NodeCounters, NodeStats,

@@ -164,7 +164,13 @@ async fn upgrade(
     let node: Arc<str> = Arc::from(node.as_str());
     let outbox = Outbox::new();
     let limit = hub.config.node_limit as usize;
-    let registered = hub.registry.register(&node, limit, |generation| {
+    let issued = io
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| pki::not_before(c).ok());
+    let registered = hub.registry.register(&node, limit, issued, |generation| {
         SessionAddr::of(Session::new(hub.clone(), node.clone(), generation, outbox.clone()).start())
     });
     let (entry, old) = match registered {

@@ -23,6 +23,9 @@ pub const CA_SECRET: &str = "casecret";
 pub const CLOUDCORE_SECRET: &str = "cloudcoresecret";
 /// Secret of the token (`tokendata`).
 pub const TOKEN_SECRET: &str = "tokensecret";
+/// Annotation of [`TOKEN_SECRET`] holding the token generation: any new value (an operator
+/// sets it) invalidates every bootstrap token issued before; cloudhub then issues a new one.
+pub const TOKEN_GENERATION_ANNOTATION: &str = "kubeedge.io/token-generation";
 
 /// The CA and the server certificate the listeners use.
 #[derive(Debug, Clone)]
@@ -217,4 +220,14 @@ async fn store_token_secret(client: &kube::Client, token: &str) -> Result<()> {
     value["kind"] = "Secret".into();
     api.patch(TOKEN_SECRET, &pp, &Patch::Apply(value)).await?;
     Ok(())
+}
+
+/// The token generation: annotation [`TOKEN_GENERATION_ANNOTATION`] of Secret
+/// `kubeedge/tokensecret` (empty when either is missing).
+pub(crate) async fn token_generation(client: &kube::Client) -> Result<String> {
+    Ok(Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .get_metadata_opt(TOKEN_SECRET)
+        .await?
+        .and_then(|s| s.metadata.annotations?.remove(TOKEN_GENERATION_ANNOTATION))
+        .unwrap_or_default())
 }

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::handle::HubHandle;
 use crate::material;
-use crate::messages::Deliver;
+use crate::messages::{Deliver, Stop, StopReason};
 use crate::metrics::{DropReason, HubMetrics};
 use crate::persist::Persister;
 use crate::registry::Registry;
@@ -92,7 +92,17 @@ impl CloudHub {
     ) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let material = material::prepare(&config, kube.as_ref()).await?;
-        let token = pki::create_token(&material.ca, config.token_lifetime());
+        let generation = match &kube {
+            Some(client) => material::token_generation(client)
+                .await
+                .unwrap_or_else(|e| {
+                    warn!(error = %e, "reading the token generation failed; the refresh loop retries");
+                    String::new()
+                }),
+            None => String::new(),
+        };
+        let token =
+            pki::create_token_of_generation(&material.ca, config.token_lifetime(), &generation);
         if let Err(e) = material::store_token(&config, kube.as_ref(), &token).await {
             error!(error = %e, "storing the bootstrap token failed; the refresh loop retries");
         }
@@ -108,21 +118,15 @@ impl CloudHub {
         let revocations = match &kube {
             None => pki::Revocations::new(),
             Some(client) => {
-                // Fail closed: until the stored revocations are read, no edge certificate
-                // is accepted (the resync loop keeps trying).
+                // Fail closed: until the stored revocations are read and every Node has been
+                // listed (a node deleted while no cloudcore ran is revoked then), no edge
+                // certificate is accepted; the Node watch marks the table loaded.
                 let revocations = pki::Revocations::pending();
-                match revocation::load(client, &revocations).await {
-                    Ok(stored) => {
-                        revocations.mark_loaded();
-                        info!(
-                            revoked_nodes = stored.len(),
-                            "certificate revocations loaded"
-                        );
-                    }
-                    Err(e) => error!(
+                if let Err(e) = revocation::load(client, &revocations).await {
+                    error!(
                         error = %e,
                         "reading certificate revocations failed; edge certificates are refused until they are read"
-                    ),
+                    );
                 }
                 revocations
             }
@@ -154,6 +158,7 @@ impl CloudHub {
             material,
             sign_policy,
             token: RwLock::new(token),
+            token_generation: RwLock::new(generation),
             kube_ca_pem: RwLock::new(options.kube_ca_pem),
             token_refresh,
             servers: Mutex::new(Servers::default()),
@@ -191,6 +196,7 @@ impl Actor for CloudHub {
         if let Some(client) = hub.kube.clone() {
             actix_rt::spawn(tasks.track_future(revocation::watch_nodes(hub.clone(), client)));
         }
+        actix_rt::spawn(tasks.track_future(close_revoked_sessions(hub.clone())));
     }
 }
 
@@ -293,16 +299,70 @@ fn offline(hub: &Hub, node: &str, msg: &Message) {
     hub.record_offline(node, msg);
 }
 
-/// Replaces the bootstrap token every `tokenRefreshDuration` until the hub stops.
+/// How often the revocation table is looked at for changes.
+const REVOCATION_POLL: Duration = Duration::from_secs(1);
+
+/// Closes every session whose certificate a revocation now covers, within
+/// [`REVOCATION_POLL`] of the table changing: a revocation another replica recorded (read at
+/// the next resync) must end a session here too, not only the next handshake. Runs until the
+/// hub stops.
+async fn close_revoked_sessions(hub: Arc<Hub>) {
+    let mut seen = hub.revocations.generation();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(REVOCATION_POLL) => {}
+            () = hub.stop.cancelled() => return,
+        }
+        let now = hub.revocations.generation();
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        for (node, entry) in hub.registry.all() {
+            if let Some(issued) = entry.issued
+                && hub.revocations.covers(&node, issued)
+            {
+                warn!(node = %node, "session closed: the node's certificate is revoked");
+                entry.session.stop.do_send(Stop(StopReason::NodeDeleted));
+            }
+        }
+    }
+}
+
+/// How often the token generation is read (an operator's bump takes effect within this).
+const TOKEN_GENERATION_POLL: Duration = Duration::from_secs(10);
+
+/// Replaces the bootstrap token every `tokenRefreshDuration`, and at once when the token
+/// generation changed (every older token is then refused by the certificate server), until
+/// the hub stops.
 async fn refresh_tokens(hub: Arc<Hub>) {
     let mut wait = hub.token_refresh;
+    let mut due = tokio::time::Instant::now() + wait;
     let mut failures = 0u32;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(due) => {}
+            _ = tokio::time::sleep(TOKEN_GENERATION_POLL), if hub.kube.is_some() => {
+                let Some(client) = &hub.kube else { continue };
+                let Ok(generation) = material::token_generation(client).await else {
+                    continue;
+                };
+                let current = hub.token_generation.read().unwrap_or_else(|e| e.into_inner()).clone();
+                if generation == current {
+                    continue;
+                }
+                warn!(from = %current, to = %generation, "token generation changed: earlier bootstrap tokens are refused, a new token is issued");
+                *hub.token_generation.write().unwrap_or_else(|e| e.into_inner()) = generation;
+            }
             () = hub.stop.cancelled() => return,
         }
-        let token = pki::create_token(hub.ca(), hub.config.token_lifetime());
+        let generation = hub
+            .token_generation
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let token =
+            pki::create_token_of_generation(hub.ca(), hub.config.token_lifetime(), &generation);
         *hub.token.write().unwrap_or_else(|e| e.into_inner()) = token.clone();
         match material::store_token(&hub.config, hub.kube.as_ref(), &token).await {
             Ok(()) => {
@@ -318,5 +378,6 @@ async fn refresh_tokens(hub: Arc<Hub>) {
                 error!(error = %e, retry_in_s = wait.as_secs(), "storing the refreshed token failed");
             }
         }
+        due = tokio::time::Instant::now() + wait;
     }
 }

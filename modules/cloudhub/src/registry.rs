@@ -16,6 +16,9 @@ pub(crate) struct Entry {
     pub(crate) counters: Arc<NodeCounters>,
     /// When this session registered.
     pub(crate) since: std::time::Instant,
+    /// The notBefore (unix seconds) of the certificate the node connected with, when known:
+    /// a revocation covering it ends the session.
+    pub(crate) issued: Option<i64>,
 }
 
 /// Why a registration was refused.
@@ -75,12 +78,13 @@ impl Registry {
 
     /// Atomically checks the node limit (counting only *other* nodes, so a reconnect is
     /// never refused because of its own stale session), creates the session with `make` and
-    /// stores it. Returns the new entry and the replaced one, if any. The entry carries the
+    /// stores it with the notBefore of its certificate (`issued`). Returns the new entry and the replaced one, if any. The entry carries the
     /// node's long-lived counters ([`Registry::node_counters`]), not the ones `make` returns.
     pub(crate) fn register(
         &self,
         node: &Arc<str>,
         limit: usize,
+        issued: Option<i64>,
         make: impl FnOnce(u64) -> SessionAddr,
     ) -> Result<(Entry, Option<Entry>), Refused> {
         if self.closed.load(Ordering::Acquire) {
@@ -99,6 +103,7 @@ impl Registry {
             session,
             counters,
             since: std::time::Instant::now(),
+            issued,
         };
         let old = sessions.insert(node.clone(), entry.clone());
         self.metrics.connected_nodes.set(sessions.len() as i64);

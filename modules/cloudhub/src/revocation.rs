@@ -4,6 +4,13 @@
 //! name, value: RFC 3339 time), read at start and every minute, so it survives restarts and
 //! is shared by replicas.
 //!
+//! What counts as a deletion: every Node is watched (metadata only), so an edge Node that
+//! lost its edge label is still seen. A Node that is deleted, that gets a
+//! `deletionTimestamp` (a finalizer may hold it for ever), or that is missing from the first
+//! full list after a start although the edge-node table ([`crate::edgenodes`]) remembers it
+//! (deleted while no cloudcore ran), has its certificates revoked. Until the stored tables
+//! are read and that first list is judged, no edge certificate is accepted.
+//!
 //! Why a date per name and not a list of serials: deleting a Node must revoke every
 //! certificate issued to that name before, including ones this process never saw (other
 //! replicas, earlier runs, a Go cloudcore); a date per name covers them all, costs one entry
@@ -14,30 +21,35 @@
 //! patch), so replicas never overwrite each other's entries; removal replaces the ConfigMap at the
 //! resourceVersion it read, so a newer revocation of the same name is never pruned.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{Api, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, PartialObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tracing::{error, info, warn};
 
+use crate::edgenodes::{EdgeNodes, Incarnation};
 use crate::error::Result;
-use crate::material::{NAMESPACE, ensure_namespace, is_status};
+use crate::kv;
+use crate::material::{NAMESPACE, is_status};
 use crate::messages::{Stop, StopReason};
 use crate::state::Hub;
 
 /// The ConfigMap (namespace `kubeedge`) holding node name → revoked-at (RFC 3339).
 pub const REVOKED_CERTS: &str = "revokedcerts";
-/// The label edgecore puts on the Node it registers; only Nodes carrying it are watched, so
-/// cloud nodes coming and going never fill the ConfigMap.
+/// The label edgecore puts on the Node it registers. Only Nodes that carry it (or that have
+/// connected here, or that the edge-node table remembers) are edge nodes whose deletion is
+/// recorded, so cloud nodes coming and going never fill the ConfigMap.
 pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
 /// How often the ConfigMap is re-read (other replicas' revocations), unwritten entries are
 /// written again, and expired entries are pruned.
 const RESYNC: Duration = Duration::from_secs(60);
+/// How often connected nodes are checked against the edge-node table.
+const SESSION_CHECK: Duration = Duration::from_secs(2);
 /// Retry period while the stored table has never been read (edges are refused meanwhile).
 const RETRY_UNLOADED: Duration = Duration::from_secs(2);
 
@@ -48,11 +60,8 @@ fn api(client: &kube::Client) -> Api<ConfigMap> {
 /// Reads the stored table (empty when the ConfigMap does not exist). Values that do not
 /// parse as a time are skipped with a warning.
 pub(crate) async fn read(client: &kube::Client) -> Result<BTreeMap<String, i64>> {
-    let Some(cm) = api(client).get_opt(REVOKED_CERTS).await? else {
-        return Ok(BTreeMap::new());
-    };
     let mut out = BTreeMap::new();
-    for (node, value) in cm.data.unwrap_or_default() {
+    for (node, value) in kv::read(client, REVOKED_CERTS).await? {
         match pki::parse_time(&value) {
             Some(t) => {
                 out.insert(node, t);
@@ -79,40 +88,7 @@ pub(crate) async fn load(
 
 /// Writes one entry (creates the namespace and ConfigMap when missing).
 pub(crate) async fn store(client: &kube::Client, node: &str, revoked_at: i64) -> Result<()> {
-    let value = pki::rfc3339(revoked_at);
-    let patch = serde_json::json!({ "data": { node: value } });
-    let cms = api(client);
-    for _ in 0..3 {
-        match cms
-            .patch(
-                REVOKED_CERTS,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if is_status(&e, 404) => {}
-            Err(e) => return Err(e.into()),
-        }
-        ensure_namespace(client).await?;
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(REVOKED_CERTS.into()),
-                namespace: Some(NAMESPACE.into()),
-                ..ObjectMeta::default()
-            },
-            data: Some(BTreeMap::from([(node.to_owned(), value.clone())])),
-            ..ConfigMap::default()
-        };
-        match cms.create(&PostParams::default(), &cm).await {
-            Ok(_) => return Ok(()),
-            // Created concurrently by another writer: patch it.
-            Err(e) if is_status(&e, 409) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+    kv::set(client, REVOKED_CERTS, node, Some(&pki::rfc3339(revoked_at))).await
 }
 
 /// Removes `node`'s entry if it still holds `revoked_at` (a replace guarded by the
@@ -142,13 +118,22 @@ async fn remove(client: &kube::Client, node: &str, revoked_at: i64) -> Result<()
 /// in-memory table is updated first, so no new handshake with an old certificate
 /// succeeds once this starts; a failed write is retried by the resync loop.
 pub(crate) async fn revoke(hub: &Hub, node: &str) {
+    revoke_at(hub, node, pki::unix_now(), "node deleted").await;
+}
+
+/// Revokes the certificates of `node` dated at or before `revoked_at` ([`revoke`] with a
+/// time, for a deletion noticed late), closing its session when its certificate is among
+/// them; `why` goes to the log.
+async fn revoke_at(hub: &Hub, node: &str, revoked_at: i64, why: &str) {
     if node.is_empty() {
         return;
     }
-    let revoked_at = pki::unix_now();
     hub.revocations.revoke(node, revoked_at);
-    let session = hub.registry.get(node);
-    warn!(node, revoked = %pki::rfc3339(revoked_at), connected = session.is_some(), "node deleted: its certificates are revoked");
+    let session = hub
+        .registry
+        .get(node)
+        .filter(|e| e.issued.is_none_or(|t| t <= revoked_at));
+    warn!(node, revoked = %pki::rfc3339(revoked_at), connected = session.is_some(), reason = why, "node's certificates revoked");
     if let Some(entry) = session {
         entry.session.stop.do_send(Stop(StopReason::NodeDeleted));
     }
@@ -165,13 +150,6 @@ pub(crate) async fn revoke(hub: &Hub, node: &str) {
 /// failed earlier write), prune entries older than `horizon`.
 async fn resync(hub: &Hub, client: &kube::Client, horizon: i64) -> Result<()> {
     let stored = load(client, &hub.revocations).await?;
-    if !hub.revocations.is_loaded() {
-        hub.revocations.mark_loaded();
-        info!(
-            revoked_nodes = stored.len(),
-            "certificate revocations loaded"
-        );
-    }
     let now = pki::unix_now();
     for (node, t) in hub.revocations.snapshot() {
         if t + horizon < now {
@@ -185,42 +163,203 @@ async fn resync(hub: &Hub, client: &kube::Client, horizon: i64) -> Result<()> {
     Ok(())
 }
 
-/// Revokes `name` if its Node is really gone. A label-selected watch also reports a Node
-/// that merely lost [`EDGE_NODE_LABEL`] as deleted; that one is left alone. When the API
-/// server cannot tell, the node is revoked (the watch said it was deleted).
-async fn confirm_deleted(hub: &Hub, nodes: &Api<Node>, name: &str) {
-    match nodes.get_metadata_opt(name).await {
-        Ok(Some(_)) => {
-            info!(node = %name, "node no longer labelled {EDGE_NODE_LABEL}; its certificates stay valid")
+/// Whether `name` is an edge node: its Node is edge-labelled, it has a session here, or the
+/// edge-node table remembers it.
+fn is_edge(hub: &Hub, seen: &EdgeNodes, meta: &kube::api::ObjectMeta, name: &str) -> bool {
+    meta.labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(EDGE_NODE_LABEL))
+        || seen.get(name).is_some()
+        || hub.registry.get(name).is_some()
+}
+
+/// What the watch keeps besides the hub: the edge-node table, every Node's incarnation (a
+/// name and a UID each), the UIDs whose `deletionTimestamp` was already turned into a
+/// revocation, the listing in progress.
+struct NodeWatch {
+    hub: Arc<Hub>,
+    client: kube::Client,
+    seen: EdgeNodes,
+    all: HashMap<String, Incarnation>,
+    terminating: HashSet<String>,
+    listing: Option<HashMap<String, Incarnation>>,
+}
+
+impl NodeWatch {
+    /// A Node was listed, created or changed.
+    async fn observed(&mut self, node: &PartialObjectMeta<Node>) {
+        let meta = &node.metadata;
+        let name = meta.name.clone().unwrap_or_default();
+        let Some(inc) = Incarnation::of(meta) else {
+            return;
+        };
+        if let Some(l) = self.listing.as_mut() {
+            l.insert(name.clone(), inc.clone());
         }
-        Ok(None) => revoke(hub, name).await,
-        Err(e) => {
-            warn!(node = %name, error = %e, "cannot confirm the node's deletion; revoking anyway");
-            revoke(hub, name).await;
+        self.all.insert(name.clone(), inc.clone());
+        if !is_edge(&self.hub, &self.seen, meta, &name) {
+            return;
+        }
+        if meta.deletion_timestamp.is_some() {
+            // Being deleted (held by a finalizer, perhaps for ever): revoked now, once per
+            // incarnation.
+            if self.terminating.insert(inc.uid.clone()) {
+                revoke_at(&self.hub, &name, pki::unix_now(), "node being deleted").await;
+            }
+            return;
+        }
+        match self.seen.get(&name).cloned() {
+            // Another incarnation than the one remembered: the old one was deleted unseen. A
+            // list in progress judges that when it ends; outside one, judge it now.
+            Some(known) if known.uid != inc.uid => {
+                if self.listing.is_none() {
+                    self.recreated(&name, &known, &inc).await;
+                }
+            }
+            _ => {
+                if !self.seen.remember(&self.client, &name, inc).await {
+                    self.hub.metrics.revocation_writes_failed.inc();
+                }
+            }
+        }
+    }
+
+    /// Whether a revocation made after `known` was created already covers it.
+    fn handled(&self, name: &str, known: &Incarnation) -> bool {
+        self.hub
+            .revocations
+            .revoked_at(name)
+            .is_some_and(|t| t >= known.created)
+    }
+
+    /// `name` exists as `now` while `known` was remembered: certificates issued before the
+    /// new Node existed belong to the old one (a new edge gets its certificate before it
+    /// registers its Node only through a cloudcore, which revoked the old one first).
+    async fn recreated(&mut self, name: &str, known: &Incarnation, now: &Incarnation) {
+        if !self.handled(name, known) {
+            revoke_at(
+                &self.hub,
+                name,
+                now.created - 1,
+                "node re-created while not watched",
+            )
+            .await;
+        }
+        if !self.seen.remember(&self.client, name, now.clone()).await {
+            self.hub.metrics.revocation_writes_failed.inc();
+        }
+    }
+
+    /// Remembers every node with a session here whose Node exists but is not remembered yet
+    /// (a node without the edge label whose Node did not change while it was connected).
+    async fn remember_connected(&mut self) {
+        for name in self.hub.registry.nodes() {
+            if self.seen.get(&name).is_some() {
+                continue;
+            }
+            let Some(inc) = self.all.get(&name).cloned() else {
+                continue;
+            };
+            if !self.seen.remember(&self.client, &name, inc).await {
+                self.hub.metrics.revocation_writes_failed.inc();
+            }
+        }
+    }
+
+    /// A Node is gone.
+    async fn deleted(&mut self, node: &PartialObjectMeta<Node>) {
+        let meta = &node.metadata;
+        let name = meta.name.clone().unwrap_or_default();
+        if let Some(uid) = &meta.uid {
+            self.terminating.remove(uid);
+        }
+        self.all.remove(&name);
+        if !is_edge(&self.hub, &self.seen, meta, &name) {
+            return;
+        }
+        revoke(&self.hub, &name).await;
+        if !self.seen.forget(&self.client, &name).await {
+            self.hub.metrics.revocation_writes_failed.inc();
+        }
+    }
+
+    /// A full list ended: a remembered node it lacks was deleted while nobody watched, and one
+    /// it has under another UID was deleted and created again. Each is revoked unless a
+    /// revocation made after its remembered incarnation was created already covers it.
+    async fn listed(&mut self) {
+        let Some(fresh) = self.listing.take() else {
+            return;
+        };
+        self.all.clone_from(&fresh);
+        for (name, known) in self.seen.snapshot() {
+            match fresh.get(&name) {
+                None => {
+                    if !self.handled(&name, &known) {
+                        revoke_at(
+                            &self.hub,
+                            &name,
+                            pki::unix_now(),
+                            "node deleted while not watched",
+                        )
+                        .await;
+                    }
+                    if !self.seen.forget(&self.client, &name).await {
+                        self.hub.metrics.revocation_writes_failed.inc();
+                    }
+                }
+                Some(now) if now.uid != known.uid => self.recreated(&name, &known, now).await,
+                Some(_) => {}
+            }
         }
     }
 }
 
-/// Watches edge Nodes (label [`EDGE_NODE_LABEL`], metadata only) and revokes the
-/// certificates of each deleted one ([`revoke`]); every [`RESYNC`] re-reads and
-/// prunes the ConfigMap. Runs until the hub stops. A re-list after a watch gap reports nodes
-/// that vanished meanwhile as deleted; deletions while no cloudcore was running are not seen.
+/// Watches every Node (metadata only) and revokes the certificates of each edge node that is
+/// deleted or being deleted, or that vanished or was re-created while nobody watched (see the
+/// module documentation); every [`RESYNC`] re-reads and prunes the ConfigMap. Marks the
+/// revocation table loaded once the stored tables were read and the first list judged. Runs
+/// until the hub stops.
 pub(crate) async fn watch_nodes(hub: Arc<Hub>, client: kube::Client) {
     let horizon = i64::from(hub.config.edge_cert_signing_duration.max(1)) * 86_400 + 86_400;
-    let full = Api::<Node>::all(client.clone());
+    let seen = loop {
+        match EdgeNodes::load(&client).await {
+            Ok(seen) => break seen,
+            Err(e) => {
+                warn!(error = %e, "kubeedge/{}: read failed; edge certificates are refused until it is read", crate::edgenodes::EDGE_NODES);
+                tokio::select! {
+                    () = hub.stop.cancelled() => return,
+                    _ = tokio::time::sleep(RETRY_UNLOADED) => {}
+                }
+            }
+        }
+    };
+    let mut watch = NodeWatch {
+        hub: hub.clone(),
+        client: client.clone(),
+        seen,
+        all: HashMap::new(),
+        terminating: HashSet::new(),
+        listing: None,
+    };
+    let mut sessions = tokio::time::interval(SESSION_CHECK);
+    sessions.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let nodes = Api::<PartialObjectMeta<Node>>::all(client.clone());
-    let mut events = watcher::watcher(nodes, watcher::Config::default().labels(EDGE_NODE_LABEL))
+    let mut events = watcher::watcher(nodes, watcher::Config::default())
         .default_backoff()
         .boxed();
-    let mut known: HashSet<String> = HashSet::new();
-    let mut listing: Option<HashSet<String>> = None;
+    let (mut stored_read, mut listed) = (false, false);
     let mut next = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = hub.stop.cancelled() => return,
+            _ = sessions.tick() => watch.remember_connected().await,
             _ = tokio::time::sleep_until(next) => {
-                if let Err(e) = resync(&hub, &client, horizon).await {
-                    warn!(error = %e, "{NAMESPACE}/{REVOKED_CERTS}: resync failed; retrying");
+                match resync(&hub, &client, horizon).await {
+                    Ok(()) => stored_read = true,
+                    Err(e) => warn!(error = %e, "{NAMESPACE}/{REVOKED_CERTS}: resync failed; retrying"),
+                }
+                if watch.seen.flush(&client).await > 0 {
+                    hub.metrics.revocation_writes_failed.inc();
                 }
                 let period = if hub.revocations.is_loaded() { RESYNC } else { RETRY_UNLOADED };
                 next = tokio::time::Instant::now() + period;
@@ -228,31 +367,23 @@ pub(crate) async fn watch_nodes(hub: Arc<Hub>, client: kube::Client) {
             event = events.next() => {
                 let Some(event) = event else { return };
                 match event {
-                    Ok(Event::Apply(n)) => {
-                        known.insert(n.metadata.name.unwrap_or_default());
-                    }
-                    Ok(Event::Delete(n)) => {
-                        let name = n.metadata.name.unwrap_or_default();
-                        known.remove(&name);
-                        confirm_deleted(&hub, &full, &name).await;
-                    }
-                    Ok(Event::Init) => listing = Some(HashSet::new()),
-                    Ok(Event::InitApply(n)) => {
-                        if let Some(l) = listing.as_mut() {
-                            l.insert(n.metadata.name.unwrap_or_default());
-                        }
-                    }
+                    Ok(Event::Apply(n) | Event::InitApply(n)) => watch.observed(&n).await,
+                    Ok(Event::Delete(n)) => watch.deleted(&n).await,
+                    Ok(Event::Init) => watch.listing = Some(HashMap::new()),
                     Ok(Event::InitDone) => {
-                        let fresh = listing.take().unwrap_or_default();
-                        let gone: Vec<String> = known.difference(&fresh).cloned().collect();
-                        known = fresh;
-                        for name in gone {
-                            confirm_deleted(&hub, &full, &name).await;
-                        }
+                        watch.listed().await;
+                        listed = true;
                     }
-                    Err(e) => warn!(error = %e, "node watch failed; retrying with back-off (deletions are seen once it recovers)"),
+                    Err(e) => warn!(error = %e, "node watch failed; retrying with back-off (deletions meanwhile are found by the next list)"),
                 }
             }
+        }
+        if stored_read && listed && !hub.revocations.is_loaded() {
+            hub.revocations.mark_loaded();
+            info!(
+                revoked_nodes = hub.revocations.len(),
+                "certificate revocations loaded and every Node listed"
+            );
         }
     }
 }

@@ -48,6 +48,8 @@ pub(crate) struct Hub {
     pub(crate) material: Material,
     pub(crate) sign_policy: SignPolicy,
     pub(crate) token: RwLock<String>,
+    /// The token generation `token` was issued under (see `material::token_generation`).
+    pub(crate) token_generation: RwLock<String>,
     pub(crate) kube_ca_pem: RwLock<String>,
     pub(crate) token_refresh: Duration,
     pub(crate) servers: Mutex<Servers>,

@@ -58,6 +58,13 @@ pub fn parse(cert_der: &[u8]) -> Result<PeerIdentity> {
     Ok(from_name(cert.subject()))
 }
 
+/// The notBefore of certificate DER, in unix seconds.
+pub fn not_before(cert_der: &[u8]) -> Result<i64> {
+    let (_, cert) = X509Certificate::from_der(cert_der)
+        .map_err(|e| Error::Certificate(format!("cannot parse: {e}")))?;
+    Ok(cert.validity().not_before.timestamp())
+}
+
 /// The subject of CSR DER (the signature is not checked here).
 pub(crate) fn parse_csr_subject(csr_der: &[u8]) -> Result<PeerIdentity> {
     let (_, csr) = x509_parser::certification_request::X509CertificationRequest::from_der(csr_der)

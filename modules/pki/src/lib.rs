@@ -41,7 +41,8 @@ pub use csr::EdgeCsr;
 pub use error::{Error, Result};
 pub use files::{read_pem_pair, write_file, write_pem_pair};
 pub use identity::{
-    NODE_CN_PREFIX, NODES_ORGANIZATION, PeerIdentity, ext_key_usages, parse as parse_identity,
+    NODE_CN_PREFIX, NODES_ORGANIZATION, PeerIdentity, ext_key_usages, not_before,
+    parse as parse_identity,
 };
 pub use keys::{
     PemBlock, first_pem_der, generate_ec_key, load_certificates_pem_or_der, load_private_key,
@@ -49,5 +50,6 @@ pub use keys::{
 };
 pub use revocation::{Revocations, parse_time, rfc3339, unix_now};
 pub use token::{
-    create_jwt, create_jwt_expiring, create_token, sha256_hex, split_token, verify_jwt,
+    create_jwt, create_jwt_expiring, create_token, create_token_of_generation, jwt_generation,
+    sha256_hex, split_token, verify_jwt,
 };

@@ -15,6 +15,8 @@ use crate::identity;
 struct Inner {
     /// node name → revoked-at (unix seconds).
     nodes: RwLock<HashMap<String, i64>>,
+    /// Bumped on every change of `nodes`.
+    generation: AtomicU64,
     refused: AtomicU64,
     /// True until the stored table has been read (see [`Revocations::pending`]).
     pending: AtomicBool,
@@ -91,6 +93,24 @@ impl Revocations {
         self.0.nodes.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn changed(&self) {
+        self.0.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// A number that changes whenever the table does (a revocation, a later time, a
+    /// forgotten entry). Holders of live connections compare it with the one they last saw
+    /// and re-check their certificates when it moved ([`Revocations::covers`]).
+    pub fn generation(&self) -> u64 {
+        self.0.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether a certificate of `node` dated (notBefore, unix seconds) `not_before` is
+    /// revoked by the table now; what [`Revocations::check`] decides for a loaded table,
+    /// for a certificate read once when its connection was accepted.
+    pub fn covers(&self, node: &str, not_before: i64) -> bool {
+        self.revoked_at(node).is_some_and(|t| not_before <= t)
+    }
+
     /// Revokes every certificate of `node` dated at or before `revoked_at` (unix seconds).
     /// An existing later time is kept (revocation never moves back). True when it changed.
     pub fn revoke(&self, node: &str, revoked_at: i64) -> bool {
@@ -99,6 +119,7 @@ impl Revocations {
             Some(t) if *t >= revoked_at => false,
             _ => {
                 nodes.insert(node.to_owned(), revoked_at);
+                self.changed();
                 true
             }
         }
@@ -110,6 +131,7 @@ impl Revocations {
         let mut nodes = self.write();
         if nodes.get(node) == Some(&revoked_at) {
             nodes.remove(node);
+            self.changed();
             true
         } else {
             false
@@ -219,6 +241,22 @@ mod tests {
         std::thread::sleep(r.issue_delay("edge-1"));
         let fresh = ca.issue(&IssueOptions::edge("edge-1")).unwrap();
         assert!(r.check(&fresh.cert_der).is_ok());
+    }
+
+    #[test]
+    fn the_generation_moves_with_every_change_and_covers_judges_a_date() {
+        let r = Revocations::new();
+        let g0 = r.generation();
+        assert!(!r.covers("n", 10));
+        r.revoke("n", 100);
+        let g1 = r.generation();
+        assert!(g1 > g0);
+        assert!(r.covers("n", 100) && r.covers("n", 10) && !r.covers("n", 101));
+        r.revoke("n", 50);
+        assert_eq!(r.generation(), g1, "an earlier time changes nothing");
+        r.forget("n", 100);
+        assert!(r.generation() > g1);
+        assert!(!r.covers("n", 10));
     }
 
     #[test]

@@ -1,4 +1,8 @@
-//! The bootstrap token: `<hex sha256(CA DER)>.<HS256 JWT {exp}>`, keyed by the CA key DER.
+//! The bootstrap token: `<hex sha256(CA DER)>.<HS256 JWT {exp[, gen]}>`, keyed by the CA key
+//! DER. The optional `gen` claim is the token generation the token was issued under: bumping
+//! the generation (cloudhub keeps it beside the token) invalidates every token issued before,
+//! which the signature alone cannot do until they expire. A token without the claim (as
+//! KubeEdge's cloudcore issues them) belongs to the empty generation.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -72,8 +76,17 @@ pub fn create_jwt(secret: &[u8], lifetime: Duration) -> String {
 
 /// An HS256 JWT with the given `exp` (Unix seconds); for tests of expired tokens.
 pub fn create_jwt_expiring(secret: &[u8], exp: i64) -> String {
+    jwt(secret, exp, "")
+}
+
+/// The JWT: claims `exp`, plus `gen` when `generation` is not empty.
+fn jwt(secret: &[u8], exp: i64, generation: &str) -> String {
     let header = URL_SAFE_NO_PAD.encode(HS256_HEADER);
-    let claims = URL_SAFE_NO_PAD.encode(format!(r#"{{"exp":{exp}}}"#));
+    let claims = match generation {
+        "" => serde_json::json!({ "exp": exp }),
+        g => serde_json::json!({ "exp": exp, "gen": g }),
+    };
+    let claims = URL_SAFE_NO_PAD.encode(claims.to_string());
     let input = format!("{header}.{claims}");
     let sig = keyed("HS256", secret, input.as_bytes())
         .map(Keyed::tag)
@@ -120,6 +133,17 @@ pub fn verify_jwt(jwt: &str, secret: &[u8]) -> Result<i64> {
     Ok(exp)
 }
 
+/// The `gen` claim of a JWT (empty when absent or unreadable). Read it only from a JWT that
+/// [`verify_jwt`] accepted: the claim is not authenticated by itself.
+pub fn jwt_generation(jwt: &str) -> String {
+    jwt.split('.')
+        .nth(1)
+        .and_then(|c| URL_SAFE_NO_PAD.decode(c.trim_end_matches('=')).ok())
+        .and_then(|c| serde_json::from_slice::<serde_json::Value>(&c).ok())
+        .and_then(|c| c.get("gen")?.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// Lowercase hex SHA-256 of `bytes` (the edge checks the downloaded CA with it).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
@@ -128,10 +152,23 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// A full bootstrap token for `ca`: `<hex sha256 of the CA DER>.<JWT>`, 4 dot-separated parts.
 pub fn create_token(ca: &CertificateAuthority, lifetime: Duration) -> String {
+    create_token_of_generation(ca, lifetime, "")
+}
+
+/// [`create_token`] for token generation `generation` (its `gen` claim; none when empty).
+pub fn create_token_of_generation(
+    ca: &CertificateAuthority,
+    lifetime: Duration,
+    generation: &str,
+) -> String {
     format!(
         "{}.{}",
         ca.cert_sha256_hex(),
-        create_jwt(ca.key_der(), lifetime)
+        jwt(
+            ca.key_der(),
+            now_secs() + lifetime.as_secs() as i64,
+            generation
+        )
     )
 }
 
@@ -164,6 +201,26 @@ mod tests {
             URL_SAFE_NO_PAD.encode(r#"{"exp":99999999999}"#)
         );
         assert!(verify_jwt(&none, secret).is_err());
+    }
+
+    #[test]
+    fn the_generation_claim_is_carried_only_when_set() {
+        let ca = CertificateAuthority::generate().unwrap();
+        let plain = create_token(&ca, Duration::from_secs(60));
+        let (_, jwt) = split_token(&plain).unwrap();
+        assert_eq!(jwt_generation(jwt), "");
+        let claims = URL_SAFE_NO_PAD
+            .decode(jwt.split('.').nth(1).unwrap())
+            .unwrap();
+        assert!(
+            !String::from_utf8(claims).unwrap().contains("gen"),
+            "Go-compatible"
+        );
+        let bumped = create_token_of_generation(&ca, Duration::from_secs(60), "2");
+        let (_, jwt) = split_token(&bumped).unwrap();
+        assert!(verify_jwt(jwt, ca.key_der()).is_ok());
+        assert_eq!(jwt_generation(jwt), "2");
+        assert_eq!(jwt_generation("not a jwt"), "");
     }
 
     #[test]

@@ -516,10 +516,14 @@ impl CloudCore {
     }
 
     /// Resolves once the edgecontroller's caches are complete (at once without it): before
-    /// that, edge queries could be answered from a partial cache.
+    /// that, edge queries could be answered from a partial cache; and once cloudhub's
+    /// revocations are known (every Node listed), before which every edge is refused.
     pub async fn wait_synced(&self) {
         if let Some(s) = &self.synced {
             s.wait().await;
+        }
+        if let Some(hub) = &self.hub {
+            hub.wait_revocations_loaded().await;
         }
     }
 

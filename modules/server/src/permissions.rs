@@ -88,6 +88,7 @@ pub fn required(config: &CloudCoreConfig) -> Vec<Permission> {
             KUBEEDGE,
             "revokedcerts",
         ));
+        p.extend(each(&["patch"], "", "configmaps", KUBEEDGE, "edgenodes"));
         p.extend(each(READ, "", "nodes", "", ""));
         for r in ["objectsyncs", "clusterobjectsyncs"] {
             p.extend(each(

@@ -134,9 +134,11 @@ async fn k8s_ca_query_is_answered_by_the_hub_on_the_same_socket() {
 async fn task_operations_reach_taskmanager_with_the_sessions_node_and_errors_are_not_forwarded() {
     let mut h = Harness::start().await;
     let mut e = h.connect("edge-1").await;
+    // edgecore's task reports come from its hub (source `edgehub`); a cloud module's source
+    // from an edge is dropped.
     for op in ["prepull", "upgrade", "UpdateNodeActionStatus"] {
         // The node the report names is the edge's word; the session's node goes in front.
-        e.send(&Message::new().with_route("taskmanager", "taskmanager", "task/t1/node/edge-2", op))
+        e.send(&Message::new().with_route("edgehub", "taskmanager", "task/t1/node/edge-2", op))
             .await;
         let got = recv(&mut h.tasks).await;
         assert_eq!(

@@ -42,6 +42,9 @@ pub(crate) async fn run(
 ) {
     let keepalive = shared.tuning.tcp_keepalive;
     let tasks = shared.tasks.clone();
+    if let Some(revocations) = shared.revocations.clone() {
+        tasks.spawn(close_revoked(shared.clone(), revocations, stop.clone()));
+    }
     accept_until(
         listener,
         &stop,
@@ -61,6 +64,41 @@ pub(crate) async fn run(
         },
     )
     .await;
+}
+
+/// How often the revocation table is looked at for changes.
+const REVOCATION_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Closes every live tunnel whose certificate a revocation now covers (a deleted Node, or a
+/// revocation another replica recorded), within [`REVOCATION_POLL`] of the table changing:
+/// the check at the upgrade alone would leave a revoked node's tunnel serving streams until
+/// it disconnects. Runs until `stop`.
+async fn close_revoked(
+    shared: Arc<Shared>,
+    revocations: pki::Revocations,
+    stop: CancellationToken,
+) {
+    let mut seen = revocations.generation();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(REVOCATION_POLL) => {}
+        }
+        let now = revocations.generation();
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        for session in shared.registry.all() {
+            if let Some(issued) = session.issued()
+                && revocations.covers(&session.node, issued)
+            {
+                warn!(node = %session.node, ip = %session.ip, "tunnel closed: the node's certificate is revoked");
+                session.close("the node's certificate is revoked");
+                shared.registry.remove(&session);
+            }
+        }
+    }
 }
 
 async fn refuse(tls: &mut TlsStream<TcpStream>, shared: &Shared, status: u16, reason: &str) {
@@ -202,6 +240,8 @@ struct Admitted {
     id: Identity,
     flow_control: bool,
     input_window: Option<usize>,
+    /// Its certificate's notBefore.
+    issued: Option<i64>,
 }
 
 async fn connection(
@@ -226,6 +266,7 @@ async fn connection(
         id,
         flow_control,
         input_window,
+        issued,
     }) = admitted
     else {
         return;
@@ -241,6 +282,9 @@ async fn connection(
         flow_control,
         input_window,
     );
+    if let Some(issued) = issued {
+        session.set_issued(issued);
+    }
     // Registered before the 101, so that a refusal is still an HTTP status.
     match shared.registry.try_insert(session.clone()) {
         Ok(Some(old)) => old.close("replaced by a new tunnel from the same node"),
@@ -255,6 +299,16 @@ async fn connection(
             refuse(&mut tls, &shared, 409, &e.to_string()).await;
             return;
         }
+    }
+    // A revocation made between the check above and the registration: the sweep may have
+    // run before this session was there to close.
+    if let (Some(revocations), Some(issued)) = (&shared.revocations, issued)
+        && revocations.covers(&id.node, issued)
+    {
+        shared.registry.remove(&session);
+        shared.metrics.tunnel_identity_refused();
+        refuse(&mut tls, &shared, 403, "the node's certificate is revoked").await;
+        return;
     }
     shared.metrics.session_opened();
     let window = session.window().map(|w| w.to_string());
@@ -354,6 +408,7 @@ async fn authenticate(
             tls,
             buf,
             id,
+            issued: leaf.as_ref().and_then(|c| pki::not_before(c).ok()),
             flow_control: head.headers.get(WINDOW_HEADER).is_some(),
             input_window: head
                 .headers

@@ -37,6 +37,9 @@ pub(crate) struct Session {
     closed: CancellationToken,
     reason: OnceLock<Arc<str>>,
     shared: Arc<Shared>,
+    /// The notBefore (unix seconds) of the certificate the edge connected with, when known:
+    /// a revocation of the node that covers it closes the session.
+    issued: OnceLock<i64>,
 }
 
 /// How many removed ids a session remembers: enough for the DATA still in flight when a
@@ -95,7 +98,18 @@ impl Session {
             closed: CancellationToken::new(),
             reason: OnceLock::new(),
             shared,
+            issued: OnceLock::new(),
         })
+    }
+
+    /// Records the notBefore of the certificate the edge connected with (once).
+    pub(crate) fn set_issued(&self, not_before: i64) {
+        let _ = self.issued.set(not_before);
+    }
+
+    /// The notBefore of the edge's certificate, when recorded.
+    pub(crate) fn issued(&self) -> Option<i64> {
+        self.issued.get().copied()
     }
 
     /// Remembers that stream `id` is over; false when it already was.

@@ -9,3 +9,7 @@ const IMPERSONATE: bool = false;
 #[allow(clippy::duplicate_mod)]
 #[path = "hostile_edge/suite.rs"]
 mod suite;
+
+/// Revocations a cloudcore must notice when it starts (each test runs its own cloudcore).
+#[path = "hostile_edge/restarts.rs"]
+mod restarts;

@@ -787,7 +787,7 @@ const NEEDS: &[Need] = &[
         names: &[],
         verbs: &["create"],
         used_at: &[
-            "cloudhub/src/revocation.rs: cms.create(&PostParams::default(), &cm)",
+            "cloudhub/src/kv.rs: cms.create(&PostParams::default(), &cm)",
             "cloudstream/src/negotiate.rs: api.create(&PostParams::default(), &cm)",
         ],
     },
@@ -808,7 +808,7 @@ const NEEDS: &[Need] = &[
         names: &[],
         verbs: &["patch", "delete"],
         used_at: &[
-            "cloudhub/src/revocation.rs: &Patch::Merge(&patch)",
+            "cloudhub/src/kv.rs: &Patch::Merge(&patch)",
             "dynamiccontroller/src/persist.rs: .patch(&name, &params, &Patch::Apply(cm_value))",
             "dynamiccontroller/src/persist.rs: self.api.delete(&name, &DeleteParams::default())",
         ],

@@ -130,6 +130,7 @@ impl Harness {
         let dir = TempDir::new("cloudhub-test");
         let mut c = config(&dir.0);
         tweak(&mut c);
+        let with_kube = kube.is_some();
         let bus = Bus::new();
         let hub = CloudHub::with_options(c, bus.endpoint("cloudhub"), kube, store, options)
             .await
@@ -151,6 +152,12 @@ impl Harness {
             .unwrap();
         bus.start().unwrap();
         let addrs = handle.start_servers().unwrap();
+        if with_kube {
+            // Edges are refused until every Node has been listed once.
+            tokio::time::timeout(Duration::from_secs(30), handle.wait_revocations_loaded())
+                .await
+                .expect("the revocations are loaded within 30 s");
+        }
         Harness {
             bus,
             hub: handle,

@@ -2839,3 +2839,8 @@ mod names;
 #[allow(clippy::duplicate_mod)]
 #[path = "sources.rs"]
 mod sources;
+
+// clippy::duplicate_mod: compiled once per configuration, with the suite.
+#[allow(clippy::duplicate_mod)]
+#[path = "revocation.rs"]
+mod revocation;

@@ -1,0 +1,67 @@
+//! One key of a ConfigMap in `kubeedge`, written alone: a JSON merge patch of that key (so
+//! writers of other keys, other replicas included, are never overwritten), the namespace and
+//! ConfigMap created when missing.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+use crate::error::Result;
+use crate::material::{NAMESPACE, ensure_namespace, is_status};
+
+/// The ConfigMap `name` in `kubeedge`.
+pub(crate) fn api(client: &kube::Client) -> Api<ConfigMap> {
+    Api::namespaced(client.clone(), NAMESPACE)
+}
+
+/// Sets `key` of ConfigMap `kubeedge/<name>` to `value`, or removes it (`None`; a missing
+/// ConfigMap is then left missing).
+pub(crate) async fn set(
+    client: &kube::Client,
+    name: &str,
+    key: &str,
+    value: Option<&str>,
+) -> Result<()> {
+    let patch = serde_json::json!({ "data": { key: value } });
+    let cms = api(client);
+    for _ in 0..3 {
+        match cms
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if is_status(&e, 404) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(value) = value else {
+            return Ok(());
+        };
+        ensure_namespace(client).await?;
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
+            ..ConfigMap::default()
+        };
+        match cms.create(&PostParams::default(), &cm).await {
+            Ok(_) => return Ok(()),
+            // Created concurrently by another writer: patch it.
+            Err(e) if is_status(&e, 409) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Every key of ConfigMap `kubeedge/<name>` (empty when it does not exist).
+pub(crate) async fn read(client: &kube::Client, name: &str) -> Result<BTreeMap<String, String>> {
+    Ok(api(client)
+        .get_opt(name)
+        .await?
+        .and_then(|cm| cm.data)
+        .unwrap_or_default())
+}

@@ -466,6 +466,9 @@ impl CloudStream {
                 pods,
                 authz,
             };
+            if let Some(n) = &nodes {
+                servers.spawn(n.clone().watch_addresses(stop.clone()));
+            }
             servers.spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, handle.tunnel_gate.clone(), stop.clone()));
             servers.spawn(stream::run(stream_l, stream_tls, ctx, handle.stream_gate.clone(), stop.clone()));
             if let Some((client, runner)) = iptables {

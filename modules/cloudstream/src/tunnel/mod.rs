@@ -1,6 +1,7 @@
 //! The tunnel server: edges dial in over mTLS WebSocket; each node's session multiplexes the
 //! API server's streams by connect id.
 
+mod addresses;
 mod node;
 mod registry;
 mod server;
@@ -9,6 +10,7 @@ mod session;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+pub(crate) use addresses::{NodeAddresses, Owner};
 pub(crate) use node::NodeUpdater;
 pub(crate) use registry::Registry;
 pub(crate) use server::run;

@@ -1,18 +1,23 @@
 //! Points a Node's reported kubelet port at cloudstream (`updateNodeKubeletEndpoint`), so
 //! the API server's kubelet calls for that node come to us.
 
-use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use kubeedge_api::escaped::Api;
+
+use super::NodeAddresses;
 use tracing::{info, warn};
 
-/// Sets `status.daemonEndpoints.kubeletEndpoint.Port` of connecting nodes.
+/// Sets `status.daemonEndpoints.kubeletEndpoint.Port` of connecting nodes, and keeps the
+/// index of which Node lists which IP.
 #[derive(Clone)]
 pub(crate) struct NodeUpdater {
     api: Api<Node>,
+    client: kube::Client,
+    index: Arc<NodeAddresses>,
     port: u16,
     interval: Duration,
     deadline: Duration,
@@ -34,27 +39,33 @@ impl NodeUpdater {
         deadline: Duration,
     ) -> Self {
         NodeUpdater {
-            api: Api::all(client),
+            api: Api::all(client.clone()),
+            client,
+            index: Arc::default(),
             port,
             interval,
             deadline,
         }
     }
 
-    /// The IP addresses in the Node's `status.addresses` (entries that are not IPs, such as
-    /// `Hostname`, are skipped); `None` when there is no such Node. One GET, no retry.
-    pub(crate) async fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, kube::Error> {
-        let Some(n) = self.api.get_opt(node).await? else {
-            return Ok(None);
-        };
-        Ok(Some(
-            n.status
-                .and_then(|s| s.addresses)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|a| a.address.trim().parse().ok())
-                .collect(),
-        ))
+    /// The Node address index ([`NodeAddresses`]).
+    pub(crate) fn index(&self) -> &NodeAddresses {
+        &self.index
+    }
+
+    /// Keeps the address index until `stop`.
+    pub(crate) async fn watch_addresses(self, stop: tokio_util::sync::CancellationToken) {
+        self.index.run(self.client.clone(), stop).await;
+    }
+
+    /// The Node named `node` now (`None` when there is no such Node); what it lists goes into
+    /// the index as the newest listing. One GET, no retry.
+    pub(crate) async fn read(&self, node: &str) -> Result<Option<Node>, kube::Error> {
+        let found = self.api.get_opt(node).await?;
+        if let Some(n) = &found {
+            self.index.observed(n);
+        }
+        Ok(found)
     }
 
     /// Tries at once, then every `interval`, until `deadline` has passed (upstream

@@ -65,23 +65,31 @@ impl Registry {
     /// Adds `session` under its node name and IP, atomically with the checks. Returns the
     /// session it replaces for the same node, which the caller must close. Refused, with
     /// nothing changed, when the IP is not an address or another node's live session holds
-    /// it (that session is neither moved nor replaced).
+    /// it (that session is neither moved nor replaced) — unless `evict` (the session's node
+    /// owns the IP) and the holder's claim rests only on its Node's status: the holder is then
+    /// closed and loses its keys.
     pub(crate) fn try_insert(
         &self,
         session: Arc<Session>,
+        evict: bool,
     ) -> Result<Option<Arc<Session>>, RegisterError> {
         let ip: IpAddr = session.ip.parse().map_err(|_| RegisterError::NotAnIp {
             ip: session.ip.clone(),
         })?;
         let mut inner = self.lock();
-        if let Some(holder) = inner.by_ip.get(&ip)
+        if let Some(holder) = inner.by_ip.get(&ip).cloned()
             && holder.node != session.node
             && !holder.is_closed()
         {
-            return Err(RegisterError::IpHeld {
-                ip,
-                holder: holder.node.clone(),
-            });
+            if !evict || holder.peer_proven() {
+                return Err(RegisterError::IpHeld {
+                    ip,
+                    holder: holder.node.clone(),
+                });
+            }
+            holder.close("the IP belongs to another node, whose tunnel took it");
+            inner.by_node.retain(|_, s| !Arc::ptr_eq(s, &holder));
+            inner.by_ip.retain(|_, s| !Arc::ptr_eq(s, &holder));
         }
         let old = inner.by_node.insert(session.node.clone(), session.clone());
         if let Some(old) = &old {
@@ -140,10 +148,10 @@ mod tests {
         let shared = Arc::new(Shared::new(Arc::new(Metrics::default()), Tuning::default()));
         let r = Registry::default();
         let a = session(&shared, "a", "10.0.0.1");
-        assert!(r.try_insert(a.clone()).unwrap().is_none());
+        assert!(r.try_insert(a.clone(), false).unwrap().is_none());
         let b = session(&shared, "b", "10.0.0.1");
         assert_eq!(
-            r.try_insert(b).err(),
+            r.try_insert(b, false).err(),
             Some(RegisterError::IpHeld {
                 ip: "10.0.0.1".parse().unwrap(),
                 holder: "a".into()
@@ -154,23 +162,49 @@ mod tests {
             &a
         ));
         assert!(matches!(
-            r.try_insert(session(&shared, "c", "c")),
+            r.try_insert(session(&shared, "c", "c"), false),
             Err(RegisterError::NotAnIp { .. })
         ));
         // By name only: an IP string is not a name.
         assert!(r.by_node("10.0.0.1").is_none());
         // The same node reconnecting with another IP replaces itself and frees the old IP.
         let a2 = session(&shared, "a", "10.0.0.2");
-        let old = r.try_insert(a2.clone()).unwrap().unwrap();
+        let old = r.try_insert(a2.clone(), false).unwrap().unwrap();
         assert!(Arc::ptr_eq(&old, &a));
         assert!(r.by_ip("10.0.0.1".parse().unwrap()).is_none());
         // A closed holder's IP may be taken.
         a2.close("gone");
         let d = session(&shared, "d", "10.0.0.2");
-        assert!(r.try_insert(d.clone()).unwrap().is_none());
+        assert!(r.try_insert(d.clone(), false).unwrap().is_none());
         assert!(Arc::ptr_eq(
             &r.by_ip("10.0.0.2".parse().unwrap()).unwrap(),
             &d
         ));
+    }
+
+    #[test]
+    fn the_owner_evicts_a_holder_whose_claim_is_only_status_but_not_a_proven_one() {
+        let shared = Arc::new(Shared::new(Arc::new(Metrics::default()), Tuning::default()));
+        let r = Registry::default();
+        let squatter = session(&shared, "squatter", "10.0.0.1");
+        r.try_insert(squatter.clone(), false).unwrap();
+        let owner = session(&shared, "owner", "10.0.0.1");
+        assert!(r.try_insert(owner.clone(), true).unwrap().is_none());
+        assert!(squatter.is_closed());
+        assert!(r.by_node("squatter").is_none());
+        assert!(Arc::ptr_eq(
+            &r.by_ip("10.0.0.1".parse().unwrap()).unwrap(),
+            &owner
+        ));
+        // A holder that dials from the IP itself keeps it.
+        let there = session(&shared, "there", "10.0.0.2");
+        there.set_peer_proven();
+        r.try_insert(there.clone(), false).unwrap();
+        let claimant = session(&shared, "claimant", "10.0.0.2");
+        assert!(matches!(
+            r.try_insert(claimant, true),
+            Err(RegisterError::IpHeld { .. })
+        ));
+        assert!(!there.is_closed());
     }
 }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::registry::RegisterError;
-use super::{NodeUpdater, Session, Shared};
+use super::{NodeUpdater, Owner, Session, Shared};
 use crate::listen::{accept_until, handshake};
 use kubeedge_wire::http1::{self, RequestHead};
 use kubeedge_wire::tunnel::tls::common_name;
@@ -195,40 +195,96 @@ fn admit(head: &RequestHead, cn: Option<&str>, peer: SocketAddr) -> Result<Ident
     })
 }
 
-/// Whether `id.ip` belongs to the node: it is the address the tunnel comes from, or one of
-/// the addresses in the Node's `status.addresses` (what the API server dials for it). With
-/// no Kubernetes client there are no Node objects: only the uniqueness the registry enforces
-/// applies.
+/// How a tunnel's IP was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Claim {
+    /// The IP is the address the tunnel comes from.
+    peer_proven: bool,
+    /// The node owns the IP (lists it, and listed it before any other Node): a session that
+    /// holds it on the strength of its Node's status alone gives way.
+    owner: bool,
+}
+
+/// Whether `id.ip` belongs to the node. The address the tunnel comes from always does.
+/// Otherwise the node's Node must list it in `status.addresses` (an InternalIP or ExternalIP)
+/// and own it: no other Node listed it first ([`super::NodeAddresses`]), because a node writes
+/// its own status and could list another node's address. With no Kubernetes client there are
+/// no Node objects: only the uniqueness the registry enforces applies.
 async fn check_ip(
     nodes: Option<&NodeUpdater>,
     id: &Identity,
     peer: SocketAddr,
-) -> Result<(), Refusal> {
+) -> Result<Claim, Refusal> {
     if id.ip == peer.ip().to_canonical() {
-        return Ok(());
+        return Ok(Claim {
+            peer_proven: true,
+            owner: false,
+        });
     }
     let Some(nodes) = nodes else {
-        return Ok(());
+        return Ok(Claim {
+            peer_proven: false,
+            owner: false,
+        });
     };
-    match nodes.addresses(&id.node).await {
-        Ok(Some(addresses)) if addresses.iter().any(|a| a.to_canonical() == id.ip) => Ok(()),
-        Ok(Some(_)) => Err(Refusal::identity(
-            403,
-            format!(
-                "{IP_HEADER} {} is neither the tunnel's peer address nor an address of Node {}",
-                id.ip, id.node
-            ),
-        )),
-        Ok(None) => Err(Refusal::identity(
-            403,
-            format!(
-                "{IP_HEADER} {} is not the tunnel's peer address and Node {} does not exist",
-                id.ip, id.node
-            ),
-        )),
-        Err(e) => Err(Refusal::request(
+    let index = nodes.index();
+    if !index.is_synced() {
+        return Err(Refusal::request(
             503,
-            format!("cannot read Node {} to check {IP_HEADER}: {e}", id.node),
+            format!("{IP_HEADER} cannot be checked yet (Node addresses still loading); retry"),
+        ));
+    }
+    if !index.lists(&id.node, id.ip) {
+        // The index follows a watch: a status written a moment ago may not be in it yet.
+        match nodes.read(&id.node).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(Refusal::identity(
+                    403,
+                    format!(
+                        "{IP_HEADER} {} is not the tunnel's peer address and Node {} does not exist",
+                        id.ip, id.node
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Err(Refusal::request(
+                    503,
+                    format!("cannot read Node {} to check {IP_HEADER}: {e}", id.node),
+                ));
+            }
+        }
+        if !index.lists(&id.node, id.ip) {
+            return Err(Refusal::identity(
+                403,
+                format!(
+                    "{IP_HEADER} {} is neither the tunnel's peer address nor an address of Node {}",
+                    id.ip, id.node
+                ),
+            ));
+        }
+    }
+    match index.owner(id.ip) {
+        Owner::Node(owner) if owner == id.node => Ok(Claim {
+            peer_proven: false,
+            owner: true,
+        }),
+        Owner::Contested(listers) => {
+            warn!(ip = %id.ip, nodes = ?listers, "tunnel IP listed by several Nodes since before this cloudcore started; none may claim it until the others stop listing it");
+            Err(Refusal::identity(
+                403,
+                format!(
+                    "{IP_HEADER} {} is listed by several Nodes; none of them may claim it",
+                    id.ip
+                ),
+            ))
+        }
+        Owner::Node(_) | Owner::Nobody => Err(Refusal::identity(
+            403,
+            format!(
+                "{IP_HEADER} {} was listed by another Node first; Node {} may not claim it",
+                id.ip, id.node
+            ),
         )),
     }
 }
@@ -242,6 +298,8 @@ struct Admitted {
     input_window: Option<usize>,
     /// Its certificate's notBefore.
     issued: Option<i64>,
+    /// How its IP was accepted.
+    claim: Claim,
 }
 
 async fn connection(
@@ -267,6 +325,7 @@ async fn connection(
         flow_control,
         input_window,
         issued,
+        claim,
     }) = admitted
     else {
         return;
@@ -285,8 +344,11 @@ async fn connection(
     if let Some(issued) = issued {
         session.set_issued(issued);
     }
+    if claim.peer_proven {
+        session.set_peer_proven();
+    }
     // Registered before the 101, so that a refusal is still an HTTP status.
-    match shared.registry.try_insert(session.clone()) {
+    match shared.registry.try_insert(session.clone(), claim.owner) {
         Ok(Some(old)) => old.close("replaced by a new tunnel from the same node"),
         Ok(None) => {}
         Err(e) => {
@@ -400,11 +462,12 @@ async fn authenticate(
             })?;
         }
         let id = admit(&head, cn.as_deref(), peer)?;
-        check_ip(nodes, &id, peer).await?;
-        Ok::<_, Refusal>(id)
+        let claim = check_ip(nodes, &id, peer).await?;
+        Ok::<_, Refusal>((id, claim))
     };
     match checked.await {
-        Ok(id) => Some(Admitted {
+        Ok((id, claim)) => Some(Admitted {
+            claim,
             tls,
             buf,
             id,

@@ -40,6 +40,8 @@ pub(crate) struct Session {
     /// The notBefore (unix seconds) of the certificate the edge connected with, when known:
     /// a revocation of the node that covers it closes the session.
     issued: OnceLock<i64>,
+    /// Its IP is the address the tunnel comes from (not only one its Node lists).
+    peer_proven: std::sync::atomic::AtomicBool,
 }
 
 /// How many removed ids a session remembers: enough for the DATA still in flight when a
@@ -99,7 +101,18 @@ impl Session {
             reason: OnceLock::new(),
             shared,
             issued: OnceLock::new(),
+            peer_proven: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Marks the session's IP as the address its tunnel comes from.
+    pub(crate) fn set_peer_proven(&self) {
+        self.peer_proven.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the session's IP is the address its tunnel comes from.
+    pub(crate) fn peer_proven(&self) -> bool {
+        self.peer_proven.load(Ordering::Relaxed)
     }
 
     /// Records the notBefore of the certificate the edge connected with (once).

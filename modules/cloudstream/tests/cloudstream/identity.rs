@@ -319,3 +319,179 @@ async fn a_node_header_that_is_not_a_node_name_or_a_certificate_with_two_cns_sho
     }
     assert!(cloud.handle.connected_nodes().is_empty());
 }
+
+/// cloudstream with a Kubernetes client (the Node address index), started now.
+async fn kube_stream(prefix: &str) -> (CloudStreamHandle, Pki, Bus, kube::Client, String) {
+    support::init_tracing();
+    let client = k8s_testenv::client().await;
+    let ns = k8s_testenv::namespace(prefix).await;
+    let edge_ca = Pki::new("kubeedge-ca");
+    let stream_ca = Pki::new("kubernetes-ca");
+    let bus = Bus::new();
+    let config = CloudStreamConfig {
+        enable: true,
+        tunnel_port: 0,
+        stream_port: 0,
+        ..CloudStreamConfig::default()
+    };
+    let tls = CloudStreamTls {
+        tunnel: ServerTls::Material(edge_ca.server()),
+        stream: Some(ServerTls::Material(stream_ca.server())),
+    };
+    let cs = CloudStream::new(
+        config,
+        bus.endpoint("cloudStream"),
+        Some(client.clone()),
+        tls,
+    )
+    .unwrap()
+    .with_pod_locator(std::sync::Arc::new(StaticPods::new()));
+    let handle = cs.handle();
+    bus.register(cs).unwrap();
+    bus.start().unwrap();
+    (handle, edge_ca, bus, client, ns)
+}
+
+/// Replaces a Node's `status.addresses` (as the node itself may: it writes its own status).
+async fn set_addresses(client: &kube::Client, name: &str, addresses: serde_json::Value) {
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"status": {"addresses": addresses}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Dials until the answer is not 503 (the address index may still be loading).
+async fn dial_settled(
+    handle: &CloudStreamHandle,
+    ca: &Pki,
+    node: &str,
+    ip: &str,
+) -> (u16, Option<RawTunnel>, String) {
+    for _ in 0..100 {
+        let answer = dial(handle, ca, node, Some(ip)).await;
+        if answer.0 != 503 {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{node}: still 503 after 10 s");
+}
+
+#[actix_rt::test]
+async fn an_ip_another_node_listed_first_should_stay_its_own_whatever_the_claimant_lists() {
+    let (handle, edge_ca, _bus, client, ns) = kube_stream("csown").await;
+    let (victim, attacker) = (format!("victim-{ns}"), format!("attacker-{ns}"));
+    create_node(&client, &victim, &["10.21.0.5"]).await;
+    create_node(&client, &attacker, &["10.21.0.6"]).await;
+    // The attacker writes the victim's address into its own status, as an InternalIP, an
+    // ExternalIP and a Hostname.
+    set_addresses(
+        &client,
+        &attacker,
+        serde_json::json!([
+            {"type": "InternalIP", "address": "10.21.0.5"},
+            {"type": "InternalIP", "address": "10.21.0.6"},
+            {"type": "Hostname", "address": "10.21.0.9"},
+        ]),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, tunnel, body) = dial_settled(&handle, &edge_ca, &attacker, "10.21.0.5").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(tunnel.is_none());
+    assert!(body.contains("listed by another Node first"), "{body}");
+    // A Hostname entry is not an address of the node.
+    let (status, _, body) = dial_settled(&handle, &edge_ca, &attacker, "10.21.0.9").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(handle.connected_nodes().is_empty());
+    // Its own address works, and the victim still gets its own.
+    let (status, _a, body) = dial_settled(&handle, &edge_ca, &attacker, "10.21.0.6").await;
+    assert_eq!(status, 101, "{body}");
+    let (status, _v, body) = dial_settled(&handle, &edge_ca, &victim, "10.21.0.5").await;
+    assert_eq!(status, 101, "{body}");
+    assert!(
+        handle
+            .wait_for_session(&victim, Duration::from_secs(5))
+            .await
+    );
+    assert_eq!(handle.tunnel_ip(&victim).as_deref(), Some("10.21.0.5"));
+}
+
+#[actix_rt::test]
+async fn the_node_that_owns_an_ip_should_evict_a_tunnel_holding_it_on_status_alone() {
+    let (handle, edge_ca, _bus, client, ns) = kube_stream("csevict").await;
+    let (squatter, owner) = (format!("squatter-{ns}"), format!("owner-{ns}"));
+    // The squatter lists the address while nobody else does, and opens its tunnel with it.
+    create_node(&client, &squatter, &["10.22.0.5"]).await;
+    let (status, held, body) = dial_settled(&handle, &edge_ca, &squatter, "10.22.0.5").await;
+    assert_eq!(status, 101, "{body}");
+    assert!(
+        handle
+            .wait_for_session(&squatter, Duration::from_secs(5))
+            .await
+    );
+    // It drops the address from its status but keeps the tunnel; the address's real node
+    // appears and lists it.
+    set_addresses(
+        &client,
+        &squatter,
+        serde_json::json!([{"type": "InternalIP", "address": "10.22.0.6"}]),
+    )
+    .await;
+    create_node(&client, &owner, &["10.22.0.5"]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, _t, body) = dial_settled(&handle, &edge_ca, &owner, "10.22.0.5").await;
+    assert_eq!(status, 101, "{body}");
+    assert!(
+        handle
+            .wait_for_session(&owner, Duration::from_secs(5))
+            .await
+    );
+    assert_eq!(handle.tunnel_ip(&owner).as_deref(), Some("10.22.0.5"));
+    // The squatter's tunnel was closed.
+    let mut held = held.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        while held.next_tunnel().await.is_some() {}
+    })
+    .await;
+    assert!(end.is_ok(), "the squatter's tunnel stayed open");
+    assert!(!handle.connected_nodes().contains(&squatter));
+}
+
+#[actix_rt::test]
+async fn an_ip_several_nodes_listed_before_the_start_should_be_nobodys() {
+    let client = k8s_testenv::client().await;
+    let ns = k8s_testenv::namespace("cscontest").await;
+    let (a, b) = (format!("a-{ns}"), format!("b-{ns}"));
+    create_node(&client, &a, &["10.23.0.5"]).await;
+    create_node(&client, &b, &["10.23.0.5"]).await;
+    // cloudstream starts with both listings in place: no history tells them apart.
+    let (handle, edge_ca, _bus, _client, _ns) = kube_stream("cscontest2").await;
+    for node in [&a, &b] {
+        let (status, tunnel, body) = dial_settled(&handle, &edge_ca, node, "10.23.0.5").await;
+        assert_eq!(status, 403, "{node}: {body}");
+        assert!(tunnel.is_none());
+        assert!(body.contains("listed by several Nodes"), "{body}");
+    }
+    // Once one of them stops listing it, the other owns it.
+    set_addresses(
+        &client,
+        &b,
+        serde_json::json!([{"type": "InternalIP", "address": "10.23.0.6"}]),
+    )
+    .await;
+    let mut last = String::new();
+    for _ in 0..50 {
+        let (status, _t, body) = dial_settled(&handle, &edge_ca, &a, "10.23.0.5").await;
+        if status == 101 {
+            return;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{a} never got its address: {last}");
+}

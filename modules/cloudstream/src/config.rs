@@ -132,13 +132,22 @@ pub struct IptablesManagerConfig {
     pub enable: bool,
     /// Internal or external (default internal).
     pub mode: IptablesMode,
+    /// Rust-only: tunnel ports accepted from the record, above 10350 (default 64: 10351 to
+    /// 10414); an entry with another port gets no rule.
+    pub tunnel_port_limit: u16,
+    /// Rust-only: most rules one record change may add, remove or change (default 8); a
+    /// record changing more is refused whole and the rules in place stay.
+    pub max_record_changes: usize,
 }
 
 impl Default for IptablesManagerConfig {
     fn default() -> Self {
+        let policy = crate::iptables::RecordPolicy::default();
         IptablesManagerConfig {
             enable: true,
             mode: IptablesMode::Internal,
+            tunnel_port_limit: policy.tunnel_port_limit,
+            max_record_changes: policy.max_changes,
         }
     }
 }
@@ -147,6 +156,15 @@ impl IptablesManagerConfig {
     /// True when cloudcore itself should run the manager (enabled and internal).
     pub fn runs_inside_cloudcore(&self) -> bool {
         self.enable && self.mode == IptablesMode::Internal
+    }
+
+    /// The record policy these settings describe, with this cloudcore's own record key.
+    pub fn policy(&self, own_ip: Option<String>) -> crate::iptables::RecordPolicy {
+        crate::iptables::RecordPolicy {
+            tunnel_port_limit: self.tunnel_port_limit,
+            max_changes: self.max_record_changes,
+            own_ip,
+        }
     }
 }
 

@@ -48,8 +48,8 @@ pub use kubeedge_wire::tunnel::{
 pub use metrics::{CountersSnapshot, Metrics};
 pub use module::{CloudStream, CloudStreamHandle, CloudStreamTls, Error};
 pub use record::{
-    TUNNEL_PORT_ANNOTATION, TUNNEL_PORT_BASE, TUNNEL_PORT_CONFIGMAP, TUNNEL_PORT_NAMESPACE,
-    TunnelPortRecord,
+    TUNNEL_PORT_ANNOTATION, TUNNEL_PORT_BASE, TUNNEL_PORT_CONFIGMAP, TUNNEL_PORT_LIMIT,
+    TUNNEL_PORT_NAMESPACE, TunnelPortRecord,
 };
 pub use stream::{KubePodLocator, LocateError, PodLocator, StaticPods};
 pub use tunnel::SessionError;

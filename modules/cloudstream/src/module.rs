@@ -72,7 +72,7 @@ pub struct CloudStreamTls {
 /// let tls = CloudStreamTls { tunnel: ServerTls::Material(cloudhub), stream: None };
 /// let module = CloudStream::new(config, bus.endpoint("cloudStream"), Some(kube), tls)?
 ///     .with_advertised_port(port)
-///     .with_iptables(IptablesManagerConfig::default(), Arc::new(SystemRunner::new()));
+///     .with_iptables(IptablesManagerConfig::default(), Arc::new(SystemRunner::new()), "10.0.0.1");
 /// let handle = module.handle();
 /// bus.register(module)?;
 /// bus.start()?;
@@ -89,7 +89,7 @@ pub struct CloudStream {
     pods: Option<Arc<dyn PodLocator>>,
     authz: Arc<Authorizer>,
     advertised_port: u16,
-    iptables: Option<(IptablesManagerConfig, Arc<dyn CommandRunner>)>,
+    iptables: Option<(IptablesManagerConfig, Arc<dyn CommandRunner>, String)>,
     handle: CloudStreamHandle,
     arbiter: Option<Arbiter>,
 }
@@ -398,13 +398,16 @@ impl CloudStream {
     }
 
     /// Runs the iptables manager when `config` says it runs inside cloudcore and a kube
-    /// client was given (it reads the `tunnelport` ConfigMap).
+    /// client was given (it reads the `tunnelport` ConfigMap). `own_ip` is this cloudcore's
+    /// key in the record: its entry is programmed whether or not a cloudcore pod has the IP;
+    /// other entries need a live cloudcore pod (see [`crate::iptables::RecordPolicy`]).
     pub fn with_iptables(
         mut self,
         config: IptablesManagerConfig,
         runner: Arc<dyn CommandRunner>,
+        own_ip: &str,
     ) -> Self {
-        self.iptables = Some((config, runner));
+        self.iptables = Some((config, runner, own_ip.to_owned()));
         self
     }
 
@@ -434,8 +437,10 @@ impl CloudStream {
         let iptables = self
             .iptables
             .clone()
-            .filter(|(c, _)| c.runs_inside_cloudcore())
-            .and_then(|(_, runner)| kube.clone().map(|k| (k, runner)));
+            .filter(|(c, _, _)| c.runs_inside_cloudcore())
+            .and_then(|(c, runner, own_ip)| {
+                kube.clone().map(|k| (k, runner, c.policy(Some(own_ip))))
+            });
         let arbiter = Arbiter::new();
         let started = arbiter.spawn(async move {
             let stop = handle.stop.clone();
@@ -471,10 +476,11 @@ impl CloudStream {
             }
             servers.spawn(tunnel::run(tunnel_l, tunnel_tls, shared.clone(), nodes, handle.tunnel_gate.clone(), stop.clone()));
             servers.spawn(stream::run(stream_l, stream_tls, ctx, handle.stream_gate.clone(), stop.clone()));
-            if let Some((client, runner)) = iptables {
+            if let Some((client, runner, policy)) = iptables {
                 let records = negotiate::watch_record(client.clone(), stop.clone(), &servers);
+                let cloudcores = negotiate::watch_cloudcore_ips(client.clone(), negotiate::cloudcore_namespace(), stop.clone(), &servers);
                 servers.spawn(negotiate::release_deleted_cloudcores(client, negotiate::cloudcore_namespace(), stop.clone()));
-                servers.spawn(IptablesManager::new(runner, stream_port as u16).run(records, stop.clone()));
+                servers.spawn(IptablesManager::new(runner, stream_port as u16).with_policy(policy).run(records, cloudcores, stop.clone()));
             }
             servers.close();
             info!(tunnel = %handle.tunnel_addr, stream = %handle.stream_addr, advertised, "cloudstream started");

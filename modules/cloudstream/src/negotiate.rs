@@ -290,6 +290,116 @@ async fn node_of(nodes: &Api<Node>, pod: &Pod) -> Result<Option<Node>, kube::Err
     }
 }
 
+/// The IPs of the live cloudcore pods, for the iptables manager: pods labelled
+/// `kubeedge=cloudcore` in `namespace` that have an IP, are not being deleted and pass
+/// [`trusted_cloudcore`] (bound to a Node without the edge label, read once per Node name).
+/// The receiver holds `None` until the first list is complete. Runs on `tasks` until `stop`.
+pub fn watch_cloudcore_ips(
+    client: kube::Client,
+    namespace: String,
+    stop: CancellationToken,
+    tasks: &TaskTracker,
+) -> watch::Receiver<Option<std::collections::BTreeSet<String>>> {
+    let (tx, rx) = watch::channel(None);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let nodes = kubeedge_api::escaped::Api::<Node>::all(client);
+    let mut events = watcher(
+        pods,
+        watcher::Config::default().labels(CLOUDCORE_POD_SELECTOR),
+    )
+    .default_backoff()
+    .boxed();
+    tasks.spawn(async move {
+        // Pod name → its IP, for the pods that count.
+        let mut live: BTreeMap<String, String> = BTreeMap::new();
+        let mut listing: Option<BTreeMap<String, String>> = None;
+        // Node name → whether it may run a cloudcore (not an edge), read once.
+        let mut node_ok: BTreeMap<String, bool> = BTreeMap::new();
+        loop {
+            let ev = tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = events.next() => match ev {
+                    Some(ev) => ev,
+                    None => return,
+                },
+            };
+            let publish = |live: &BTreeMap<String, String>| {
+                tx.send_replace(Some(live.values().cloned().collect()));
+            };
+            match ev {
+                Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
+                Ok(watcher::Event::InitApply(pod) | watcher::Event::Apply(pod)) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    let ip = match counts(&pod, &namespace, &nodes, &mut node_ok).await {
+                        Some(ip) => ip,
+                        None => {
+                            live.remove(&name);
+                            if listing.is_none() {
+                                publish(&live);
+                            }
+                            continue;
+                        }
+                    };
+                    match listing.as_mut() {
+                        Some(l) => {
+                            l.insert(name, ip);
+                        }
+                        None => {
+                            live.insert(name, ip);
+                            publish(&live);
+                        }
+                    }
+                }
+                Ok(watcher::Event::InitDone) => {
+                    live = listing.take().unwrap_or_default();
+                    publish(&live);
+                }
+                Ok(watcher::Event::Delete(pod)) => {
+                    live.remove(pod.metadata.name.as_deref().unwrap_or_default());
+                    publish(&live);
+                }
+                Err(e) => warn!(error = %e, "cloudcore pod watch error (retrying)"),
+            }
+        }
+    });
+    rx
+}
+
+/// The IP of `pod` when it is a live cloudcore ([`watch_cloudcore_ips`]).
+async fn counts(
+    pod: &Pod,
+    namespace: &str,
+    nodes: &kubeedge_api::escaped::Api<Node>,
+    node_ok: &mut BTreeMap<String, bool>,
+) -> Option<String> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())?;
+    let node = pod
+        .spec
+        .as_ref()?
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())?;
+    if let Some(ok) = node_ok.get(&node) {
+        return ok.then_some(ip);
+    }
+    let found = nodes.get_opt(&node).await.ok()?;
+    let ok = trusted_cloudcore(pod, namespace, found.as_ref()).is_ok();
+    if !ok {
+        warn!(pod = ?pod.metadata.name, node = %node, "a pod labelled kubeedge=cloudcore that is not a cloudcore: its IP gets no tunnel port rule");
+    }
+    if found.is_some() {
+        node_ok.insert(node, ok);
+    }
+    ok.then_some(ip)
+}
+
 /// Removes the `podIP` of every deleted cloudcore pod from the record (upstream's pod-delete
 /// listener), retrying a few times. Only pods labelled `kubeedge=cloudcore` in `namespace`
 /// (cloudcore's own, see [`cloudcore_namespace`]) and bound to a non-edge Node count (see

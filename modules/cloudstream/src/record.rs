@@ -13,6 +13,10 @@ pub const TUNNEL_PORT_NAMESPACE: &str = "kubeedge";
 pub const TUNNEL_PORT_ANNOTATION: &str = "tunnelportrecord.kubeedge.io";
 /// Ports are handed out above this one (the first instance gets 10351).
 pub const TUNNEL_PORT_BASE: u16 = 10350;
+/// How many ports above [`TUNNEL_PORT_BASE`] the iptables manager accepts by default
+/// (10351–10414): far more than cloudcore replicas, and nothing that other services on the
+/// API server hosts commonly listen on.
+pub const TUNNEL_PORT_LIMIT: u16 = 64;
 
 /// Go's `map` fields decode `null` as empty.
 fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -49,19 +53,18 @@ impl TunnelPortRecord {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
     }
 
-    /// The port of `ip`: its old one if known, else the first free port above 10350
-    /// (free = neither recorded in `port` nor used by another IP). Returns the port and
-    /// whether the record changed.
+    /// The port of `ip`: its old one if known, else the first port above 10350 that no
+    /// other IP uses. Returns the port and whether the record changed.
+    ///
+    /// Upstream never hands a released port out again, so every cloudcore pod that restarts
+    /// with a new IP takes the next port and the numbers climb without end; reusing them keeps
+    /// every port within `10350 + replicas` (plus those of pods not yet released), a range
+    /// the iptables manager can insist on ([`TUNNEL_PORT_LIMIT`]).
     pub fn assign(&mut self, ip: &str) -> (u16, bool) {
         if let Some(p) = self.ip_tunnel_port.get(ip) {
             return (*p, false);
         }
-        let used: std::collections::BTreeSet<u16> = self
-            .port
-            .keys()
-            .copied()
-            .chain(self.ip_tunnel_port.values().copied())
-            .collect();
+        let used: std::collections::BTreeSet<u16> = self.ip_tunnel_port.values().copied().collect();
         let port = (TUNNEL_PORT_BASE + 1..=u16::MAX)
             .find(|p| !used.contains(p))
             .unwrap_or(u16::MAX);
@@ -104,7 +107,8 @@ mod tests {
         assert_eq!(r.assign("10.0.0.2"), (10352, true));
         assert_eq!(r.assign("10.0.0.1"), (10351, false));
         assert!(r.release("10.0.0.1"));
-        // Released ports stay reserved, as upstream.
-        assert_eq!(r.assign("10.0.0.3"), (10353, true));
+        // A released port is handed out again (upstream keeps it reserved for ever).
+        assert_eq!(r.assign("10.0.0.3"), (10351, true));
+        assert_eq!(r.assign("10.0.0.4"), (10353, true));
     }
 }

@@ -452,6 +452,7 @@ impl CloudCore {
                         module = module.with_iptables(
                             iptables.clone(),
                             Arc::new(cloudstream::iptables::SystemRunner::new()),
+                            &ip,
                         );
                     }
                     port

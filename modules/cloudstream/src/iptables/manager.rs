@@ -1,6 +1,12 @@
-//! Keeps the `TUNNEL-PORT` chain in the nat table equal to the tunnel-port record.
+//! Keeps the `TUNNEL-PORT` chain in the nat table equal to the tunnel-port record — the part
+//! of it that can be a cloudcore's: the record is a ConfigMap anyone who may write it could
+//! fill, and these rules redirect TCP on the API server hosts. An entry becomes a rule only
+//! when its port is in the negotiated range and its IP is a live cloudcore pod's (or this
+//! cloudcore's own); a record that would change more than a few rules at once is refused
+//! whole; and each rule matches only destinations that are not local addresses, so no
+//! service of the host itself can be captured.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::runner::{CommandOutput, CommandRunner};
-use crate::record::TunnelPortRecord;
+use crate::record::{TUNNEL_PORT_BASE, TUNNEL_PORT_LIMIT, TunnelPortRecord};
 
 /// The chain holding the DNAT rules.
 pub const CHAIN: &str = "TUNNEL-PORT";
@@ -25,6 +31,16 @@ pub enum IptablesError {
     /// iptables cannot be used here (no binary, not root): the manager does nothing.
     #[error("iptables is unavailable: {0}")]
     Unavailable(String),
+    /// The record would change more rules at once than allowed: nothing was applied.
+    #[error(
+        "the tunnel port record would change {changes} rules at once (at most {limit}); kept the rules in place"
+    )]
+    TooManyChanges {
+        /// Rules the record would add, remove or change.
+        changes: usize,
+        /// [`RecordPolicy::max_changes`].
+        limit: usize,
+    },
     /// A command failed.
     #[error("`{command}` failed ({status:?}): {stderr}")]
     Command {
@@ -43,6 +59,29 @@ enum Family {
     V6,
 }
 
+/// Which record entries may become rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordPolicy {
+    /// Ports above [`TUNNEL_PORT_BASE`] accepted: `10351..=10350 + tunnel_port_limit`.
+    pub tunnel_port_limit: u16,
+    /// Most rules one record change may add, remove or change; a record changing more is
+    /// refused whole (the rules in place stay).
+    pub max_changes: usize,
+    /// This cloudcore's own address (internal mode): its entry is accepted whether or not a
+    /// cloudcore pod has it.
+    pub own_ip: Option<String>,
+}
+
+impl Default for RecordPolicy {
+    fn default() -> Self {
+        RecordPolicy {
+            tunnel_port_limit: TUNNEL_PORT_LIMIT,
+            max_changes: 8,
+            own_ip: None,
+        }
+    }
+}
+
 /// Applies the record to iptables (and ip6tables for IPv6 addresses, Rust).
 #[derive(Debug)]
 pub struct IptablesManager {
@@ -54,6 +93,7 @@ pub struct IptablesManager {
     applied: BTreeMap<String, u16>,
     /// Families whose chain and jumps exist.
     ready: [bool; 2],
+    policy: RecordPolicy,
 }
 
 fn idx(f: Family) -> usize {
@@ -107,7 +147,51 @@ impl IptablesManager {
             wait: [Vec::new(), Vec::new()],
             applied: BTreeMap::new(),
             ready: [false, false],
+            policy: RecordPolicy::default(),
         }
+    }
+
+    /// Judges record entries by `policy` instead of the default.
+    pub fn with_policy(mut self, policy: RecordPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The entries of `record` that may become rules: an IP of a live cloudcore (one of
+    /// `cloudcores`, or the policy's own address) with a port in the range. Every other entry
+    /// is logged and skipped.
+    fn wanted(
+        &self,
+        record: &TunnelPortRecord,
+        cloudcores: &BTreeSet<String>,
+    ) -> BTreeMap<String, u16> {
+        let ports =
+            TUNNEL_PORT_BASE + 1..=TUNNEL_PORT_BASE.saturating_add(self.policy.tunnel_port_limit);
+        let canonical = |ip: &str| ip.parse::<IpAddr>().ok().map(|a| a.to_canonical());
+        let live: BTreeSet<IpAddr> = cloudcores
+            .iter()
+            .chain(self.policy.own_ip.as_ref())
+            .filter_map(|ip| canonical(ip))
+            .collect();
+        record
+            .ip_tunnel_port
+            .iter()
+            .filter(|(ip, port)| {
+                let why = match canonical(ip) {
+                    None => "its key is not an IP address",
+                    Some(a) if !live.contains(&a) => "its IP is not a live cloudcore pod's",
+                    Some(_) if !ports.contains(*port) => {
+                        "its port is outside the tunnel port range"
+                    }
+                    Some(_) => return true,
+                };
+                if !self.applied.contains_key(*ip) {
+                    warn!(%ip, port, reason = why, "tunnel port record entry skipped");
+                }
+                false
+            })
+            .map(|(ip, port)| (ip.clone(), *port))
+            .collect()
     }
 
     /// Uses other binaries than `iptables` / `ip6tables`.
@@ -116,7 +200,9 @@ impl IptablesManager {
         self
     }
 
-    /// The DNAT rule of `ip` (upstream form: no destination match).
+    /// The DNAT rule of `ip`. Unlike upstream's it matches only destinations that are not
+    /// addresses of this host (`addrtype ! --dst-type LOCAL`): the API server's connections to
+    /// edge nodes are redirected, a connection to a service of the host itself never is.
     fn dnat_args(&self, ip: &str, port: u16) -> Vec<String> {
         let to = match family_of(ip) {
             Some(Family::V6) => format!("[{ip}]:{}", self.stream_port),
@@ -125,6 +211,11 @@ impl IptablesManager {
         [
             "-p",
             "tcp",
+            "-m",
+            "addrtype",
+            "!",
+            "--dst-type",
+            "LOCAL",
             "-j",
             "DNAT",
             "--dport",
@@ -269,23 +360,34 @@ impl IptablesManager {
         Ok(())
     }
 
-    /// Makes the rules match `record`: chain and jumps exist, each IP has its DNAT rule, and
-    /// rules of IPs that left the record (or whose port changed) are deleted.
-    pub async fn reconcile(&mut self, record: &TunnelPortRecord) -> Result<(), IptablesError> {
+    /// Makes the rules match the entries of `record` that may become rules (see
+    /// [`RecordPolicy`]; `cloudcores` are the IPs of the live cloudcore pods): chain and jumps
+    /// exist, each IP has its DNAT rule, and rules of IPs that left (or whose port changed) are
+    /// deleted. A record that would change more than [`RecordPolicy::max_changes`] rules is
+    /// refused with [`IptablesError::TooManyChanges`] and nothing changes.
+    pub async fn reconcile(
+        &mut self,
+        record: &TunnelPortRecord,
+        cloudcores: &BTreeSet<String>,
+    ) -> Result<(), IptablesError> {
+        let wanted = self.wanted(record, cloudcores);
+        let changes = wanted
+            .iter()
+            .filter(|(ip, port)| self.applied.get(*ip) != Some(*port))
+            .count()
+            + self
+                .applied
+                .keys()
+                .filter(|ip| !wanted.contains_key(*ip))
+                .count();
+        if changes > self.policy.max_changes {
+            return Err(IptablesError::TooManyChanges {
+                changes,
+                limit: self.policy.max_changes,
+            });
+        }
         self.ready = [false, false];
         self.ensure_chain(Family::V4).await?;
-        let wanted: BTreeMap<String, u16> = record
-            .ip_tunnel_port
-            .iter()
-            .filter(|(ip, _)| {
-                let ok = family_of(ip).is_some();
-                if !ok {
-                    warn!(%ip, "tunnel port record holds a non-IP key; skipped");
-                }
-                ok
-            })
-            .map(|(ip, port)| (ip.clone(), *port))
-            .collect();
         for (ip, port) in &wanted {
             let family = family_of(ip).unwrap_or(Family::V4);
             self.ensure_chain(family).await?;
@@ -331,12 +433,14 @@ impl IptablesManager {
         Ok(())
     }
 
-    /// Runs until `stop`: flush, then reconcile on every record change and every 10 s, then
-    /// clean up. If iptables is unavailable it says so once and returns; cloudstream keeps
-    /// working for nodes that report the stream port directly.
+    /// Runs until `stop`: flush, then reconcile on every change of the record or of the live
+    /// cloudcore pods (`cloudcores`, `None` until known: nothing is applied before) and every
+    /// 10 s, then clean up. If iptables is unavailable it says so once and returns;
+    /// cloudstream keeps working for nodes that report the stream port directly.
     pub async fn run(
         mut self,
         mut records: watch::Receiver<Option<TunnelPortRecord>>,
+        mut cloudcores: watch::Receiver<Option<BTreeSet<String>>>,
         stop: CancellationToken,
     ) {
         if let Err(e) = self.probe().await {
@@ -352,12 +456,14 @@ impl IptablesManager {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
                 r = records.changed() => if r.is_err() { break },
+                r = cloudcores.changed() => if r.is_err() { break },
             }
             let record = records.borrow_and_update().clone();
-            let Some(record) = record else {
+            let live = cloudcores.borrow_and_update().clone();
+            let (Some(record), Some(live)) = (record, live) else {
                 continue;
             };
-            if let Err(e) = self.reconcile(&record).await {
+            if let Err(e) = self.reconcile(&record, &live).await {
                 warn!(error = %e, "iptables reconcile failed; retrying in 10 s");
             }
         }

@@ -6,5 +6,7 @@ mod manager;
 mod runner;
 
 pub use external::{DEFAULT_FORWARD_PORT, run_standalone};
-pub use manager::{CHAIN, COMMENT, IptablesError, IptablesManager, RECONCILE_INTERVAL};
+pub use manager::{
+    CHAIN, COMMENT, IptablesError, IptablesManager, RECONCILE_INTERVAL, RecordPolicy,
+};
 pub use runner::{CommandOutput, CommandRunner, SystemRunner};

@@ -4,7 +4,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use cloudstream::TunnelPortRecord;
-use cloudstream::iptables::{IptablesError, IptablesManager, SystemRunner};
+use std::collections::BTreeSet;
+
+use cloudstream::iptables::{IptablesError, IptablesManager, RecordPolicy, SystemRunner};
 
 /// Fails, naming the package to install, when `tool` is not on `PATH`: these tests run the
 /// real one.
@@ -56,6 +58,13 @@ impl Drop for Netns {
     }
 }
 
+/// The IPs of live cloudcore pods in these tests.
+fn cloudcores() -> BTreeSet<String> {
+    ["10.0.0.5", "10.0.0.6", "10.0.0.7", "fd00::5"]
+        .map(str::to_owned)
+        .into()
+}
+
 fn record(entries: &[(&str, u16)]) -> TunnelPortRecord {
     let mut r = TunnelPortRecord::default();
     for (ip, port) in entries {
@@ -73,7 +82,9 @@ async fn iptables_manager_should_keep_the_tunnel_port_chain_equal_to_the_record(
     m.probe().await.unwrap();
     m.flush().await.unwrap();
 
-    m.reconcile(&record(&[("10.0.0.5", 10351)])).await.unwrap();
+    m.reconcile(&record(&[("10.0.0.5", 10351)]), &cloudcores())
+        .await
+        .unwrap();
     let rules = ns.nat_rules();
     assert!(rules.contains("-N TUNNEL-PORT"), "{rules}");
     assert!(
@@ -87,23 +98,31 @@ async fn iptables_manager_should_keep_the_tunnel_port_chain_equal_to_the_record(
     );
     assert!(
         rules.contains(
-            "-A TUNNEL-PORT -p tcp -m tcp --dport 10351 -j DNAT --to-destination 10.0.0.5:10003"
+            "-A TUNNEL-PORT -p tcp -m addrtype ! --dst-type LOCAL -m tcp --dport 10351 -j DNAT --to-destination 10.0.0.5:10003"
         ),
         "{rules}"
     );
 
     // Idempotent: a second pass adds nothing.
-    m.reconcile(&record(&[("10.0.0.5", 10351)])).await.unwrap();
+    m.reconcile(&record(&[("10.0.0.5", 10351)]), &cloudcores())
+        .await
+        .unwrap();
     assert_eq!(ns.nat_rules(), rules);
 
     // An IP that leaves the record loses its rule; a new one gets its own; a changed port
     // replaces the old rule (upstream keeps it).
-    m.reconcile(&record(&[("10.0.0.6", 10352), ("10.0.0.7", 10353)]))
-        .await
-        .unwrap();
-    m.reconcile(&record(&[("10.0.0.6", 10352), ("10.0.0.7", 10354)]))
-        .await
-        .unwrap();
+    m.reconcile(
+        &record(&[("10.0.0.6", 10352), ("10.0.0.7", 10353)]),
+        &cloudcores(),
+    )
+    .await
+    .unwrap();
+    m.reconcile(
+        &record(&[("10.0.0.6", 10352), ("10.0.0.7", 10354)]),
+        &cloudcores(),
+    )
+    .await
+    .unwrap();
     let rules = ns.nat_rules();
     assert!(!rules.contains("10.0.0.5"), "{rules}");
     assert!(
@@ -120,6 +139,70 @@ async fn iptables_manager_should_keep_the_tunnel_port_chain_equal_to_the_record(
     m.cleanup().await.unwrap();
     let rules = ns.nat_rules();
     assert!(!rules.contains("TUNNEL-PORT"), "{rules}");
+}
+
+#[tokio::test]
+async fn only_live_cloudcores_in_the_port_range_get_rules_and_a_sweeping_record_is_refused() {
+    let ns = Netns::new("iptpol");
+    let mut m = IptablesManager::new(Arc::new(SystemRunner::in_netns(&ns.0)), 10003).with_policy(
+        RecordPolicy {
+            own_ip: Some("10.0.0.9".into()),
+            max_changes: 3,
+            ..RecordPolicy::default()
+        },
+    );
+    m.probe().await.unwrap();
+    m.flush().await.unwrap();
+    // What a writer of the ConfigMap could put there: the API server's port, etcd's, a
+    // kubelet's, an address that is no cloudcore's, a port beyond the range.
+    m.reconcile(
+        &record(&[
+            ("10.0.0.5", 6443),
+            ("10.0.0.6", 2379),
+            ("10.0.0.7", 10250),
+            ("10.9.9.9", 10352),
+            ("fd00::5", 10415),
+            ("10.0.0.9", 10351),
+        ]),
+        &cloudcores(),
+    )
+    .await
+    .unwrap();
+    let rules = ns.nat_rules();
+    for port in ["6443", "2379", "10250", "10352", "10415"] {
+        assert!(
+            !rules.contains(&format!("--dport {port} ")),
+            "{port}: {rules}"
+        );
+    }
+    assert!(!rules.contains("10.9.9.9"), "{rules}");
+    // This cloudcore's own entry is programmed, and never for local destinations.
+    assert!(
+        rules.contains(
+            "-A TUNNEL-PORT -p tcp -m addrtype ! --dst-type LOCAL -m tcp --dport 10351 -j DNAT --to-destination 10.0.0.9:10003"
+        ),
+        "{rules}"
+    );
+    // A record that would change more than max_changes rules at once changes none.
+    let sweeping = record(&[
+        ("10.0.0.5", 10352),
+        ("10.0.0.6", 10353),
+        ("10.0.0.7", 10354),
+        ("fd00::5", 10355),
+    ]);
+    let err = m.reconcile(&sweeping, &cloudcores()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            IptablesError::TooManyChanges {
+                changes: 5,
+                limit: 3
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(ns.nat_rules(), rules, "nothing changed");
+    m.cleanup().await.unwrap();
 }
 
 #[tokio::test]
@@ -163,6 +246,7 @@ async fn standalone_manager_should_fail_when_iptables_is_unavailable() {
             runner,
             10003,
             "kubeedge".into(),
+            Default::default(),
             std::future::pending(),
         ),
     )

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::config::KubeApiConfig;
 use clap::Args;
-use cloudstream::iptables::{DEFAULT_FORWARD_PORT, SystemRunner, run_standalone};
+use cloudstream::iptables::{DEFAULT_FORWARD_PORT, RecordPolicy, SystemRunner, run_standalone};
 
 /// Flags of `cloudcore iptables-manager` (KubeEdge's names are accepted too).
 #[derive(Debug, Args)]
@@ -22,6 +22,14 @@ pub(crate) struct IptablesManagerArgs {
     /// Port the DNAT rules forward to: cloudcore's `modules.cloudStream.streamPort`.
     #[arg(long, alias = "forwardport", default_value_t = DEFAULT_FORWARD_PORT)]
     forward_port: u16,
+    /// Tunnel ports accepted from the record, above 10350 (`10351..=10350+N`); other entries
+    /// get no rule.
+    #[arg(long, default_value_t = RecordPolicy::default().tunnel_port_limit)]
+    tunnel_port_limit: u16,
+    /// Most rules one record change may add, remove or change; a record changing more is
+    /// refused whole.
+    #[arg(long, default_value_t = RecordPolicy::default().max_changes)]
+    max_record_changes: usize,
 }
 
 /// Runs until SIGINT/SIGTERM, then removes the rules. Fails when the API server or iptables
@@ -41,6 +49,11 @@ pub(crate) fn run(args: IptablesManagerArgs) -> ExitCode {
             Arc::new(SystemRunner::new()),
             args.forward_port,
             cloudstream::negotiate::cloudcore_namespace(),
+            RecordPolicy {
+                tunnel_port_limit: args.tunnel_port_limit,
+                max_changes: args.max_record_changes,
+                own_ip: None,
+            },
             crate::app::signal(),
         )
         .await

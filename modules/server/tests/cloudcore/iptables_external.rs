@@ -16,7 +16,7 @@ use cloudcore_server::ops::Metrics;
 use cloudstream::{IptablesMode, TlsMaterial, TunnelPortRecord};
 use edge::hub::bootstrap;
 use edge::stream::{AgentOptions, EdgeStreamConfig, StreamAgent};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivateSec1KeyDer};
 use tokio::net::{TcpListener, TcpStream};
@@ -194,6 +194,32 @@ async fn create_edge_node(client: &kube::Client, name: &str) {
         .unwrap();
 }
 
+/// A running `kubeedge=cloudcore` pod in `kubeedge` with pod IP `ip`, on a cloud Node (the
+/// manager programs only the record entries of live cloudcore pods). The test API server has
+/// no scheduler or kubelet: the binding and the status are written as an administrator.
+async fn cloudcore_pod(client: &kube::Client, name: &str, ip: &str) {
+    let node = format!("{name}-host");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let host: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": node, "labels": {"node-role.kubernetes.io/control-plane": ""}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &host).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kubeedge");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"kubeedge": "cloudcore"}},
+        "spec": {"nodeName": node, "containers": [{"name": "cloudcore", "image": "cloudcore"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = serde_json::json!({"status": {
+        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+    }});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
 #[actix_rt::test]
 async fn external_mode_should_record_the_port_and_the_iptables_manager_should_keep_its_rule() {
     test_tiers::require!(ApiServer, Root);
@@ -251,7 +277,10 @@ async fn external_mode_should_record_the_port_and_the_iptables_manager_should_ke
     .await;
     let stream_port = core.addresses().stream.expect("stream address").port();
 
-    // The iptables-manager binary, in the namespace, programs what internal mode would.
+    // The iptables-manager binary, in the namespace, programs what internal mode would, for
+    // the entry of a live cloudcore pod.
+    let id = std::process::id();
+    cloudcore_pod(&client, &format!("cloudcore-a-{id}"), "127.0.0.1").await;
     let kubeconfig = kubeconfig_via(&ns.host_ip, &dir).await;
     let log = std::fs::File::create(dir.join("iptables-manager.log")).unwrap();
     let mut manager = Command::new("ip")
@@ -267,7 +296,7 @@ async fn external_mode_should_record_the_port_and_the_iptables_manager_should_ke
         .expect("start iptables-manager");
     let log_tail = || std::fs::read_to_string(dir.join("iptables-manager.log")).unwrap_or_default();
     let want = format!(
-        "-A TUNNEL-PORT -p tcp -m tcp --dport 10351 -j DNAT --to-destination 127.0.0.1:{stream_port}"
+        "-A TUNNEL-PORT -p tcp -m addrtype ! --dst-type LOCAL -m tcp --dport 10351 -j DNAT --to-destination 127.0.0.1:{stream_port}"
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     while !ns.nat_rules().contains(&want) {
@@ -305,6 +334,24 @@ async fn external_mode_should_record_the_port_and_the_iptables_manager_should_ke
     cms.patch("tunnelport", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+    // 10.9.9.9 is no cloudcore pod's address yet: no rule for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ns.nat_rules().contains("--dport 10360 ") {
+        assert!(
+            Instant::now() < deadline,
+            "no rule for 10360:\n{}",
+            log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!ns.nat_rules().contains("10.9.9.9"), "{}", ns.nat_rules());
+    assert!(
+        log_tail().contains("its IP is not a live cloudcore pod's"),
+        "{}",
+        log_tail()
+    );
+    cloudcore_pod(&client, &format!("cloudcore-b-{id}"), "10.9.9.9").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let rules = ns.nat_rules();
@@ -312,7 +359,7 @@ async fn external_mode_should_record_the_port_and_the_iptables_manager_should_ke
             "--dport 10360 -j DNAT --to-destination 127.0.0.1:{stream_port}"
         )) && rules.contains(&format!(
             "--dport 10361 -j DNAT --to-destination 10.9.9.9:{stream_port}"
-        )) && !rules.contains("--dport 10351")
+        )) && !rules.contains("--dport 10351 ")
         {
             break;
         }

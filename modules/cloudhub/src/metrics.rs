@@ -358,7 +358,8 @@ impl HubMetrics {
     /// reason, `cloudhub_records_{written,failed}_total`,
     /// `cloudhub_messages_held_elsewhere_total`, `cloudhub_token_refused_connected_total`,
     /// `cloudhub_certserver_{unauthorized,request_timeouts,too_large,rate_limited}_total`,
-    /// `cloudhub_revoked_certificates_refused_total` and `cloudhub_revoked_nodes`.
+    /// `cloudhub_revocation_writes_failed_total`, `cloudhub_revoked_certificates_refused_total`
+    /// and `cloudhub_revoked_nodes`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "KubeEdge_CloudHub_connected_nodes",
@@ -419,6 +420,11 @@ impl HubMetrics {
                 "cloudhub_certserver_rate_limited",
                 "/node/{name} checks refused by their source address's rate limit (429).",
                 &self.cert_rate_limited,
+            ),
+            (
+                "cloudhub_revocation_writes_failed",
+                "Writes of kubeedge/revokedcerts or kubeedge/edgenodes that failed (retried at the next resync).",
+                &self.revocation_writes_failed,
             ),
         ] {
             registry.register(name, help, counter.clone());

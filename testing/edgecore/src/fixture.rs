@@ -49,6 +49,7 @@ pub struct InteropBuilder {
     kubelet: bool,
     kubeconfig: Option<PathBuf>,
     service_account: bool,
+    impersonate: bool,
     dynamic_controller: bool,
     edge_task_manager: bool,
     container_runtime_endpoint: Option<String>,
@@ -125,12 +126,22 @@ impl InteropBuilder {
         self
     }
 
-    /// Runs cloudcore as the manifests deploy it: applies `manifests/namespace.yaml` and
-    /// `manifests/rbac.yaml` and gives it a kubeconfig with a token of the ServiceAccount
+    /// Runs cloudcore as the manifests deploy it: applies `manifests/namespace.yaml` and the
+    /// manifests' RBAC ([`crate::rbac::Grants`]) and gives it a kubeconfig with a token of the ServiceAccount
     /// `kubeedge/cloudcore` (see [`crate::rbac::service_account_kubeconfig`]). An explicit
     /// [`InteropBuilder::kubeconfig`] wins.
     pub fn service_account(mut self) -> Self {
         self.service_account = true;
+        self
+    }
+
+    /// Runs cloudcore with `authorization.enable: true, debug: false`: its requests on behalf
+    /// of the edge are impersonated as `system:node:<name>`. With
+    /// [`InteropBuilder::service_account`], the ServiceAccount gets the manifests'
+    /// impersonation variant ([`crate::rbac::Grants::Impersonation`]) instead of the edge
+    /// requests' rules.
+    pub fn impersonating(mut self) -> Self {
+        self.impersonate = true;
         self
     }
 
@@ -166,7 +177,12 @@ impl InteropBuilder {
         spec.kubeconfig = match (&self.kubeconfig, self.service_account) {
             (Some(path), _) => path.clone(),
             (None, true) => {
-                let kubeconfig = crate::rbac::service_account_kubeconfig(&dir.join("sa")).await?;
+                let grants = match self.impersonate {
+                    true => crate::rbac::Grants::Impersonation,
+                    false => crate::rbac::Grants::OwnIdentity,
+                };
+                let kubeconfig =
+                    crate::rbac::service_account_kubeconfig_for(&dir.join("sa"), grants).await?;
                 for file in &self.optional_rbac {
                     crate::rbac::apply_optional(file, &kubeconfig).await?;
                 }
@@ -175,6 +191,7 @@ impl InteropBuilder {
             (None, false) => env.kubeconfig(),
         };
         spec.keepalive_interval = self.keepalive_interval;
+        spec.impersonate = self.impersonate;
         spec.dynamic_controller = self.dynamic_controller;
         spec.extra = self.cloud_extra.clone();
         let kubelet = match self.kubelet {
@@ -299,6 +316,7 @@ impl Interop {
             kubelet: false,
             kubeconfig: None,
             service_account: false,
+            impersonate: false,
             dynamic_controller: true,
             edge_task_manager: false,
             container_runtime_endpoint: None,

@@ -1,6 +1,6 @@
 //! cloudcore as the manifests deploy it: the ServiceAccount `kubeedge/cloudcore` with exactly
-//! the permissions of `manifests/rbac.yaml`, and a kubeconfig holding a token for it, the way
-//! a pod's mounted token reaches the API server.
+//! the permissions of one of the manifests' two RBAC variants ([`Grants`]), and a kubeconfig
+//! holding a token for it, the way a pod's mounted token reaches the API server.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,15 +23,76 @@ pub fn manifests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests")
 }
 
-/// Applies `manifests/namespace.yaml` and `manifests/rbac.yaml` to the test API server.
+/// The manifests that grant cloudcore's ServiceAccount its permissions with impersonation off:
+/// its own (`rbac.yaml`) and those for requests it makes on behalf of edges.
+pub const RBAC_FILES: [&str; 2] = ["rbac.yaml", "rbac-edge-requests.yaml"];
+
+/// The manifests that grant them with impersonation on (`authorization.enable: true`, `debug:
+/// false`): its own, and the right to impersonate nodes in place of the edge requests.
+pub const IMPERSONATION_RBAC_FILES: [&str; 2] = ["rbac.yaml", "optional/impersonation.yaml"];
+
+/// Which of the two RBAC variants of the manifests cloudcore's ServiceAccount gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Grants {
+    /// [`RBAC_FILES`]: cloudcore makes edge requests with its own identity.
+    #[default]
+    OwnIdentity,
+    /// [`IMPERSONATION_RBAC_FILES`]: edge requests are impersonated as the node.
+    Impersonation,
+}
+
+impl Grants {
+    /// The files applied for this variant.
+    pub fn files(self) -> [&'static str; 2] {
+        match self {
+            Grants::OwnIdentity => RBAC_FILES,
+            Grants::Impersonation => IMPERSONATION_RBAC_FILES,
+        }
+    }
+
+    /// The file of the other variant whose objects this one must not have.
+    fn excluded(self) -> &'static str {
+        match self {
+            Grants::OwnIdentity => "optional/impersonation.yaml",
+            Grants::Impersonation => "rbac-edge-requests.yaml",
+        }
+    }
+}
+
+/// Applies `manifests/namespace.yaml`, the [`RBAC_FILES`] and `manifests/admission-policy.yaml`
+/// to the test API server, and deletes what only the impersonation variant has.
 ///
 /// # Errors
 /// When kubectl fails.
 pub async fn apply_manifests_rbac() -> Result<()> {
-    for file in ["namespace.yaml", "rbac.yaml"] {
+    apply_manifests_rbac_for(Grants::OwnIdentity).await
+}
+
+/// Applies `manifests/namespace.yaml`, the files of `grants` and `manifests/admission-policy.yaml`
+/// (which limits the names of what cloudcore writes in `kubeedge`), and deletes the objects
+/// only the other variant has.
+///
+/// # Errors
+/// When kubectl fails.
+pub async fn apply_manifests_rbac_for(grants: Grants) -> Result<()> {
+    let files = std::iter::once("namespace.yaml")
+        .chain(grants.files())
+        .chain(["admission-policy.yaml"]);
+    for file in files {
         let path = manifests_dir().join(file);
         kubectl_ok(&["apply", "-f", &path.display().to_string()], None).await?;
     }
+    let other = manifests_dir().join(grants.excluded());
+    kubectl_ok(
+        &[
+            "delete",
+            "--ignore-not-found",
+            "-f",
+            &other.display().to_string(),
+        ],
+        None,
+    )
+    .await?;
     Ok(())
 }
 
@@ -43,7 +104,16 @@ pub async fn apply_manifests_rbac() -> Result<()> {
 /// When the manifests cannot be applied, the token cannot be had or the rules do not take
 /// effect within 30 s.
 pub async fn service_account_kubeconfig(dir: &Path) -> Result<PathBuf> {
-    apply_manifests_rbac().await?;
+    service_account_kubeconfig_for(dir, Grants::OwnIdentity).await
+}
+
+/// [`service_account_kubeconfig`] with the RBAC variant `grants`; it also waits until the
+/// account has the variant's grants and not the other's.
+///
+/// # Errors
+/// As [`service_account_kubeconfig`].
+pub async fn service_account_kubeconfig_for(dir: &Path, grants: Grants) -> Result<PathBuf> {
+    apply_manifests_rbac_for(grants).await?;
     let admin = k8s_testenv::client().await;
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
@@ -87,6 +157,10 @@ pub async fn service_account_kubeconfig(dir: &Path) -> Result<PathBuf> {
     // A ClusterRole and a Role rule: both bindings have taken effect.
     wait_may(&sa, "watch", "", "nodes", "", true).await?;
     wait_may(&sa, "create", "", "secrets", "kubeedge", true).await?;
+    // An edge request's rule, and impersonation: exactly one of them.
+    let impersonating = grants == Grants::Impersonation;
+    wait_may(&sa, "create", "", "pods", "", !impersonating).await?;
+    wait_may(&sa, "impersonate", "", "users", "", impersonating).await?;
     Ok(path)
 }
 

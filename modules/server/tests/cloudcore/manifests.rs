@@ -311,6 +311,21 @@ fn the_configmap_loads_strictly_and_agrees_with_the_deployment() {
     let env: Vec<_> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
     assert!(env.contains(&cloudstream::negotiate::NAMESPACE_ENV));
 
+    // The stream server is called only by the API server, through the DNAT rules to the pod
+    // IP: it is not published on the LoadBalancer.
+    let public: Service = object("Service", "cloudcore");
+    let published: Vec<i32> = public
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| p.port)
+        .collect();
+    assert!(
+        !published.contains(&(m.cloud_stream.stream_port as i32)),
+        "{published:?}"
+    );
     // Services route to ports the container has, and select the Deployment's pods.
     for name in ["cloudcore", "cloudcore-monitor"] {
         let svc: Service = object("Service", name);
@@ -330,7 +345,21 @@ fn the_configmap_loads_strictly_and_agrees_with_the_deployment() {
     let ds_pod = ds.spec.template.spec.unwrap();
     assert_eq!(ds_pod.host_network, Some(true));
     let ipt = container(&ds_pod.containers, "iptables-manager");
-    assert_eq!(ipt.image, c.image, "one image for both");
+    // Two targets of one Dockerfile: only the iptables-manager's image has iptables.
+    assert_eq!(c.image.as_deref(), Some("cloudcore:latest"));
+    assert_eq!(
+        ipt.image.as_deref(),
+        Some("cloudcore-iptables-manager:latest")
+    );
+    let dockerfile = read(&root().join("Dockerfile"));
+    for target in ["AS iptables-manager", "AS cloudcore"] {
+        assert!(dockerfile.contains(target), "Dockerfile target {target}");
+    }
+    let cloudcore_stage = &dockerfile[dockerfile.find("AS cloudcore").unwrap()..];
+    assert!(
+        !cloudcore_stage.contains("iptables"),
+        "cloudcore's image installs nothing more"
+    );
     let args = ipt.args.clone().unwrap_or_default();
     assert_eq!(args.first().map(String::as_str), Some("iptables-manager"));
     let forward = args
@@ -456,13 +485,14 @@ const NEEDS: &[Need] = &[
         group: "",
         resources: &["nodes"],
         names: &[],
-        verbs: &["get", "list", "watch", "create", "patch"],
+        verbs: &["get", "list", "watch", "patch"],
         used_at: &[
-            "edgecontroller/src/upstream/nodes.rs: api::<Node>(None).create(",
             "edgecontroller/src/upstream/nodes.rs: api::<Node>(None).patch(",
             "edgecontroller/src/upstream/nodes.rs: api::<Node>(None).get(",
             "edgecontroller/src/downstream/mod.rs: let mut nodes: Option<Events<Node>>",
-            "cloudhub/src/certserver.rs: Api::<Node>::all(client).get_opt(",
+            "cloudhub/src/certserver.rs: escaped::Api::<Node>::all(client).get_opt(",
+            "cloudhub/src/revocation.rs: Api::<PartialObjectMeta<Node>>::all(client.clone())",
+            "cloudstream/src/tunnel/addresses.rs: kube::Api::<Node>::all(client)",
             "synccontroller/src/reconciler.rs: Api::<PartialObjectMeta<Node>>::all(",
             "taskmanager/src/select.rs: nodes.get_opt(name)",
             "taskmanager/src/select.rs: .list(&ListParams::default().labels(&selector))",
@@ -474,9 +504,8 @@ const NEEDS: &[Need] = &[
         group: "",
         resources: &["nodes/status"],
         names: &[],
-        verbs: &["update", "patch"],
+        verbs: &["patch"],
         used_at: &[
-            "edgecontroller/src/upstream/nodes.rs: api::<Node>(None).replace_subresource(",
             "edgecontroller/src/upstream/nodes.rs: self.patch_status::<Node>(",
             "cloudstream/src/tunnel/node.rs: .patch_status(node,",
         ],
@@ -486,24 +515,12 @@ const NEEDS: &[Need] = &[
         group: "",
         resources: &["pods"],
         names: &[],
-        verbs: &["get", "list", "watch", "create", "delete"],
+        verbs: &["get", "list", "watch"],
         used_at: &[
-            "edgecontroller/src/upstream/pods.rs: api::<Pod>(Some(&r.namespace)).create(",
-            "edgecontroller/src/upstream/pods.rs: api::<Pod>(Some(&r.namespace)).delete(",
             "edgecontroller/src/upstream/pods.rs: api::<Pod>(Some(&r.namespace)).get(",
+            "cloudstream/src/negotiate.rs: let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);",
             "edgecontroller/src/downstream/pods.rs: Api::<Pod>::all(self.client.clone()).list(",
             "cloudstream/src/stream/locate.rs: let api: Api<Pod> = Api::all(",
-        ],
-    },
-    Need {
-        namespace: CLUSTER,
-        group: "",
-        resources: &["pods/status"],
-        names: &[],
-        verbs: &["update", "patch"],
-        used_at: &[
-            "edgecontroller/src/upstream/pods.rs: api::<Pod>(Some(&r.namespace)).replace_subresource(",
-            "edgecontroller/src/upstream/pods.rs: self.patch_status::<Pod>(",
         ],
     },
     Need {
@@ -546,28 +563,6 @@ const NEEDS: &[Need] = &[
     },
     Need {
         namespace: CLUSTER,
-        group: "",
-        resources: &["serviceaccounts/token"],
-        names: &[],
-        verbs: &["create"],
-        used_at: &[
-            "edgecontroller/src/upstream/queries.rs: api::<ServiceAccount>(Some(&r.namespace)).create_subresource(",
-        ],
-    },
-    Need {
-        namespace: CLUSTER,
-        group: "",
-        resources: &["events"],
-        names: &[],
-        verbs: &["create", "update", "patch"],
-        used_at: &[
-            "edgecontroller/src/upstream/events.rs: api::<Event>(Some(&ns)).create(",
-            "edgecontroller/src/upstream/events.rs: api::<Event>(Some(&ns)).replace(",
-            "edgecontroller/src/upstream/events.rs: api::<Event>(Some(&namespace(&p.event))).patch(",
-        ],
-    },
-    Need {
-        namespace: CLUSTER,
         group: "coordination.k8s.io",
         resources: &["leases"],
         names: &[],
@@ -577,17 +572,6 @@ const NEEDS: &[Need] = &[
             "edgecontroller/src/upstream/leases.rs: leases.replace(",
             "edgecontroller/src/upstream/leases.rs: api::<Lease>(Some(&r.namespace)).get(",
             "server/src/leader.rs: self.api.get_opt(",
-        ],
-    },
-    Need {
-        namespace: CLUSTER,
-        group: "certificates.k8s.io",
-        resources: &["certificatesigningrequests"],
-        names: &[],
-        verbs: &["get", "create"],
-        used_at: &[
-            "edgecontroller/src/upstream/csr.rs: api::<CertificateSigningRequest>(None).create(",
-            "edgecontroller/src/upstream/queries.rs: .get::<CertificateSigningRequest>(",
         ],
     },
     Need {
@@ -825,6 +809,82 @@ const NEEDS: &[Need] = &[
     },
 ];
 
+/// What `cloudcore-edge-requests` (manifests/rbac-edge-requests.yaml) must grant: the requests
+/// cloudcore makes on behalf of an edge with its own identity, and nothing of its own.
+const EDGE_NEEDS: &[Need] = &[
+    Need {
+        namespace: CLUSTER,
+        group: "",
+        resources: &["nodes"],
+        names: &[],
+        verbs: &["create"],
+        used_at: &["edgecontroller/src/upstream/nodes.rs: api::<Node>(None).create("],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "",
+        resources: &["nodes/status"],
+        names: &[],
+        verbs: &["update"],
+        used_at: &["edgecontroller/src/upstream/nodes.rs: api::<Node>(None).replace_subresource("],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "",
+        resources: &["pods"],
+        names: &[],
+        verbs: &["create", "delete"],
+        used_at: &[
+            "edgecontroller/src/upstream/pods.rs: api::<Pod>(Some(&r.namespace)).create(",
+            "edgecontroller/src/upstream/pods.rs: api::<Pod>(Some(&r.namespace)).delete(",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "",
+        resources: &["pods/status"],
+        names: &[],
+        verbs: &["update", "patch"],
+        used_at: &[
+            "edgecontroller/src/upstream/pods.rs: api::<Pod>(Some(&r.namespace)).replace_subresource(",
+            "edgecontroller/src/upstream/pods.rs: self.patch_status::<Pod>(",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "",
+        resources: &["serviceaccounts/token"],
+        names: &[],
+        verbs: &["create"],
+        used_at: &[
+            "edgecontroller/src/upstream/queries.rs: api::<ServiceAccount>(Some(&r.namespace)).create_subresource(",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "",
+        resources: &["events"],
+        names: &[],
+        verbs: &["create", "update", "patch"],
+        used_at: &[
+            "edgecontroller/src/upstream/events.rs: api::<Event>(Some(&ns)).create(",
+            "edgecontroller/src/upstream/events.rs: api::<Event>(Some(&ns)).replace(",
+            "edgecontroller/src/upstream/events.rs: api::<Event>(Some(&namespace(&p.event))).patch(",
+        ],
+    },
+    Need {
+        namespace: CLUSTER,
+        group: "certificates.k8s.io",
+        resources: &["certificatesigningrequests"],
+        names: &[],
+        verbs: &["get", "create"],
+        used_at: &[
+            "edgecontroller/src/upstream/csr.rs: api::<CertificateSigningRequest>(None).create(",
+            "edgecontroller/src/upstream/queries.rs: .get::<CertificateSigningRequest>(",
+        ],
+    },
+];
+
 /// What `cloudcore iptables-manager` calls: it follows the record and releases the entries of
 /// deleted cloudcore pods in its namespace.
 const IPTABLES_MANAGER_NEEDS: &[Need] = &[
@@ -870,7 +930,9 @@ const REQUIRE_AUTHORIZATION_NEEDS: &[Need] = &[
         group: "certificates.k8s.io",
         resources: &["certificatesigningrequests"],
         names: &[],
-        verbs: &["list", "watch"],
+        // get: the start-up check asks it for the approver (the main role no longer grants it:
+        // the edge's CSR reads are in rbac-edge-requests.yaml, which impersonation replaces).
+        verbs: &["get", "list", "watch"],
         used_at: &[
             "csrapprover/src/approver.rs: let api: Api<CertificateSigningRequest> = Api::all(client);",
         ],
@@ -998,17 +1060,20 @@ fn needed_grants(needs: &[Need]) -> BTreeSet<Grant> {
     out
 }
 
-/// Compares what the ClusterRole and the Role named `name` grant with `needs`, both ways, and
-/// checks that every call the table cites is still in the code.
-fn assert_roles_are(name: &str, needs: &[Need]) {
+/// Compares what the ClusterRole and the Role named `name` grant (no Role when `with_role` is
+/// false) with `needs`, both ways, and checks that every call the table cites is still in the
+/// code.
+fn assert_roles_are(name: &str, with_role: bool, needs: &[Need]) {
     let cluster: ClusterRole = object("ClusterRole", name);
-    let role: Role = object("Role", name);
-    assert_eq!(role.metadata.namespace.as_deref(), KUBEEDGE);
     let mut granted = grants_of("", cluster.rules.as_deref().unwrap_or_default());
-    granted.extend(grants_of(
-        "kubeedge",
-        role.rules.as_deref().unwrap_or_default(),
-    ));
+    if with_role {
+        let role: Role = object("Role", name);
+        assert_eq!(role.metadata.namespace.as_deref(), KUBEEDGE);
+        granted.extend(grants_of(
+            "kubeedge",
+            role.rules.as_deref().unwrap_or_default(),
+        ));
+    }
     let needed = needed_grants(needs);
     let unused: Vec<_> = granted.difference(&needed).collect();
     let missing: Vec<_> = needed.difference(&granted).collect();
@@ -1040,12 +1105,13 @@ fn assert_roles_are(name: &str, needs: &[Need]) {
 
 #[test]
 fn every_cloudcore_rule_is_one_a_module_uses() {
-    assert_roles_are("cloudcore", NEEDS);
+    assert_roles_are("cloudcore", true, NEEDS);
+    assert_roles_are("cloudcore-edge-requests", false, EDGE_NEEDS);
 }
 
 #[test]
 fn every_iptables_manager_rule_is_one_it_uses() {
-    assert_roles_are("iptables-manager", IPTABLES_MANAGER_NEEDS);
+    assert_roles_are("iptables-manager", true, IPTABLES_MANAGER_NEEDS);
 }
 
 /// The ClusterRole of `manifests/optional/<file>`, and that its binding names cloudcore.
@@ -1246,6 +1312,67 @@ async fn the_api_server_accepts_the_manifests_and_grants_exactly_what_is_needed(
         }
     }
     assert_allowed(&client, CLOUDCORE_SA, NEEDS).await;
+    assert_allowed(&client, CLOUDCORE_SA, EDGE_NEEDS).await;
+    // What RBAC cannot name, the admission policy does: cloudcore writes only the ConfigMaps
+    // and Secrets it owns in kubeedge (the policy's CEL is compiled by the API server, so
+    // wait for it to take effect).
+    let as_cloudcore = |args: &[&str]| {
+        let mut cmd = k8s_testenv::env().kubectl();
+        cmd.args(["--as", CLOUDCORE_SA, "-n", "kubeedge"])
+            .args(args);
+        cmd.current_dir(root()).output().expect("run kubectl")
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = as_cloudcore(&["create", "configmap", "cloudcore-pwned"]);
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("cloudcore may write only its own configmaps"),
+                "{err}"
+            );
+            break;
+        }
+        kubectl(&["-n", "kubeedge", "delete", "configmap", "cloudcore-pwned"]);
+        assert!(
+            Instant::now() < deadline,
+            "the admission policy did not take effect"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for args in [
+        &[
+            "patch",
+            "configmap",
+            "cloudcore",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"x":"y"}}"#,
+        ][..],
+        &["delete", "configmap", "cloudcore"],
+        &["create", "secret", "generic", "pwned"],
+    ] {
+        let out = as_cloudcore(args);
+        assert!(!out.status.success(), "{args:?} as cloudcore was admitted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("cloudcore may write only its own"),
+            "{args:?}: {err}"
+        );
+    }
+    let name = format!("dynamiccontroller.policy-{}", std::process::id());
+    let out = as_cloudcore(&["create", "configmap", &name]);
+    assert!(
+        out.status.success(),
+        "a per-node record: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = as_cloudcore(&["delete", "configmap", &name]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for (ns, group, resource, name, verb) in [
         ("default", "", "secrets", "", "create"),
         ("kubeedge", "", "secrets", "casecret", "patch"),

@@ -21,8 +21,9 @@ use kubeedge_api::reliablesyncs::{ObjectSync, object_sync_name};
 use tokio::io::AsyncReadExt;
 
 /// Every scenario runs cloudcore the way the manifests deploy it: with a token of the
-/// ServiceAccount `kubeedge/cloudcore` and only the permissions of `manifests/rbac.yaml`, so a
-/// rule the code needs but the manifests lack fails a scenario.
+/// ServiceAccount `kubeedge/cloudcore` and only the permissions of `manifests/rbac.yaml` and
+/// `manifests/rbac-edge-requests.yaml` (under `manifests/admission-policy.yaml`), so a rule the
+/// code needs but the manifests lack fails a scenario.
 fn cloud_as_deployed(node: &str) -> InteropBuilder {
     Interop::builder(node).service_account()
 }

@@ -1,4 +1,5 @@
-//! cloudcore runs with exactly the permissions of `manifests/rbac.yaml`: the real binary, with
+//! cloudcore runs with exactly the permissions of `manifests/rbac.yaml` and
+//! `manifests/rbac-edge-requests.yaml` (impersonation off): the real binary, with
 //! a token of the manifests' ServiceAccount against a real API server (RBAC on), bootstraps a
 //! real edgecore and delivers objects to it with acknowledgements. With any one rule of the
 //! ClusterRole or Role taken away it exits non-zero at start naming what it lacks, unless the
@@ -9,7 +10,9 @@
 //! succeeds, then the API server refuses cloudcore's identity and shows nothing changed.
 //! (`interop_edgecore` runs every real-edgecore scenario with the same ServiceAccount.) With
 //! `featureGates.requireAuthorization`, each rule of `manifests/optional/require-authorization.yaml`
-//! is shown the same way: without it cloudcore exits at start naming it.
+//! is shown the same way: without it cloudcore exits at start naming it. With impersonation on,
+//! `manifests/rbac.yaml` and `manifests/optional/impersonation.yaml` alone serve every one of
+//! those edge requests, now decided as the node.
 //!
 //! Run: `cargo test -p cloudcore-server --test edgecore least_privilege`.
 
@@ -23,7 +26,8 @@ use base64::Engine;
 use beehive::{Content, Message};
 use cloudcore_server::config::CloudCoreConfig;
 use edgecore_interop::rbac::{
-    client_of, manifests_dir, may, may_named, service_account_kubeconfig,
+    Grants, RBAC_FILES, apply_manifests_rbac, client_of, manifests_dir, may, may_named,
+    service_account_kubeconfig, service_account_kubeconfig_for,
 };
 use edgecore_interop::{CloudSpec, Cloudcore, EDGE_LABEL, Interop, Serial, kubectl_ok, store_key};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -45,11 +49,13 @@ async fn apply_yaml(yaml: &str) -> Result<()> {
     Ok(())
 }
 
-/// One rule of the ClusterRole or the Role (namespace kubeedge) in `manifests/rbac.yaml`.
+/// One rule of a ClusterRole or of the Role (namespace kubeedge) in the RBAC manifests.
 #[derive(Debug, Clone)]
 struct Rule {
     /// `ClusterRole` or `Role`.
     kind: String,
+    /// The role's name (`cloudcore`, `cloudcore-edge-requests`).
+    role: String,
     /// Its position in that role's rules.
     index: usize,
     groups: Vec<String>,
@@ -80,8 +86,9 @@ impl Rule {
             false => format!(" named {}", self.names.join(",")),
         };
         format!(
-            "{} [{}] {}{} {{{}}}",
+            "{} {} [{}] {}{} {{{}}}",
             self.kind,
+            self.role,
             self.groups
                 .iter()
                 .map(|g| if g.is_empty() { "core" } else { g })
@@ -102,11 +109,29 @@ fn strings(v: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-/// The documents of `manifests/rbac.yaml`.
+/// The documents of the RBAC manifests ([`RBAC_FILES`]).
 fn rbac_documents() -> Result<Vec<serde_json::Value>> {
-    let text = std::fs::read_to_string(manifests_dir().join("rbac.yaml"))?;
-    // Empty documents are skipped.
-    Ok(serde_saphyr::from_multiple(&text)?)
+    let mut docs = Vec::new();
+    for file in RBAC_FILES {
+        let text = std::fs::read_to_string(manifests_dir().join(file))?;
+        // Empty documents are skipped.
+        docs.extend(serde_saphyr::from_multiple::<serde_json::Value>(&text)?);
+    }
+    Ok(docs)
+}
+
+/// Applies the RBAC manifests again, whatever was applied in their place.
+async fn apply_rbac() -> Result<()> {
+    for file in RBAC_FILES {
+        apply_file(&manifests_dir().join(file)).await?;
+    }
+    Ok(())
+}
+
+/// Whether `doc` is the role `rule` belongs to.
+fn is_role_of(doc: &serde_json::Value, rule: &Rule) -> bool {
+    doc["kind"].as_str() == Some(rule.kind.as_str())
+        && doc["metadata"]["name"].as_str() == Some(rule.role.as_str())
 }
 
 fn rbac_rules() -> Result<Vec<Rule>> {
@@ -146,6 +171,10 @@ fn rules_of(documents: Vec<serde_json::Value>) -> Result<Vec<Rule>> {
         for (index, r) in doc["rules"].as_array().context("rules")?.iter().enumerate() {
             rules.push(Rule {
                 kind: kind.to_owned(),
+                role: doc["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
                 index,
                 groups: strings(&r["apiGroups"]),
                 resources: strings(&r["resources"]),
@@ -157,11 +186,11 @@ fn rules_of(documents: Vec<serde_json::Value>) -> Result<Vec<Rule>> {
     Ok(rules)
 }
 
-/// `manifests/rbac.yaml` without `rule`.
+/// The RBAC manifests without `rule`.
 fn rbac_without(rule: &Rule) -> Result<String> {
     let mut out = String::new();
     for mut doc in rbac_documents()? {
-        if doc["kind"].as_str() == Some(rule.kind.as_str()) {
+        if is_role_of(&doc, rule) {
             let rules = doc["rules"].as_array_mut().context("rules")?;
             ensure!(rule.index < rules.len(), "no rule {}", rule.label());
             rules.remove(rule.index);
@@ -172,12 +201,12 @@ fn rbac_without(rule: &Rule) -> Result<String> {
     Ok(out)
 }
 
-/// `manifests/rbac.yaml` with `verb` taken out of `rule` (the rule itself when it is its only
+/// The RBAC manifests with `verb` taken out of `rule` (the rule itself when it is its only
 /// verb).
 fn rbac_without_verb(rule: &Rule, verb: &str) -> Result<String> {
     let mut out = String::new();
     for mut doc in rbac_documents()? {
-        if doc["kind"].as_str() == Some(rule.kind.as_str()) {
+        if is_role_of(&doc, rule) {
             let rules = doc["rules"].as_array_mut().context("rules")?;
             let r = rules.get_mut(rule.index).context("no such rule")?;
             let verbs = r["verbs"].as_array_mut().context("verbs")?;
@@ -209,7 +238,7 @@ fn probe_verbs<'a>(
         for group in &rule.groups {
             for resource in &rule.resources {
                 let elsewhere = all.iter().any(|o| {
-                    (o.kind != rule.kind || o.index != rule.index)
+                    (o.kind != rule.kind || o.role != rule.role || o.index != rule.index)
                         && o.grants(verb, group, resource, rule.namespace(), name)
                 });
                 if !elsewhere {
@@ -225,7 +254,7 @@ fn probe_verbs<'a>(
 }
 
 /// An edge request that needs an edge-only rule (see [`EdgeWorld::request`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum EdgeCase {
     PodStatus,
     LegacyPodStatus,
@@ -583,7 +612,11 @@ async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_
     let dir = std::env::temp_dir().join(format!("cloudcore-per-rule-{}", std::process::id()));
     let kubeconfig = service_account_kubeconfig(&dir.join("sa")).await?;
     let rules = rbac_rules()?;
-    ensure!(rules.len() > 20, "only {} rules in rbac.yaml", rules.len());
+    ensure!(
+        rules.len() > 20,
+        "only {} rules in the RBAC manifests",
+        rules.len()
+    );
     let mut spec = CloudSpec::for_testenv(&dir.join("c"))?;
     spec.extra = monitor_webhook();
     let config = CloudCoreConfig::from_yaml(&spec.render()?)?;
@@ -693,6 +726,21 @@ async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_
             (Ok(Outcome::Started), Some((_, EdgeProof::Scenario(_, what)))) => format!(
                 "starts; edge-only, proven by an edge request (see the edge-rule table): {what}"
             ),
+            // A rule of edge-only verbs, each proven by its own edge request.
+            (Ok(Outcome::Started), None)
+                if rule.verbs.iter().all(|v| edge_verb(rule, v).is_some()) =>
+            {
+                let proofs: Vec<String> = rule
+                    .verbs
+                    .iter()
+                    .map(|v| format!("{v}: {}", edge_verb(rule, v).unwrap_or_default()))
+                    .collect();
+                format!(
+                    "starts; edge-only verbs, each proven by an edge request (see the edge-rule \
+                     table): {}",
+                    proofs.join("; ")
+                )
+            }
             (Ok(Outcome::Started), None) => {
                 failures.push(format!(
                     "{}: cloudcore starts without it and no edge-only use is listed",
@@ -704,7 +752,7 @@ async fn without_any_one_rule_cloudcore_names_it_at_start_or_it_is_an_edge_only_
         table.push(format!("{:<90} -> {how}", rule.label()));
     }
     // The manifests again, whatever happened.
-    apply_file(&manifests_dir().join("rbac.yaml")).await?;
+    apply_rbac().await?;
     println!("rule of manifests/rbac.yaml removed -> how cloudcore fails without it");
     for row in &table {
         println!("{row}");
@@ -1536,7 +1584,7 @@ async fn edge_only_rules_and_verbs_are_each_needed_by_an_edge_request() -> Resul
         apply_yaml(&reduced).await?;
         wait_allowed(&sa, p_verb, group, res, rule.namespace(), name, false).await?;
         let without = world.request(case, 2 * round).await;
-        apply_file(&manifests_dir().join("rbac.yaml")).await?;
+        apply_rbac().await?;
         wait_allowed(&sa, p_verb, group, res, rule.namespace(), name, true).await?;
         let with = world.request(case, 2 * round + 1).await;
         let row = match (with, without) {
@@ -1552,7 +1600,7 @@ async fn edge_only_rules_and_verbs_are_each_needed_by_an_edge_request() -> Resul
         };
         table.push(format!("{taken:<70} -> {row}"));
     }
-    apply_file(&manifests_dir().join("rbac.yaml")).await?;
+    apply_rbac().await?;
     println!(
         "edge-only rule (or verb) of manifests/rbac.yaml removed -> the edge request that needs it"
     );
@@ -1621,4 +1669,78 @@ async fn logs_as_apiserver(core: &Cloudcore, ns: &str, node: &str) -> Result<(u1
         .and_then(|s| s.parse().ok())
         .with_context(|| format!("no status line: {answer:?}"))?;
     Ok((status, answer))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The impersonation variant of the manifests
+// ---------------------------------------------------------------------------------------------
+
+/// With `authorization.enable: true, debug: false` cloudcore makes its requests on behalf of
+/// an edge as `system:node:<name>` (group `system:nodes`), so its ServiceAccount needs
+/// `manifests/rbac.yaml` and `manifests/optional/impersonation.yaml` only: every edge request
+/// the tables above prove needs an edge rule without impersonation succeeds here without
+/// `manifests/rbac-edge-requests.yaml`, decided by the API server's Node authorizer.
+#[tokio::test]
+async fn impersonating_cloudcore_serves_every_edge_request_without_the_edge_request_rules()
+-> Result<()> {
+    let _serial = Serial::acquire()?;
+    k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
+    let dir = std::env::temp_dir().join(format!("cloudcore-impersonating-{}", std::process::id()));
+    let result = async {
+        let kubeconfig =
+            service_account_kubeconfig_for(&dir.join("sa"), Grants::Impersonation).await?;
+        let sa = client_of(&kubeconfig).await?;
+        // Not one rule of the edge requests: they can only succeed as the node.
+        for (verb, resource) in [
+            ("create", "pods"),
+            ("update", "pods/status"),
+            ("create", "serviceaccounts/token"),
+            ("create", "events"),
+        ] {
+            ensure!(
+                !may(&sa, verb, "", resource, "").await?,
+                "cloudcore's own identity may {verb} {resource}"
+            );
+        }
+        let mut spec = CloudSpec::for_testenv(&dir.join("c"))?;
+        spec.kubeconfig = kubeconfig;
+        spec.impersonate = true;
+        let world = EdgeWorld::new(Cloudcore::start(&spec).await?).await?;
+        let all = EDGE_ONLY
+            .iter()
+            .map(|(_, EdgeProof::Scenario(case, what))| (*case, *what))
+            .chain(EDGE_VERBS.iter().map(|(_, _, case, what)| (*case, *what)))
+            .chain(
+                ALSO_NEEDED_BY
+                    .iter()
+                    .map(|(_, _, case, what)| (*case, *what)),
+            );
+        let mut cases: Vec<(EdgeCase, &str)> = Vec::new();
+        for (case, what) in all {
+            if !cases.iter().any(|(c, _)| *c == case) {
+                cases.push((case, what));
+            }
+        }
+        let mut failures = Vec::new();
+        for (round, (case, what)) in (1..).zip(cases) {
+            match world.request(case, round).await {
+                Ok(None) => println!("{what:<90} -> succeeds"),
+                other => failures.push(format!("{what}: {other:?}")),
+            }
+        }
+        let log = world.core.log_tail(200);
+        let EdgeWorld { mut core, .. } = world;
+        core.stop().await;
+        ensure!(
+            failures.is_empty(),
+            "{}\ncloudcore's log:\n{log}",
+            failures.join("\n")
+        );
+        Ok(())
+    }
+    .await;
+    // The other variant again, whatever happened: the other scenarios expect it.
+    apply_manifests_rbac().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }

@@ -12,7 +12,7 @@ kubeedge
 
 {{- define "cloudcore.iptablesManagerImage" -}}
 {{- $i := .Values.iptablesManager.image -}}
-{{ $i.repository | default .Values.cloudCore.image.repository }}:{{ $i.tag | default .Values.cloudCore.image.tag }}
+{{ $i.repository | default (printf "%s-iptables-manager" .Values.cloudCore.image.repository) }}:{{ $i.tag | default .Values.cloudCore.image.tag }}
 {{- end -}}
 
 {{/*

@@ -289,10 +289,9 @@ fn kubeedge_chart_values_reach_the_objects() {
         [
             (10000, Some(30000)),
             (10002, Some(30002)),
-            (10003, Some(30003)),
             (10004, Some(30004))
         ],
-        "KubeEdge's node ports"
+        "KubeEdge's node ports, without the stream server's"
     );
 
     for (kind, name) in [
@@ -304,12 +303,13 @@ fn kubeedge_chart_values_reach_the_objects() {
         assert!(defaults.contains_key(&key), "{kind} {name} by default");
         assert!(!set.contains_key(&key), "{kind} {name} switched off");
     }
-    // The iptables-manager runs cloudcore's image unless told otherwise.
+    // The iptables-manager runs the iptables-manager image of cloudcore's tag unless told
+    // otherwise.
     let with_image = by_key(render(&["--set", "cloudCore.image.tag=v9"]));
     let ds = &with_image[&("DaemonSet".to_owned(), "cloud-iptables-manager".to_owned())];
     assert_eq!(
         ds["spec"]["template"]["spec"]["containers"][0]["image"],
-        "cloudcore:v9"
+        "cloudcore-iptables-manager:v9"
     );
 }
 

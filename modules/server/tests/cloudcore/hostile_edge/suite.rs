@@ -2827,6 +2827,8 @@ mod permits;
 #[allow(clippy::duplicate_mod)]
 #[path = "rereview.rs"]
 mod rereview;
+
+// ---------------------------------------------------------------------------------------------
 // Node names, revocation, tunnels and the other perimeter checks
 // ---------------------------------------------------------------------------------------------
 

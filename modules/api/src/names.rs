@@ -20,6 +20,10 @@ pub const POLICYCONTROLLER: &str = "policycontroller";
 pub const NODEUPGRADEJOBCONTROLLER: &str = "nodeupgradejobcontroller";
 /// The stream tunnel (capital S, as upstream).
 pub const CLOUDSTREAM: &str = "cloudStream";
+/// The CSI driver's Unix socket (inside cloudhub in KubeEdge, a module of its own here).
+pub const UDSSERVER: &str = "udsserver";
+/// Approves edge metaServers' serving-certificate requests (outside the bus in KubeEdge).
+pub const CSRAPPROVER: &str = "csrapprover";
 
 /// Message group of Kubernetes-object traffic.
 pub const GROUP_RESOURCE: &str = "resource";
@@ -49,9 +53,10 @@ pub const ROUTER_SERVICEBUS: &str = "router_servicebus";
 /// cannot speak as a cloud module; a handler may trust these sources on messages that did
 /// not come from an edge. A new cloud module adds its name here (the hub's tests send every
 /// entry from an edge and expect it dropped).
-pub const CLOUD_SOURCES: [&str; 12] = [
+pub const CLOUD_SOURCES: [&str; 14] = [
     CLOUDHUB,
     CLOUDSTREAM,
+    CSRAPPROVER,
     DEVICECONTROLLER,
     DYNAMICCONTROLLER,
     EDGECONTROLLER,
@@ -62,6 +67,7 @@ pub const CLOUD_SOURCES: [&str; 12] = [
     ROUTER_SERVICEBUS,
     SYNCCONTROLLER,
     TASKMANAGER,
+    UDSSERVER,
 ];
 
 /// The namespace token of cluster-scoped objects in resource paths.

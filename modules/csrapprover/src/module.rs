@@ -9,7 +9,7 @@ use crate::metrics::CsrApproverMetrics;
 
 /// The module name (KubeEdge runs the approver outside beehive; here it is a module so the bus
 /// starts and stops it with the others).
-pub const CSRAPPROVER: &str = "csrapprover";
+pub const CSRAPPROVER: &str = kubeedge_api::names::CSRAPPROVER;
 
 /// Approves the kubelet-serving certificate requests edge nodes' metaServers make
 /// (`featureGates.requireAuthorization`), by Kubernetes' rules and the edge checks of

@@ -14,7 +14,7 @@ use crate::server::{self, BindError, Listener};
 
 /// The module name (KubeEdge runs this inside cloudhub; here it is a module of its own, sending
 /// through cloudhub like every other).
-pub const UDSSERVER: &str = "udsserver";
+pub const UDSSERVER: &str = kubeedge_api::names::UDSSERVER;
 
 /// The Unix-socket server of `modules.cloudHub.unixsocket`, the path KubeEdge's CSI driver
 /// reaches edges by: a client writes one message (a volume operation for

@@ -96,6 +96,8 @@ async fn upstream_routing_by_source() {
 async fn user_upload_goes_to_the_router_with_the_node_prefix() {
     let mut h = Harness::start().await;
     let mut e = h.connect("edge-1").await;
+    // The router hears of the connection first (it sends the node its subscriptions again).
+    assert_eq!(recv(&mut h.router).await.route.operation, "connected");
     e.send(&Message::new().with_route("eventbus", "user", "r/x", "upload"))
         .await;
     let got = recv(&mut h.router).await;

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use crate::config::DynamicControllerConfig;
 use crate::informer::Informers;
 use crate::listeners::Registry;
-use crate::metrics::DynamicControllerMetrics;
+use crate::metrics::{CacheSizes, DynamicControllerMetrics};
 use crate::persist::Persist;
 use crate::requests;
 use crate::shared::Shared;
@@ -386,7 +386,11 @@ impl Actor for DynamicController {
             self.metrics.clone(),
             persist.clone(),
         ));
-        let _ = self.metrics.0.shared.set(Arc::downgrade(&shared));
+        let weak = Arc::downgrade(&shared);
+        let _ = self.metrics.0.caches.set(CacheSizes(Box::new(move || {
+            weak.upgrade()
+                .map(|s| (s.reviewer.cached_answers(), s.resolver.len()))
+        })));
         self.life
             .spawn_cancellable(watches::dispatch(shared.clone(), rx));
         if let Some(p) = persist {

@@ -53,8 +53,18 @@ pub(crate) struct Inner {
     denied: Family<DeniedLabels, Counter>,
     pub(crate) registry: OnceLock<Arc<ListenerRegistry>>,
     pub(crate) informers: OnceLock<Arc<Informers>>,
-    /// The answer and discovery caches, read when scraped.
-    pub(crate) shared: OnceLock<std::sync::Weak<crate::shared::Shared>>,
+    /// Reads (review answers, discovery entries) when scraped; `None` once the module is gone.
+    /// A reader rather than the module's state, so this file depends on no other of the module.
+    pub(crate) caches: OnceLock<CacheSizes>,
+}
+
+/// Reads the sizes of the answer and discovery caches.
+pub(crate) struct CacheSizes(pub(crate) Box<dyn Fn() -> Option<(usize, usize)> + Send + Sync>);
+
+impl std::fmt::Debug for CacheSizes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CacheSizes")
+    }
 }
 
 /// The label of a refusal.
@@ -116,8 +126,8 @@ impl DynamicControllerMetrics {
     /// (listener bytes, review answers, discovery entries) now.
     fn cache_sizes(&self) -> (usize, usize, usize) {
         let bytes = self.0.registry.get().map_or(0, |r| r.bytes());
-        match self.0.shared.get().and_then(std::sync::Weak::upgrade) {
-            Some(s) => (bytes, s.reviewer.cached_answers(), s.resolver.len()),
+        match self.0.caches.get().and_then(|read| (read.0)()) {
+            Some((answers, discovery)) => (bytes, answers, discovery),
             None => (bytes, 0, 0),
         }
     }

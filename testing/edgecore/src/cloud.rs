@@ -449,7 +449,8 @@ mod tests {
             task_manager: true,
             replica_address: Some("127.0.0.11".into()),
             extra: json!({"featureGates": {"requireAuthorization": true},
-                          "modules": {"cloudHub": {"keepaliveInterval": 7}}}),
+                          "modules": {"cloudHub": {"keepaliveInterval": 7},
+                                      "dynamicController": {"listenerReviewSeconds": 2}}}),
         };
         let v: serde_json::Value = serde_saphyr::from_str(&spec.render().unwrap()).unwrap();
         assert_eq!(

@@ -548,8 +548,8 @@ const NEEDS: &[Need] = &[
         names: &[],
         verbs: &["get", "list", "watch"],
         used_at: &[
-            "edgecontroller/src/upstream/queries.rs: self.get::<PersistentVolume>(",
-            "edgecontroller/src/upstream/queries.rs: self.get::<PersistentVolumeClaim>(",
+            "edgecontroller/src/upstream/queries.rs: api::<PersistentVolume>(None).get(",
+            "edgecontroller/src/upstream/queries.rs: api::<PersistentVolumeClaim>(ns).get(",
             "synccontroller/src/reconciler.rs: Api::<DynamicObject>::all_with(self.client.clone(), &resource)",
         ],
     },
@@ -560,7 +560,7 @@ const NEEDS: &[Need] = &[
         names: &[],
         verbs: &["get", "list", "watch"],
         used_at: &[
-            "edgecontroller/src/upstream/queries.rs: self.get::<VolumeAttachment>(",
+            "edgecontroller/src/upstream/queries.rs: api::<VolumeAttachment>(None).get(",
             "synccontroller/src/reconciler.rs: Api::<DynamicObject>::all_with(self.client.clone(), &resource)",
         ],
     },
@@ -883,7 +883,7 @@ const EDGE_NEEDS: &[Need] = &[
         verbs: &["get", "create"],
         used_at: &[
             "edgecontroller/src/upstream/csr.rs: api::<CertificateSigningRequest>(None).create(",
-            "edgecontroller/src/upstream/queries.rs: .get::<CertificateSigningRequest>(",
+            "edgecontroller/src/upstream/queries.rs: api::<CertificateSigningRequest>(None)",
         ],
     },
 ];

@@ -888,11 +888,14 @@ async fn node_record(
 }
 
 /// A Node deleted and created again under the same name (new UID) while cloudcore and the edge
-/// were down: the edge's record of the old Node must not turn into a delete of the node's own
+/// were down. A deletion nobody watched still revokes: the certificates issued before the new
+/// Node belong to the old one, so the edge's old certificate is refused at the handshake. The
+/// operator bootstraps the edge again with a token (certificates removed, a fresh token in the
+/// config); then the edge's record of the old Node must not turn into a delete of the node's own
 /// Node, which cloudhub would answer by closing the session, again every sync pass. The edge
-/// comes back, stays connected, and gets what is scheduled to it afterwards.
+/// stays connected and gets what is scheduled to it afterwards.
 #[tokio::test]
-async fn a_node_recreated_while_away_keeps_its_edge_connected_and_served() -> Result<()> {
+async fn a_node_recreated_while_away_is_revoked_then_bootstrapped_again_and_served() -> Result<()> {
     test_tiers::require!(ApiServer, Edgecore);
     let node = "interop-recreated";
     let mut it = cloud_as_deployed(node).heartbeat(5).start().await?;
@@ -931,6 +934,10 @@ async fn a_node_recreated_while_away_keeps_its_edge_connected_and_served() -> Re
         matches!(nodes.get_opt(node).await, Ok(None)).then_some(())
     })
     .await?;
+    // Certificate and Node times have whole seconds, and a certificate dated in the same second
+    // as the new Node is given the benefit of the doubt: the new Node comes two seconds after
+    // the old certificate, so the old one is certainly older.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let second = nodes.create(&Default::default(), &again).await?;
     let new_uid = second.metadata.uid.clone().context("node uid")?;
     ensure!(new_uid != old_uid, "a new incarnation");
@@ -940,6 +947,33 @@ async fn a_node_recreated_while_away_keeps_its_edge_connected_and_served() -> Re
     );
 
     it.start_cloud().await?;
+    it.start_edge()?;
+
+    // The old certificate dates from before the new Node: revoked, refused at the handshake.
+    let cloud_log = it.cloud().spec().log_file();
+    edgecore_interop::eventually(
+        Duration::from_secs(60),
+        "the old certificate refused",
+        || async {
+            let log = std::fs::read_to_string(&cloud_log).unwrap_or_default();
+            (log.contains("node re-created while not watched")
+                && log.contains(&format!("certificate of node \"{node}\" was revoked")))
+            .then_some(())
+        },
+    )
+    .await?;
+    ensure!(
+        it.metrics().await?.connected_nodes() == 0.0,
+        "an edge with a revoked certificate is not connected"
+    );
+
+    // The operator bootstraps the edge again: certificates removed, a fresh token.
+    it.kill_edge();
+    for file in [it.home().cert_file(), it.home().key_file()] {
+        std::fs::remove_file(&file).with_context(|| format!("removing {}", file.display()))?;
+    }
+    let token = it.token()?;
+    it.home().write_config(&it.edge_config(&token))?;
     it.start_edge()?;
     it.wait_connected(Duration::from_secs(60)).await?;
     let connected = count(&it.cloud().log(), "edge connected");

@@ -190,21 +190,12 @@ impl Persister {
     }
 }
 
-/// Whether acknowledgements of `msg` are recorded in ObjectSyncs. dynamiccontroller's watch
-/// events are not: it sends a node's watched objects again itself when the node connects or
-/// re-registers a watch, and a record per watching node per object would let edges (and
-/// minted node names) multiply the API server's writes and storage.
-pub(crate) fn is_recorded_source(msg: &Message) -> bool {
-    msg.route.source != names::DYNAMICCONTROLLER
-}
-
 /// The record to ensure for a downstream message its node could not take, so the sync loop delivers
 /// it later: an ACK-class `resource` message with a resource version about an object with a UID,
 /// that is neither a delete (the sync loop finds the object gone by itself) nor an answer to a
 /// query.
 fn offline_record(node: &str, msg: &Message) -> Option<(SyncKey, SyncSpec)> {
-    if !is_recorded_source(msg)
-        || classify(msg) != Delivery::Ack
+    if classify(msg) != Delivery::Ack
         || msg.route.group != names::GROUP_RESOURCE
         || msg.route.operation == beehive::constants::operation::RESPONSE
         || msg.header.resource_version.is_empty()

@@ -261,10 +261,8 @@ impl Session {
 
     fn record_ack(&self, acked: crate::downstream::Acked) {
         let Some(info) = acked.info else { return };
-        if acked.msg.route.group != kubeedge_api::names::GROUP_RESOURCE
-            || !crate::persist::is_recorded_source(&acked.msg)
-        {
-            return; // twin (and other groups), and watch events, record nothing.
+        if acked.msg.route.group != kubeedge_api::names::GROUP_RESOURCE {
+            return; // twin (and other groups) record nothing.
         }
         let Some(key) = self.sync_key(&acked.msg.route.resource, &info.uid) else {
             return;
@@ -364,17 +362,9 @@ impl Handler<Deliver> for Session {
             }
             Delivery::Ack => {
                 let resource = msg.route.resource.to_string();
-                let recorded = crate::persist::is_recorded_source(&msg);
                 match self.down.intake_ack(msg) {
                     Intake::Queued | Intake::Waiting => {}
                     Intake::Dropped(d) => self.dropped(d),
-                    // Not recorded: delivered (and acknowledged) without a record to read or
-                    // create.
-                    Intake::Lookup { key, .. } if !recorded => {
-                        if let Intake::Dropped(d) = self.down.lookup_done(&key, None) {
-                            self.dropped(d);
-                        }
-                    }
                     Intake::Lookup { key, info } => {
                         let name = NodeResource::parse(&resource)
                             .map(|r| r.name)

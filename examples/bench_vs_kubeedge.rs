@@ -120,9 +120,17 @@ struct SideArgs {
     /// Edges per simulator process.
     #[arg(long, default_value_t = 2500)]
     per_child: usize,
+    /// Phases left out, to look at one row closely (`edgecore`: the real-edgecore rows;
+    /// `downstream`, `upstream`, `reconnect`); startup, connect and idle always run.
+    #[arg(long, value_delimiter = ',')]
+    skip: Vec<String>,
 }
 
 impl SideArgs {
+    fn runs(&self, phase: &str) -> bool {
+        !self.skip.iter().any(|s| s == phase)
+    }
+
     fn sizes(&self) -> Vec<usize> {
         match (self.nodes.is_empty(), self.quick) {
             (false, _) => self.nodes.clone(),
@@ -309,6 +317,10 @@ impl Cloud {
         cmd.env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .current_dir(dir);
+        // To look into a row: our cloudcore's log filter (KubeEdge's ignores it).
+        if let Some(filter) = std::env::var_os("BENCH_CLOUDCORE_RUST_LOG") {
+            cmd.env("RUST_LOG", filter);
+        }
         let log = dir.join(format!("cloudcore-{}.log", now_us()));
         let started = Instant::now();
         let process = Process::spawn("cloudcore", cmd, &log)?;
@@ -570,7 +582,9 @@ async fn side(args: SideArgs) -> anyhow::Result<()> {
 
     // ---- the real edgecore: the process with one edge, single pod, relay
     let before = cloud.cpu();
-    if let Err(e) = real_edge(
+    if !args.runs("edgecore") {
+        info!("the real-edgecore phase is skipped");
+    } else if let Err(e) = real_edge(
         &args,
         &mut report,
         &mut cloud,
@@ -1177,14 +1191,27 @@ async fn fleet_phase(
             report.line(text);
         }
     };
-    if k == 0 {
+    let downstream_ran = k == 0 && args.runs("downstream");
+    if downstream_ran {
         let r = downstream(args, report, cloud, client, &fleet, &prefix, n).await;
         failed(report, "downstream", r);
+    }
+    if k == 0 && args.runs("upstream") {
         let r = upstream(args, report, cloud, &mut fleet, n).await;
         failed(report, "upstream", r);
     }
-    if last {
-        let r = reconnect(args, report, cloud, client, &mut fleet, &prefix, n, k == 0).await;
+    if last && args.runs("reconnect") {
+        let r = reconnect(
+            args,
+            report,
+            cloud,
+            client,
+            &mut fleet,
+            &prefix,
+            n,
+            downstream_ran,
+        )
+        .await;
         failed(report, &format!("reconnect_{n}"), r);
     }
     Ok(())

@@ -649,12 +649,14 @@ async fn task_status(
     to_taskmanager(&hub, &task_id, &node, &task_type, &content).await
 }
 
-/// Binds and starts the certificate server on the current actix system. The returned gate
-/// admits its connections (its stats are the listener's metrics).
-pub(crate) fn start(
+/// Binds the certificate server's listener and adds it to the hub's server (see
+/// `HubHandle::start_servers`). The returned gate admits its connections (its stats are the
+/// listener's metrics).
+pub(crate) fn listen(
+    builder: actix_server::ServerBuilder,
     hub: Arc<Hub>,
     mut tls: rustls::ServerConfig,
-) -> Result<(actix_web::dev::ServerHandle, SocketAddr, Arc<Gate>), crate::Error> {
+) -> Result<(actix_server::ServerBuilder, SocketAddr, Arc<Gate>), crate::Error> {
     let addr = hub.config.https.socket_addr();
     let bind_err = |source| crate::Error::Bind {
         addr: addr.clone(),
@@ -675,13 +677,7 @@ pub(crate) fn start(
     });
     let data = web::Data::new(hub);
     let factory_gate = gate.clone();
-    let server = actix_server::Server::build()
-        .workers(1)
-        .backlog(1024)
-        // The gate bounds connections; actix's per-worker cap would only stall accepting.
-        .max_concurrent_connections(1 << 20)
-        .disable_signals()
-        .shutdown_timeout(2)
+    let builder = builder
         .listen("cloudhub-https", listener, move || {
             let app = App::new()
                 .app_data(data.clone())
@@ -701,12 +697,9 @@ pub(crate) fn start(
                 .h1(map_config(app, |_| AppConfig::default()));
             gated_https(factory_gate.clone(), tls.clone(), http)
         })
-        .map_err(bind_err)?
-        .run();
-    let handle = server.handle();
-    actix_rt::spawn(server);
+        .map_err(bind_err)?;
     info!(addr = %local, limits = ?gate.limits(), request_timeout = ?request_timeout, "certificate server listening");
-    Ok((handle, local, gate))
+    Ok((builder, local, gate))
 }
 
 #[cfg(test)]

@@ -71,7 +71,8 @@ pub struct CloudHubConfig {
     /// Rust-only: extended key usages (Go numbers) `/edge.crt` may grant besides clientAuth;
     /// empty (default) = clientAuth only, whatever the `ExtKeyUsages` header asks.
     pub allowed_ext_key_usages: Vec<i64>,
-    /// Rust-only: WebSocket server worker threads (default 0 = one per CPU).
+    /// Rust-only: worker threads of the server behind the WebSocket and certificate ports
+    /// (default 0 = one per CPU).
     pub workers: usize,
     /// Rust-only: export each node's counters as series labelled `node` (default false). Off,
     /// `/metrics` carries the same counters summed over every node; on, it also carries seven

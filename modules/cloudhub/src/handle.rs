@@ -161,12 +161,24 @@ impl HubHandle {
             );
         }
         let server = &hub.material.server;
+        // Both listeners share one actix server: one accept thread and `workers` worker
+        // threads (each its own runtime, epoll and eventfd) for both ports. The certificate
+        // server's signing then also spreads over the workers.
+        let mut builder = actix_server::Server::build()
+            .workers(listener::workers(c))
+            .backlog(4096)
+            // The gates bound connections (maxConnections and the process's open-file limit)
+            // and refuse the rest with a close; actix's per-worker cap would instead stop
+            // accepting and leave edges waiting in the backlog.
+            .max_concurrent_connections(1 << 20)
+            .disable_signals()
+            .shutdown_timeout(5);
+        let mut gates = Vec::new();
         if c.https.enable {
             let tls = pki::tls::server_config_optional_client(&server.cert_der, &server.key_der)?;
-            let (handle, addr, gate) = certserver::start(hub.clone(), tls)?;
-            let mut servers = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
-            servers.https = Some(handle);
-            servers.gates.push(gate);
+            let (b, addr, gate) = certserver::listen(builder, hub.clone(), tls)?;
+            builder = b;
+            gates.push(gate);
             addrs.https = Some(addr);
         }
         if c.websocket.enable {
@@ -176,11 +188,17 @@ impl HubHandle {
                 &server.key_der,
                 &hub.revocations,
             )?;
-            let (handle, addr, gate) = listener::start(hub.clone(), tls)?;
-            let mut servers = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
-            servers.websocket = Some(handle);
-            servers.gates.push(gate);
+            let (b, addr, gate) = listener::listen(builder, hub.clone(), tls)?;
+            builder = b;
+            gates.push(gate);
             addrs.websocket = Some(addr);
+        }
+        if !gates.is_empty() {
+            let running = builder.run();
+            let mut servers = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
+            servers.server = Some(running.handle());
+            servers.gates.extend(gates);
+            actix_rt::spawn(running);
         }
         Ok(addrs)
     }
@@ -199,12 +217,12 @@ impl HubHandle {
         }
         info!(nodes = hub.registry.len(), "cloudhub shutting down");
         hub.stop.cancel();
-        let (ws, https) = {
+        let server = {
             let mut s = hub.servers.lock().unwrap_or_else(|e| e.into_inner());
-            (s.websocket.take(), s.https.take())
+            s.server.take()
         };
-        if let Some(ws) = &ws {
-            ws.pause().await;
+        if let Some(server) = &server {
+            server.pause().await;
         }
         for (_, entry) in hub.registry.all() {
             entry.session.stop.do_send(Stop(StopReason::Shutdown));
@@ -221,11 +239,8 @@ impl HubHandle {
                 "sessions did not close within 5 s"
             );
         }
-        if let Some(ws) = ws {
-            ws.stop(true).await;
-        }
-        if let Some(https) = https {
-            https.stop(true).await;
+        if let Some(server) = server {
+            server.stop(true).await;
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), hub.persister.flushed()).await;
         hub.done.cancel();

@@ -261,12 +261,24 @@ fn limits(cfg: &crate::CloudHubConfig) -> kubeedge_api::listener::ListenerLimits
     limits
 }
 
-/// Binds the listener and starts the server on the current actix system. The returned gate
-/// admits its connections (its stats are the listener's metrics).
-pub(crate) fn start(
+/// Worker threads of the hub's server: `websocket.workers`, else one per core.
+pub(crate) fn workers(cfg: &crate::CloudHubConfig) -> usize {
+    if cfg.workers == 0 {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    } else {
+        cfg.workers
+    }
+}
+
+/// Binds the listener and adds it to the hub's server (see `HubHandle::start_servers`). The
+/// returned gate admits its connections (its stats are the listener's metrics).
+pub(crate) fn listen(
+    builder: actix_server::ServerBuilder,
     hub: Arc<Hub>,
     tls: rustls::ServerConfig,
-) -> Result<(actix_server::ServerHandle, SocketAddr, Arc<Gate>), crate::Error> {
+) -> Result<(actix_server::ServerBuilder, SocketAddr, Arc<Gate>), crate::Error> {
     let cfg = &hub.config;
     let addr = cfg.websocket.socket_addr();
     let bind_err = |source| crate::Error::Bind {
@@ -278,25 +290,10 @@ pub(crate) fn start(
     let gate = Gate::new(LISTENER, limits(cfg));
     // The gate's deadline ends slow heads first; actix's own timer is only a backstop.
     let head_timeout = gate.limits().pre_auth_timeout() + Duration::from_secs(5);
-    let workers = if cfg.workers == 0 {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-    } else {
-        cfg.workers
-    };
     let tls = Arc::new(tls);
     let factory_hub = hub.clone();
     let factory_gate = gate.clone();
-    let server = actix_server::Server::build()
-        .workers(workers)
-        .backlog(4096)
-        // The gate bounds connections (maxConnections and the process's open-file limit) and
-        // refuses the rest with a close; actix's per-worker cap would instead stop accepting
-        // and leave edges waiting in the backlog.
-        .max_concurrent_connections(1 << 20)
-        .disable_signals()
-        .shutdown_timeout(5)
+    let builder = builder
         .listen("cloudhub-websocket", listener, move || {
             let hub = factory_hub.clone();
             let http = HttpService::<TlsStream<Gated>, _, _, _, _>::build()
@@ -317,12 +314,9 @@ pub(crate) fn start(
                 }));
             gated_https(factory_gate.clone(), tls.clone(), http)
         })
-        .map_err(bind_err)?
-        .run();
-    let handle = server.handle();
-    actix_rt::spawn(server);
+        .map_err(bind_err)?;
     let files = kubeedge_api::listener::file_limit();
-    info!(addr = %local, workers, limits = ?gate.limits(), file_limit = ?files, "websocket server listening");
+    info!(addr = %local, limits = ?gate.limits(), file_limit = ?files, "websocket server listening");
     if let Some(budget) = kubeedge_api::listener::file_budget()
         && u64::from(cfg.node_limit) > budget
     {
@@ -333,5 +327,5 @@ pub(crate) fn start(
             "the open-file limit does not leave room for nodeLimit edges: connections are refused once the process holds files_until_refused files (raise LimitNOFILE)"
         );
     }
-    Ok((handle, local, gate))
+    Ok((builder, local, gate))
 }

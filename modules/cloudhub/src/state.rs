@@ -23,8 +23,9 @@ use crate::sync_answers::SyncAnswers;
 /// The running listeners.
 #[derive(Default)]
 pub(crate) struct Servers {
-    pub(crate) websocket: Option<actix_server::ServerHandle>,
-    pub(crate) https: Option<actix_web::dev::ServerHandle>,
+    /// The one actix server of every listener (WebSocket and certificate server): one accept
+    /// thread and one set of workers, not one of each per port.
+    pub(crate) server: Option<actix_server::ServerHandle>,
     /// Admission gates of the started listeners (their stats are `/metrics` gauges).
     pub(crate) gates: Vec<Arc<kubeedge_api::listener::Gate>>,
 }

@@ -29,6 +29,35 @@ pub(crate) enum PersistOp {
     /// object once the node is back. Without it an object created while the node is away would
     /// never reach the edge (found by the edgecore interop suite).
     Ensure { spec: SyncSpec },
+    /// An object written to its edge at first sight, with no record (the record cache says
+    /// so): create it with status `"0"`, as [`PersistOp::Ensure`] does.
+    Create { spec: SyncSpec },
+    /// The acknowledgement of an object whose [`PersistOp::Create`] was still queued: the
+    /// record is created and given this version, two requests instead of the three of a
+    /// create followed by an acknowledgement.
+    CreateAcked { spec: SyncSpec, rv: String },
+}
+
+impl PersistOp {
+    /// What `self`, queued, becomes when `op` is submitted for the same key: the newer
+    /// version or a delete wins; a record to ensure never replaces anything but another one.
+    fn merge(&self, op: PersistOp) -> Option<PersistOp> {
+        use PersistOp::*;
+        let ensures = |o: &PersistOp| matches!(o, Ensure { .. } | Create { .. });
+        // A queued ensure is replaced by any op; a queued create by no other ensure.
+        match (self, op) {
+            (Acked { rv: old, .. } | CreateAcked { rv: old, .. }, Acked { rv: new, .. })
+                if !kubeedge_api::version::is_newer(&new, old) =>
+            {
+                None
+            }
+            (Create { .. } | CreateAcked { .. }, Acked { spec, rv }) => {
+                Some(CreateAcked { spec, rv })
+            }
+            (existing, op) if ensures(&op) && !matches!(existing, Ensure { .. }) => None,
+            (_, op) => Some(op),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -85,14 +114,8 @@ impl Persister {
         let mut p = self.lock();
         match p.ops.get_mut(&key) {
             Some(existing) => {
-                let keep_existing = matches!(
-                    (&*existing, &op),
-                    (PersistOp::Acked { rv: old, .. }, PersistOp::Acked { rv: new, .. })
-                        if !kubeedge_api::version::is_newer(new, old)
-                ) || (matches!(op, PersistOp::Ensure { .. })
-                    && !matches!(existing, PersistOp::Ensure { .. }));
-                if !keep_existing {
-                    *existing = op;
+                if let Some(merged) = existing.merge(op) {
+                    *existing = merged;
                 }
             }
             None => {
@@ -124,7 +147,10 @@ impl Persister {
         let result = match &op {
             PersistOp::Acked { spec, rv } => self.store.set_acked(&key, spec, rv).await,
             PersistOp::Delete => self.store.delete(&key).await,
-            PersistOp::Ensure { spec } => self.store.create(&key, spec).await.map(|_| ()),
+            PersistOp::Ensure { spec } | PersistOp::Create { spec } => {
+                self.store.create(&key, spec).await.map(|_| ())
+            }
+            PersistOp::CreateAcked { spec, rv } => self.store.create_acked(&key, spec, rv).await,
         };
         match result {
             Ok(()) => {
@@ -240,6 +266,56 @@ mod tests {
     fn cm(uid: &str) -> serde_json::Value {
         serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "c", "namespace": "ns", "uid": uid}})
+    }
+
+    fn spec() -> SyncSpec {
+        SyncSpec {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "p".into(),
+        }
+    }
+
+    fn acked(rv: &str) -> PersistOp {
+        PersistOp::Acked {
+            spec: spec(),
+            rv: rv.into(),
+        }
+    }
+
+    #[test]
+    fn queued_ops_merge_to_the_newest_version_and_a_queued_create_takes_the_ack() {
+        use PersistOp::*;
+        let create = Create { spec: spec() };
+        let ensure = Ensure { spec: spec() };
+        let create_acked = |rv: &str| CreateAcked {
+            spec: spec(),
+            rv: rv.into(),
+        };
+        let cases = [
+            (create.clone(), acked("7"), Some(create_acked("7"))),
+            (create_acked("7"), acked("8"), Some(create_acked("8"))),
+            (create_acked("8"), acked("7"), None),
+            (create_acked("7"), create.clone(), None),
+            (acked("8"), acked("7"), None),
+            (acked("7"), acked("8"), Some(acked("8"))),
+            (acked("7"), ensure.clone(), None),
+            (acked("7"), Delete, Some(Delete)),
+            (create_acked("7"), Delete, Some(Delete)),
+            (Delete, ensure.clone(), None),
+            (Delete, acked("7"), Some(acked("7"))),
+            // An offline record's ensure says nothing about whether the record exists.
+            (ensure.clone(), acked("7"), Some(acked("7"))),
+            (ensure.clone(), create.clone(), Some(create.clone())),
+            (create.clone(), ensure.clone(), None),
+        ];
+        for (queued, submitted, want) in cases {
+            assert_eq!(
+                queued.merge(submitted.clone()),
+                want,
+                "{queued:?} + {submitted:?}"
+            );
+        }
     }
 
     #[test]

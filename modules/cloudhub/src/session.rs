@@ -251,7 +251,7 @@ impl Session {
         if found.is_none() {
             self.hub
                 .persister
-                .submit(sync_key, PersistOp::Ensure { spec });
+                .submit(sync_key, PersistOp::Create { spec });
         }
         let recorded = found.unwrap_or_else(|| "0".to_owned());
         if let Intake::Dropped(d) = self.down.lookup_done(&key, Some(recorded)) {

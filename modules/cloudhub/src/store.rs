@@ -87,6 +87,18 @@ pub trait ObjectSyncStore: Send + Sync + fmt::Debug {
         spec: &SyncSpec,
         rv: &str,
     ) -> BoxFuture<'static, Result<(), StoreError>>;
+    /// Records that the edge acknowledged `rv` of an object whose record is most likely
+    /// missing (first sight, not written yet): the same outcome as [`Self::set_acked`], in an
+    /// order that saves the API server a request when the record is indeed missing (create,
+    /// then status; `set_acked` tries the status first).
+    fn create_acked(
+        &self,
+        key: &SyncKey,
+        spec: &SyncSpec,
+        rv: &str,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        self.set_acked(key, spec, rv)
+    }
     /// Deletes the record; a missing record is fine.
     fn delete(&self, key: &SyncKey) -> BoxFuture<'static, Result<(), StoreError>>;
 }
@@ -350,6 +362,29 @@ impl ObjectSyncStore for KubeStore {
                 }
                 Err(e) => Err(e.into()),
             }
+        })
+    }
+
+    fn create_acked(
+        &self,
+        key: &SyncKey,
+        spec: &SyncSpec,
+        rv: &str,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        let (client, key, spec, rv) = (
+            self.client.clone(),
+            key.clone(),
+            spec.clone(),
+            rv.to_owned(),
+        );
+        Box::pin(async move {
+            if spec.kind.is_empty() {
+                return Err(StoreError::Invalid(key.name(), "no kind".into()));
+            }
+            // Created now or found (409): either way the status is set next.
+            Self::create_record(client.clone(), &key, &spec).await?;
+            Self::set_status(client, &key, &rv, None).await?;
+            Ok(())
         })
     }
 

@@ -276,3 +276,51 @@ async fn an_ensured_record_never_overwrites_an_acknowledgement_written_meanwhile
         );
     }
 }
+
+/// The acknowledgement of a first-seen object whose record was not written yet creates the
+/// record with that version; where the record exists after all, the version is set on it.
+#[actix_rt::test]
+async fn an_acknowledgement_at_first_sight_creates_its_record_with_the_version() {
+    use cloudhub::{ObjectSyncStore, SyncKey, SyncSpec};
+    crds().await;
+    let client = k8s_testenv::client().await;
+    let ns = k8s_testenv::namespace("create-acked").await;
+    let store = cloudhub::KubeStore::new(client.clone());
+    let spec = SyncSpec {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: "web".into(),
+    };
+    let key = |uid: &str| SyncKey {
+        node: "edge-first".into(),
+        namespace: ns.clone(),
+        uid: uid.into(),
+    };
+    let (missing, existing) = (key("uid-missing"), key("uid-existing"));
+    store.create(&existing, &spec).await.expect("create");
+    assert_eq!(store.get(&existing).await.unwrap().as_deref(), Some("0"));
+    assert_eq!(store.get(&missing).await.unwrap(), None);
+    for k in [&missing, &existing] {
+        store
+            .create_acked(k, &spec, "9")
+            .await
+            .expect("create_acked");
+        assert_eq!(
+            store.get(k).await.unwrap().as_deref(),
+            Some("9"),
+            "{}",
+            k.name()
+        );
+    }
+    let no_kind = SyncSpec {
+        kind: String::new(),
+        ..spec
+    };
+    assert!(
+        store
+            .create_acked(&key("uid-other"), &no_kind, "9")
+            .await
+            .is_err(),
+        "a record without a kind is refused"
+    );
+}

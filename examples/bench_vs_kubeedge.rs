@@ -1415,16 +1415,20 @@ async fn upstream(
     let ok: Vec<&fleet::Answer> = answers.iter().filter(|a| a.ok).collect();
     let nodes_ok = ok.iter().filter(|a| a.node).count();
     if ok.is_empty() {
+        let notes = format!(
+            "{sent} patches offered, none answered with success within the window ({} answers at all)",
+            answers.len()
+        );
+        report.result("upstream_rate", 0.0, "status/s", false, 2.0, &notes);
+        // No answer within the window: every round trip is longer than the window, a lower
+        // bound of the p99.
         report.result(
-            "upstream_rate",
-            0.0,
-            "status/s",
-            false,
+            "upstream_p99",
+            ms(deadline - t),
+            "ms",
+            true,
             2.0,
-            &format!(
-                "{sent} patches offered, none answered with success within the window ({} answers at all)",
-                answers.len()
-            ),
+            &format!("lower bound: {notes}"),
         );
         return Ok(());
     }

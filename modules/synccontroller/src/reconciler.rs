@@ -37,6 +37,7 @@ use kubeedge_api::reliablesyncs::{
     record_cache,
 };
 use kubeedge_api::replicas::Ownership;
+use kubeedge_api::version;
 use kubeedge_api::watch::{self, CacheWriter, Change};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -87,6 +88,12 @@ struct Slot {
     type_name: String,
     source: &'static str,
     cache: CacheWriter<DynamicObject>,
+    /// UID and resource version of each object the kind's watch reported while no record
+    /// tracked it (the cache keeps only tracked objects). A record that appears for such an
+    /// object and already shows its version needs no GET: a burst of new records (a record
+    /// per pod per edge) would otherwise read every object once, one at a time, ahead of
+    /// everything else this loop does.
+    seen: HashMap<String, (String, String)>,
 }
 
 enum Lookup {
@@ -347,11 +354,28 @@ impl Reconciler {
         let keep = |tracked: &HashMap<ObjKey, Tracked>, o: &DynamicObject| {
             tracked.contains_key(&(slot, watch::key_of(o)))
         };
-        let changes = match event {
-            // Only objects some record tracks are kept (memory follows the records).
-            Event::Apply(ref o) | Event::InitApply(ref o) if !keep(&self.tracked, o) => return,
-            other => self.slots[slot].cache.apply(other),
-        };
+        let seen = &mut self.slots[slot].seen;
+        match &event {
+            Event::Apply(o) | Event::InitApply(o) if !keep(&self.tracked, o) => {
+                // Only objects some record tracks are kept (memory follows the records);
+                // of the others, their UID and version.
+                let meta = &o.metadata;
+                seen.insert(
+                    watch::key_of(o),
+                    (
+                        meta.uid.clone().unwrap_or_default(),
+                        meta.resource_version.clone().unwrap_or_default(),
+                    ),
+                );
+                return;
+            }
+            Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) => {
+                seen.remove(&watch::key_of(o));
+            }
+            Event::Init => seen.clear(),
+            Event::InitDone => {}
+        }
+        let changes = self.slots[slot].cache.apply(event);
         if !self.running {
             return;
         }
@@ -518,6 +542,7 @@ impl Reconciler {
             namespaced,
             resource,
             cache: watch::cache().0,
+            seen: HashMap::new(),
         });
         self.lookups.insert(gvk, Lookup::Known(index));
         Some(index)
@@ -722,12 +747,24 @@ impl Reconciler {
                 .records
                 .insert(record.key.clone());
         }
-        if !self.tracked.get(&obj_key).is_some_and(|t| t.seeded)
-            && !self
+        let seeded = self.tracked.get(&obj_key).is_some_and(|t| t.seeded)
+            // The watch brought it after the record came: as current as a GET.
+            || self.slots[slot].cache.reader().get(&obj_key.1).is_some();
+        if !seeded {
+            if self.up_to_date_as_seen(slot, &obj_key.1, record) {
+                debug!(
+                    record = record.key.name(),
+                    why = "up to date",
+                    "nothing to send"
+                );
+                return Some((slot, Decision::Skip("up to date"), None));
+            }
+            if !self
                 .seed(slot, lookup_ns.as_deref(), &record.object_name)
                 .await
-        {
-            return None;
+            {
+                return None;
+            }
         }
         if let Some(t) = self.tracked.get_mut(&obj_key) {
             t.seeded = true;
@@ -755,6 +792,21 @@ impl Reconciler {
             debug!(record = record.key.name(), why, "nothing to send");
         }
         Some((slot, decision, object))
+    }
+
+    /// Whether the kind's watch last reported the record's object (same UID) at a version
+    /// the record already shows. Not cached yet, the object is stored at its next change, which
+    /// reconciles the record again.
+    fn up_to_date_as_seen(&self, slot: usize, key: &str, record: &Record) -> bool {
+        let (Some((_, uid)), Some((seen_uid, seen_rv))) =
+            (&record.target, self.slots[slot].seen.get(key))
+        else {
+            return false;
+        };
+        uid == seen_uid
+            && !record.acked.is_empty()
+            && version::compare(seen_rv, &record.acked).is_some()
+            && !version::is_newer(seen_rv, &record.acked)
     }
 
     /// Fetches an object not seen yet. `false` when the API could not answer (then nothing is

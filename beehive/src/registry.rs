@@ -85,6 +85,7 @@ impl Shared {
     /// Enqueues `message` for `module` if its mailbox has room now, under the registry's read
     /// guard: the common path takes no reference count on the mailbox and builds no future.
     /// A full mailbox comes back with the message, so the caller can wait for room.
+    #[inline]
     pub(crate) fn offer(&self, module: &str, message: Message) -> Offered {
         if self.state.load(Ordering::Acquire) == SHUT_DOWN {
             return Offered::Lookup(LookupError::Shutdown, message);

@@ -23,7 +23,8 @@ use std::time::Duration;
 use beehive::constants::operation;
 use beehive::{Content, Endpoint, Message};
 use futures::StreamExt;
-use futures::stream::{BoxStream, SelectAll};
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, FuturesUnordered, SelectAll};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, TypeMeta};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -69,6 +70,8 @@ const UNRECORDED_STATUS_GRACE: Duration = Duration::from_secs(20);
 /// A record being dropped is not dropped again sooner (its deletion shows in the record watch
 /// long before).
 const DROP_RETRY: Duration = Duration::from_secs(30);
+/// GETs of objects tracked before their watch brought them, in flight at once.
+const SEEDS_IN_FLIGHT: usize = 32;
 /// How long connections are collected before their nodes are caught up together.
 const CATCH_UP_DELAY: Duration = Duration::from_millis(200);
 /// The longest the periodic pass waits before it sends a delete again that the edge has not
@@ -103,6 +106,9 @@ enum Lookup {
 
 /// An object tracked by records: (kind slot, cache key).
 type ObjKey = (usize, String);
+
+/// An object's GET answered: the object, or `None` when it does not exist.
+type Seeded = (ObjKey, Result<Option<DynamicObject>, kube::Error>);
 
 /// When a delete the edge has not acknowledged goes out again.
 struct Resend {
@@ -156,6 +162,12 @@ pub(crate) struct Reconciler {
     catching_up: HashSet<String>,
     catch_up_at: Option<Instant>,
     takeovers: Takeovers,
+    /// GETs of objects tracked before the watch brought them, in flight beside the loop
+    /// (at most [`SEEDS_IN_FLIGHT`] at once): the records of such an object are reconciled
+    /// when its GET answers, and everything else goes on meanwhile.
+    seeding: FuturesUnordered<BoxFuture<'static, Seeded>>,
+    seeding_keys: HashSet<ObjKey>,
+    seed_permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl Reconciler {
@@ -194,6 +206,9 @@ impl Reconciler {
             dropping: HashMap::new(),
             resends: HashMap::new(),
             current_rv: HashMap::new(),
+            seeding: FuturesUnordered::new(),
+            seeding_keys: HashSet::new(),
+            seed_permits: Arc::new(tokio::sync::Semaphore::new(SEEDS_IN_FLIGHT)),
         }
     }
 
@@ -248,6 +263,7 @@ impl Reconciler {
                     self.on_records(changes.into_iter().map(|c| map_change(c, Record::cluster)).collect()).await;
                 }
                 Some((slot, e)) = self.watches.next(), if !self.watches.is_empty() => self.on_object_event(slot, e).await,
+                Some((key, got)) = self.seeding.next(), if !self.seeding.is_empty() => self.on_seeded(key, got).await,
             }
             if !self.running
                 && self.syncs.reader().is_ready()
@@ -759,12 +775,9 @@ impl Reconciler {
                 );
                 return Some((slot, Decision::Skip("up to date"), None));
             }
-            if !self
-                .seed(slot, lookup_ns.as_deref(), &record.object_name)
-                .await
-            {
-                return None;
-            }
+            // Decided when the GET answers (see `on_seeded`).
+            self.seed(slot, lookup_ns, &record.object_name, obj_key);
+            return None;
         }
         if let Some(t) = self.tracked.get_mut(&obj_key) {
             t.seeded = true;
@@ -809,24 +822,57 @@ impl Reconciler {
             && !version::is_newer(seen_rv, &record.acked)
     }
 
-    /// Fetches an object not seen yet. `false` when the API could not answer (then nothing is
-    /// decided: an error must never look like a deletion).
-    async fn seed(&mut self, slot: usize, ns: Option<&str>, name: &str) -> bool {
+    /// Starts the GET of an object not seen yet, beside the loop (once per object at a time).
+    fn seed(&mut self, slot: usize, ns: Option<String>, name: &str, key: ObjKey) {
+        if !self.seeding_keys.insert(key.clone()) {
+            return;
+        }
         let s = &self.slots[slot];
-        let api = match ns {
+        let api = match ns.as_deref() {
             Some(ns) => Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &s.resource),
             None => Api::<DynamicObject>::all_with(self.client.clone(), &s.resource),
         };
-        match api.get_opt(name).await {
-            Ok(Some(obj)) => {
-                self.slots[slot].cache.upsert(obj);
-                true
+        let (name, permits) = (name.to_owned(), self.seed_permits.clone());
+        self.seeding.push(Box::pin(async move {
+            let _permit = permits.acquire_owned().await;
+            (key, api.get_opt(&name).await)
+        }));
+    }
+
+    /// A GET started by [`Self::seed`] answered: the object (or its absence) is what the
+    /// records tracking it are decided on. An error decides nothing (an error must never look
+    /// like a deletion); the next pass tries again.
+    async fn on_seeded(&mut self, key: ObjKey, got: Result<Option<DynamicObject>, kube::Error>) {
+        self.seeding_keys.remove(&key);
+        let Some(tracked) = self.tracked.get_mut(&key) else {
+            return; // No record tracks it any more.
+        };
+        match got {
+            Ok(found) => {
+                tracked.seeded = true;
+                let cache = &mut self.slots[key.0].cache;
+                // A copy the watch brought meanwhile is at least as recent.
+                if let Some(obj) = found
+                    && cache.reader().get(&key.1).is_none()
+                {
+                    cache.upsert(obj);
+                }
             }
-            Ok(None) => true,
             Err(error) => {
-                warn!(kind = %s.resource.kind, name, %error, "cannot read a tracked object; retrying next pass");
-                false
+                let kind = &self.slots[key.0].resource.kind;
+                warn!(%kind, object = %key.1, %error, "cannot read a tracked object; retrying next pass");
+                return;
             }
+        }
+        if !self.running {
+            return;
+        }
+        let records: Vec<Record> = tracked_records(&self.tracked, &key)
+            .iter()
+            .filter_map(|k| self.record(k))
+            .collect();
+        for r in records {
+            self.reconcile(&r).await;
         }
     }
 
@@ -1004,6 +1050,14 @@ impl Reconciler {
 /// Whether the API server says `node` does not exist (tried [`DELETE_ATTEMPTS`] times, 1 s
 /// apart; an API server that cannot answer never counts as "gone").
 /// Resolves at `at`, never when `None`.
+/// The records tracking `key`.
+fn tracked_records(tracked: &HashMap<ObjKey, Tracked>, key: &ObjKey) -> Vec<RecordKey> {
+    tracked
+        .get(key)
+        .map(|t| t.records.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,

@@ -214,7 +214,25 @@ async fn secrets_are_created_once_reused_on_restart_and_the_token_is_refreshed()
     )
     .unwrap();
     assert_ne!(later, token);
-    assert_eq!(later, first.hub.token());
+    // The hub's token and the Secret agree once a refresh's write has landed (another refresh
+    // may start between the two reads).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let stored = String::from_utf8(
+            secrets.get("tokensecret").await.unwrap().data.unwrap()["tokendata"]
+                .0
+                .clone(),
+        )
+        .unwrap();
+        if stored == first.hub.token() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the hub's token never matched the Secret's"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // A restart reuses the stored CA and server certificate.
     let second = Harness::with_kube(

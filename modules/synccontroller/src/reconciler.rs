@@ -970,7 +970,10 @@ impl Reconciler {
                 .resends
                 .get(&record.key)
                 .map_or(self.settings.interval, |r| {
-                    (r.wait * 2).clamp(self.settings.interval, DELETE_RESEND_MAX)
+                    // An interval above the cap (it is configurable) is the wait itself:
+                    // `clamp` would panic with its bounds crossed.
+                    let most = DELETE_RESEND_MAX.max(self.settings.interval);
+                    (r.wait * 2).clamp(self.settings.interval, most)
                 });
             self.resends.insert(
                 record.key.clone(),

@@ -74,11 +74,18 @@ async fn a_new_token_generation_refuses_every_earlier_token() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_ne!(after, before, "no new token within 30 s");
-    let stored = secrets.get("tokensecret").await.unwrap();
-    let data = stored.data.unwrap_or_default();
+    // The hub takes the new token before its write to the Secret lands.
+    let mut stored = String::new();
+    for _ in 0..300 {
+        let secret = secrets.get("tokensecret").await.unwrap();
+        stored = String::from_utf8_lossy(&secret.data.unwrap_or_default()["tokendata"].0).into();
+        if stored == after {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
-        String::from_utf8_lossy(&data["tokendata"].0),
-        after,
+        stored, after,
         "the Secret holds the new token (keadm gettoken reads it)"
     );
     let (status, body) = sign_with(&h, &after, "gen-edge-3").await;

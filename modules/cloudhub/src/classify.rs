@@ -14,6 +14,10 @@ pub enum Delivery {
     /// Retried until the edge answers with a `response` whose parent is its id; the
     /// acknowledged resource version is recorded in an ObjectSync.
     Ack,
+    /// Retried until acknowledged like [`Delivery::Ack`] while the session lives, but recorded
+    /// in no ObjectSync: the sender keeps its own bounded record of what it delivered
+    /// (dynamiccontroller's watch events).
+    AckUnrecorded,
 }
 
 const SOURCE_EDGEMGR: &str = "edgemgr";
@@ -77,6 +81,8 @@ pub fn classify(msg: &Message) -> Delivery {
         });
     if no_ack {
         Delivery::NoAck
+    } else if r.source == names::DYNAMICCONTROLLER {
+        Delivery::AckUnrecorded
     } else {
         Delivery::Ack
     }
@@ -237,6 +243,22 @@ mod tests {
         ] {
             assert_eq!(classify(&msg), Delivery::Ack, "{msg}");
         }
+    }
+
+    #[test]
+    fn watch_events_are_acknowledged_but_not_recorded() {
+        let dc = "dynamiccontroller";
+        for op in ["insert", "update", "delete"] {
+            let msg = m(dc, "resource", "node/e/default/service/s", op);
+            assert_eq!(classify(&msg), Delivery::AckUnrecorded, "{msg}");
+        }
+        let reply = m(
+            dc,
+            "resource",
+            "node/e/ignore/Application/ignore",
+            "applicationResponse",
+        );
+        assert_eq!(classify(&reply), Delivery::NoAck);
     }
 
     #[test]

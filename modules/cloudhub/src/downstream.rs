@@ -203,6 +203,18 @@ impl Downstream {
     /// Offers an ACK-class message (KubeEdge's rules; here a message without a UID is keyed by
     /// its id and delivered without a record; unparsable versions count as newer).
     pub(crate) fn intake_ack(&mut self, msg: Message) -> Intake {
+        self.intake(msg, false)
+    }
+
+    /// Offers an acknowledged message that is recorded nowhere (the sender keeps its own
+    /// record): retried and deduplicated like [`Self::intake_ack`] within the session, never
+    /// looked up. Its key is its own (`watch:<uid>`), so it never stands for a record of the
+    /// same object that another module's message needs.
+    pub(crate) fn intake_unrecorded(&mut self, msg: Message) -> Intake {
+        self.intake(msg, true)
+    }
+
+    fn intake(&mut self, msg: Message, unrecorded: bool) -> Intake {
         let info = object_info(&msg);
         let delete = is_delete(&msg, info.as_ref());
         if rv(&msg).is_empty() && !delete {
@@ -213,6 +225,7 @@ impl Downstream {
             );
         }
         let key = match &info {
+            Some(i) if unrecorded => format!("watch:{}", i.uid),
             Some(i) => i.uid.clone(),
             None => format!("msg:{}", msg.header.id),
         };
@@ -261,6 +274,11 @@ impl Downstream {
                 );
             }
             // Acknowledged here before, so its record exists (or its write is queued).
+            self.put(key, msg, info, true);
+            return Intake::Queued;
+        }
+        if unrecorded {
+            // No record to read: "recorded" as far as the session's end is concerned.
             self.put(key, msg, info, true);
             return Intake::Queued;
         }
@@ -629,6 +647,43 @@ mod tests {
         assert!(
             d.pump(now, true).writes.is_empty(),
             "nothing after the delete"
+        );
+    }
+
+    #[test]
+    fn an_unrecorded_message_is_never_looked_up_but_retried_and_deduplicated() {
+        let now = Instant::now();
+        let mut d = Downstream::new(cfg(4), now);
+        let watch = |rv: &str| {
+            let mut m = pod("u1", rv, "insert");
+            m.route.source = "dynamiccontroller".into();
+            m
+        };
+        assert_eq!(d.intake_unrecorded(watch("5")), Intake::Queued);
+        // The same object from another module still needs its record: keys are apart.
+        assert!(matches!(
+            d.intake_ack(pod("u1", "5", "update")),
+            Intake::Lookup { .. }
+        ));
+        let p = d.pump(now, true);
+        assert_eq!(ids(&p), ["5"]);
+        let written = p.writes;
+        let acked = d
+            .on_ack(&written[0].header.id.as_str())
+            .expect("acknowledged");
+        assert_eq!(acked.msg.header.resource_version.as_str(), "5");
+        assert_eq!(
+            reason(d.intake_unrecorded(watch("5"))),
+            DropReason::Stale,
+            "an acknowledged version is not written twice in a session"
+        );
+        assert_eq!(d.intake_unrecorded(watch("6")), Intake::Queued);
+        let left = d.abandon();
+        assert!(
+            left.unrecorded
+                .iter()
+                .all(|m| m.route.source != "dynamiccontroller"),
+            "nothing of it is left for a record"
         );
     }
 

@@ -264,6 +264,9 @@ impl Session {
         if acked.msg.route.group != kubeedge_api::names::GROUP_RESOURCE {
             return; // twin (and other groups) record nothing.
         }
+        if classify(&acked.msg) != Delivery::Ack {
+            return; // its sender keeps its own record.
+        }
         let Some(key) = self.sync_key(&acked.msg.route.resource, &info.uid) else {
             return;
         };
@@ -358,6 +361,11 @@ impl Handler<Deliver> for Session {
                 if let Err(msg) = self.down.push_no_ack(msg) {
                     self.count_drop(DropReason::NoAckOverflow, 1);
                     warn!(node = %self.node, resource = %msg.route.resource, reason = "no-ack queue full", "downstream message dropped");
+                }
+            }
+            Delivery::AckUnrecorded => {
+                if let Intake::Dropped(d) = self.down.intake_unrecorded(msg) {
+                    self.dropped(d);
                 }
             }
             Delivery::Ack => {

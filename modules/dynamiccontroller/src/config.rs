@@ -62,6 +62,13 @@ pub struct DynamicControllerConfig {
     /// cluster no longer allows (its pod left the node) is dropped and its objects deleted at
     /// the edge. 0 turns it off.
     pub listener_review_seconds: u64,
+    /// Bytes of the record of what one node's watches delivered (default 384 KiB: about
+    /// 3,000 objects of usual names). With it, a reconnected or restored node is sent the
+    /// deletes it missed while it or cloudcore was away. Objects beyond are delivered but not
+    /// recorded: a delete of one of them missed while the edge was away is not sent.
+    pub max_delivered_bytes_per_node: usize,
+    /// Bytes of the records of what watches delivered, all nodes together (default 64 MiB).
+    pub max_delivered_bytes: usize,
     /// Keep each node's watch listeners in a ConfigMap (`kubeedge/dynamiccontroller.<node>`)
     /// so a restarted cloudcore resumes pushing changes at once instead of waiting for the
     /// edge's next watch sync (default `true`).
@@ -89,6 +96,8 @@ impl Default for DynamicControllerConfig {
             review_cache_entries_per_node: 256,
             max_discovery_entries: 1_024,
             listener_review_seconds: 300,
+            max_delivered_bytes_per_node: 384 << 10,
+            max_delivered_bytes: 64 << 20,
             persist_listeners: true,
         }
     }
@@ -127,6 +136,11 @@ impl DynamicControllerConfig {
             ("maxListenerBytesPerNode", self.max_listener_bytes_per_node),
             ("maxListenerBytes", self.max_listener_bytes),
             ("maxDiscoveryEntries", self.max_discovery_entries),
+            (
+                "maxDeliveredBytesPerNode",
+                self.max_delivered_bytes_per_node,
+            ),
+            ("maxDeliveredBytes", self.max_delivered_bytes),
         ]
         .into_iter()
         .find(|(_, v)| *v == 0)

@@ -393,9 +393,13 @@ impl Actor for DynamicController {
         })));
         self.life
             .spawn_cancellable(watches::dispatch(shared.clone(), rx));
+        let _ = self.metrics.0.delivered.set(shared.delivered.clone());
         if let Some(p) = persist {
-            self.life
-                .spawn(p.run(registry.clone(), self.life.token().clone()));
+            self.life.spawn(p.run(
+                registry.clone(),
+                shared.delivered.clone(),
+                self.life.token().clone(),
+            ));
         }
         self.life
             .spawn_cancellable(sweep(shared.clone(), self.gate.clone()));
@@ -410,12 +414,18 @@ impl Actor for DynamicController {
     }
 }
 
-/// Every [`SWEEP_EVERY`]: drops the listeners of deleted nodes and stops idle caches.
+/// Every [`SWEEP_EVERY`]: drops the listeners of deleted nodes, stops idle caches and
+/// confirms what connected nodes were sent.
 async fn sweep(shared: Arc<Shared>, gate: Arc<Gate>) {
     let nodes: Api<Node> = Api::all(shared.client.clone());
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
         shared.informers.sweep();
+        for node in shared.delivered.confirm() {
+            if let Some(p) = &shared.persist {
+                p.mark(&node);
+            }
+        }
         let offline: Vec<String> = {
             let connected = gate.connected.lock().unwrap_or_else(|p| p.into_inner());
             shared
@@ -451,6 +461,10 @@ impl Handler<Message> for DynamicController {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(node.clone());
+                    // A new session (also one replacing another without a disconnect seen
+                    // here): what earlier ones were sent and did not confirm is sent again.
+                    shared.delivered.disconnected(&node);
+                    shared.delivered.connected(&node);
                     self.life.spawn_cancellable(async move {
                         let lock = gate.node_lock(&node);
                         let _order = lock.lock().await;
@@ -462,6 +476,7 @@ impl Handler<Message> for DynamicController {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .remove(&node);
+                    shared.delivered.disconnected(&node);
                 }
                 _ => {}
             }

@@ -15,7 +15,8 @@
 //! * `requests` answers everything but watches from the API server; `watches` registers edge
 //!   watches on the shared type caches of `informer` and fans changes out; `filter` rewrites
 //!   what a node sees; `selector`, `key` and `discovery` parse and resolve what a request
-//!   names; `persist` keeps each node's watches across restarts.
+//!   names; `delivered` records what each node's watches delivered, so the deletes it missed
+//!   while away are sent; `persist` keeps both across restarts.
 //!
 //! ```no_run
 //! # async fn demo(client: kube::Client) {
@@ -33,6 +34,7 @@
 
 mod config;
 mod controller;
+mod delivered;
 mod discovery;
 mod filter;
 #[cfg(test)]

@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 
 use kubeedge_api::application::verb;
 
+use crate::delivered::Delivered;
 use crate::informer::Informers;
 use crate::listeners::Registry as ListenerRegistry;
 
@@ -49,10 +50,15 @@ pub(crate) struct Inner {
     requests: Family<RequestLabels, Counter>,
     events_sent: Counter,
     events_failed: Counter,
+    /// Objects delivered beyond the bound of the node's delivery record.
+    untracked: Counter,
+    /// Deletes sent for objects an edge missed while it or cloudcore was away.
+    missed_deletes: Counter,
     /// Requests refused by authorization (`403`), by verb.
     denied: Family<DeniedLabels, Counter>,
     pub(crate) registry: OnceLock<Arc<ListenerRegistry>>,
     pub(crate) informers: OnceLock<Arc<Informers>>,
+    pub(crate) delivered: OnceLock<Arc<Delivered>>,
     /// Reads (review answers, discovery entries) when scraped; `None` once the module is gone.
     /// A reader rather than the module's state, so this file depends on no other of the module.
     pub(crate) caches: OnceLock<CacheSizes>,
@@ -103,6 +109,14 @@ pub struct MetricsSnapshot {
     /// Requests refused by authorization (`403`), by verb: the module's share of
     /// `cloudcore_node_authorization_denied_total`.
     pub denied: Vec<(&'static str, u64)>,
+    /// Objects recorded as delivered by watches, all nodes.
+    pub delivered_objects: usize,
+    /// Bytes of those records, as counted against `maxDeliveredBytes`.
+    pub delivered_bytes: usize,
+    /// Objects delivered beyond `maxDeliveredBytesPerNode` or `maxDeliveredBytes`, unrecorded.
+    pub delivered_untracked: u64,
+    /// Deletes sent for objects an edge missed while it or cloudcore was away.
+    pub missed_deletes: u64,
 }
 
 impl DynamicControllerMetrics {
@@ -132,6 +146,21 @@ impl DynamicControllerMetrics {
         }
     }
 
+    /// One object delivered beyond the bound of its node's delivery record.
+    pub(crate) fn untracked(&self) {
+        self.0.untracked.inc();
+    }
+
+    /// One delete sent for an object the edge missed while away.
+    pub(crate) fn missed_delete(&self) {
+        self.0.missed_deletes.inc();
+    }
+
+    /// (objects, bytes) of the delivery records now.
+    fn delivered_sizes(&self) -> (usize, usize) {
+        self.0.delivered.get().map_or((0, 0), |d| d.sizes())
+    }
+
     pub(crate) fn event(&self, sent: bool) {
         let c = if sent {
             &self.0.events_sent
@@ -153,8 +182,10 @@ impl DynamicControllerMetrics {
     }
 
     /// Registers `dynamiccontroller_requests_total` (by verb and outcome),
-    /// `dynamiccontroller_events_{sent,failed}_total`, and the gauges
-    /// `dynamiccontroller_{listeners,listener_nodes,informers}` (read when scraped).
+    /// `dynamiccontroller_events_{sent,failed}_total`,
+    /// `dynamiccontroller_{delivered_untracked,missed_deletes}_total`, and the gauges
+    /// `dynamiccontroller_{listeners,listener_nodes,informers,delivered_objects,delivered_bytes}`
+    /// (read when scraped).
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("dynamiccontroller");
         r.register(
@@ -171,6 +202,16 @@ impl DynamicControllerMetrics {
             "events_failed",
             "Watch events cloudhub did not take",
             self.0.events_failed.clone(),
+        );
+        r.register(
+            "delivered_untracked",
+            "Objects delivered by watches beyond maxDeliveredBytesPerNode or maxDeliveredBytes, so not recorded",
+            self.0.untracked.clone(),
+        );
+        r.register(
+            "missed_deletes",
+            "Deletes sent on reconnect or restore for objects an edge missed while it or cloudcore was away",
+            self.0.missed_deletes.clone(),
         );
         registry.register_collector(Box::new(Sizes(self.clone())));
     }
@@ -197,7 +238,12 @@ impl DynamicControllerMetrics {
                 Some((*verb, n))
             })
             .collect();
+        let (delivered_objects, delivered_bytes) = self.delivered_sizes();
         MetricsSnapshot {
+            delivered_objects,
+            delivered_bytes,
+            delivered_untracked: self.0.untracked.get(),
+            missed_deletes: self.0.missed_deletes.get(),
             listener_bytes,
             review_cache_entries,
             discovery_entries,
@@ -220,7 +266,18 @@ impl Collector for Sizes {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let (listeners, nodes, informers) = self.0.sizes();
         let (bytes, reviews, discovery) = self.0.cache_sizes();
+        let (delivered, delivered_bytes) = self.0.delivered_sizes();
         for (name, help, v) in [
+            (
+                "dynamiccontroller_delivered_objects",
+                "Objects recorded as delivered to edges by their watches.",
+                delivered,
+            ),
+            (
+                "dynamiccontroller_delivered_bytes",
+                "Bytes of the records of what watches delivered, as counted against maxDeliveredBytes.",
+                delivered_bytes,
+            ),
             (
                 "dynamiccontroller_listener_bytes",
                 "Bytes edge watch listeners cost, as counted against maxListenerBytes.",

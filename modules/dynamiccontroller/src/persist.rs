@@ -3,8 +3,10 @@
 //! one of them ends, which can take an hour).
 //!
 //! ConfigMap `<namespace>/dynamiccontroller.<node>`, key `watches`: the node's watch
-//! Applications as the edge sent them, by id. Written when they change (changes within two
-//! seconds of a write together), and deleted when the node has no listener left.
+//! Applications as the edge sent them, by id; key `delivered`: what those watches delivered,
+//! by object uid (see `delivered`), so a restarted cloudcore still sends the deletes the edge
+//! missed. Written when either changes (changes within two seconds of a write together), and
+//! deleted when the node has neither left.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -18,9 +20,11 @@ use kubeedge_api::lifecycle::CancellationToken;
 use tokio::sync::{Notify, Semaphore};
 use tracing::{debug, warn};
 
+use crate::delivered::{Delivered, Entry};
 use crate::listeners::Registry;
 
 const DATA_KEY: &str = "watches";
+const DELIVERED_KEY: &str = "delivered";
 /// Annotation naming the Node incarnation (UID) a record belongs to: a Node deleted and
 /// created again under the same name does not inherit the old one's watches.
 const NODE_UID: &str = "dynamiccontroller.kubeedge.io/node-uid";
@@ -34,6 +38,15 @@ pub(crate) const READ_CONCURRENCY: usize = 16;
 fn name(node: &str) -> Option<String> {
     let n = format!("dynamiccontroller.{node}");
     (n.len() <= kubeedge_api::validation::SUBDOMAIN_MAX).then_some(n)
+}
+
+/// One node's persisted record.
+#[derive(Debug, Default)]
+pub(crate) struct Record {
+    /// The watch Applications.
+    pub apps: Vec<Application>,
+    /// What they delivered, by object uid.
+    pub delivered: BTreeMap<String, Entry>,
 }
 
 /// Reads and writes the listener records.
@@ -72,23 +85,23 @@ impl Persist {
         self.wake.notify_one();
     }
 
-    /// The watch Applications recorded for `node` (none when there is no record or it cannot
-    /// be read; the edge's next watch sync then restores them). Waits its turn among
-    /// [`READ_CONCURRENCY`] reads.
-    pub(crate) async fn load(&self, node: &str) -> Vec<Application> {
+    /// The watch Applications recorded for `node` and what they delivered (none when there is
+    /// no record or it cannot be read; the edge's next watch sync then restores the watches).
+    /// Waits its turn among [`READ_CONCURRENCY`] reads.
+    pub(crate) async fn load(&self, node: &str) -> Record {
         let Some(name) = name(node) else {
-            return Vec::new();
+            return Record::default();
         };
         // Never closed.
         let Ok(_turn) = self.reads.acquire().await else {
-            return Vec::new();
+            return Record::default();
         };
         let cm = match self.api.get_opt(&name).await {
             Ok(Some(cm)) => cm,
-            Ok(None) => return Vec::new(),
+            Ok(None) => return Record::default(),
             Err(e) => {
                 warn!(node, error = %e, "cannot read the node's recorded watches");
-                return Vec::new();
+                return Record::default();
             }
         };
         let recorded_uid = cm
@@ -103,21 +116,27 @@ impl Persist {
                 "watch record of another incarnation of the node dropped"
             );
             self.delete(node).await;
-            return Vec::new();
+            return Record::default();
         }
-        let text = cm
-            .data
-            .as_ref()
-            .and_then(|d| d.get(DATA_KEY))
-            .map(String::as_str)
-            .unwrap_or("{}");
-        match serde_json::from_str::<BTreeMap<String, Application>>(text) {
+        let text = |key: &str| {
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(String::as_str)
+                .unwrap_or("{}")
+        };
+        let apps = match serde_json::from_str::<BTreeMap<String, Application>>(text(DATA_KEY)) {
             Ok(apps) => apps.into_values().collect(),
             Err(e) => {
                 warn!(node, error = %e, "the node's recorded watches cannot be read; ignored");
                 Vec::new()
             }
-        }
+        };
+        let delivered = serde_json::from_str(text(DELIVERED_KEY)).unwrap_or_else(|e| {
+            warn!(node, error = %e, "the record of what the node's watches delivered cannot be read; ignored");
+            BTreeMap::new()
+        });
+        Record { apps, delivered }
     }
 
     /// The UID of Node `node` as the API server has it now.
@@ -141,24 +160,25 @@ impl Persist {
         }
     }
 
-    async fn write(&self, node: &str, registry: &Registry) {
+    async fn write(&self, node: &str, registry: &Registry, delivered: &Delivered) {
         let Some(name) = name(node) else {
             debug!(node, "node name too long for a watch record; not recorded");
             return;
         };
-        let apps: BTreeMap<String, &Application> = Default::default();
         let listeners = registry.of_node(node);
-        if listeners.is_empty() {
+        let objects = delivered.snapshot(node);
+        if listeners.is_empty() && objects.is_empty() {
             self.delete(node).await;
             return;
         }
-        let mut apps = apps;
-        for l in &listeners {
-            apps.insert(l.id.clone(), &l.app);
-        }
-        let text = match serde_json::to_string(&apps) {
-            Ok(t) => t,
-            Err(e) => {
+        let apps: BTreeMap<&str, &Application> =
+            listeners.iter().map(|l| (l.id.as_str(), &l.app)).collect();
+        let (text, objects) = match (
+            serde_json::to_string(&apps),
+            serde_json::to_string(&objects),
+        ) {
+            (Ok(t), Ok(o)) => (t, o),
+            (Err(e), _) | (_, Err(e)) => {
                 warn!(node, error = %e, "cannot encode the node's watches");
                 return;
             }
@@ -183,7 +203,13 @@ impl Persist {
                 ),
                 ..ObjectMeta::default()
             },
-            data: Some([(DATA_KEY.to_owned(), text)].into()),
+            data: Some(
+                [
+                    (DATA_KEY.to_owned(), text),
+                    (DELIVERED_KEY.to_owned(), objects),
+                ]
+                .into(),
+            ),
             ..ConfigMap::default()
         };
         let mut cm_value = serde_json::to_value(&cm).unwrap_or_default();
@@ -202,27 +228,32 @@ impl Persist {
     /// Writes changed records until `stop`: a change is written at once, later changes of
     /// the next two seconds together after them (a re-watch is a removal and an addition);
     /// what is pending at `stop` is written before returning.
-    pub(crate) async fn run(self: Arc<Self>, registry: Arc<Registry>, stop: CancellationToken) {
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        registry: Arc<Registry>,
+        delivered: Arc<Delivered>,
+        stop: CancellationToken,
+    ) {
         loop {
             let stopping = tokio::select! {
                 _ = self.wake.notified() => false,
                 _ = stop.cancelled() => true,
             };
-            self.write_dirty(&registry).await;
+            self.write_dirty(&registry, &delivered).await;
             if stopping {
                 return;
             }
             tokio::select! {
                 _ = tokio::time::sleep(DEBOUNCE) => {}
                 _ = stop.cancelled() => {
-                    self.write_dirty(&registry).await;
+                    self.write_dirty(&registry, &delivered).await;
                     return;
                 }
             }
         }
     }
 
-    async fn write_dirty(&self, registry: &Registry) {
+    async fn write_dirty(&self, registry: &Registry, delivered: &Delivered) {
         let nodes: Vec<String> = self
             .dirty
             .lock()
@@ -230,7 +261,7 @@ impl Persist {
             .drain()
             .collect();
         for node in nodes {
-            self.write(&node, registry).await;
+            self.write(&node, registry, delivered).await;
         }
     }
 }
@@ -275,7 +306,12 @@ mod tests {
         let persist = Persist::new(client, "kubeedge");
         let nodes: Vec<String> = (0..200).map(|i| format!("edge-{i}")).collect();
         let loaded = futures::future::join_all(nodes.iter().map(|n| persist.load(n))).await;
-        assert!(loaded.iter().all(Vec::is_empty), "no record anywhere");
+        assert!(
+            loaded
+                .iter()
+                .all(|r| r.apps.is_empty() && r.delivered.is_empty()),
+            "no record anywhere"
+        );
         assert_eq!(counts.2.load(Ordering::SeqCst), 200, "one read per node");
         let most = counts.1.load(Ordering::SeqCst);
         assert!(

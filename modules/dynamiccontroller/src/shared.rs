@@ -14,6 +14,7 @@ use kubeedge_api::status::StatusError;
 use tracing::warn;
 
 use crate::config::DynamicControllerConfig;
+use crate::delivered::Delivered;
 use crate::discovery::{Resolver, ResourceInfo};
 use crate::filter::{GROUP_LABEL, Lookup, RANGE_NODEGROUP, TOPOLOGY_ANNOTATION};
 use crate::informer::{Informer, Informers};
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     pub endpoint: Endpoint,
     pub metrics: DynamicControllerMetrics,
     pub persist: Option<Arc<Persist>>,
+    /// What each node's watches delivered.
+    pub delivered: Arc<Delivered>,
     /// Services and Nodes, for the node-group filter; started on first need.
     topology: OnceLock<(Arc<Informer>, Arc<Informer>)>,
 }
@@ -95,6 +98,10 @@ impl Shared {
                 entries_per_subject: config.review_cache_entries_per_node,
                 key_bytes: 4 << 10,
             }),
+            delivered: Arc::new(Delivered::new(
+                config.max_delivered_bytes_per_node,
+                config.max_delivered_bytes,
+            )),
             config,
             client,
             informers,

@@ -2,16 +2,20 @@
 //! change of a watched type out to the nodes whose listeners select it.
 //!
 //! Watch events are ordinary `insert`/`update`/`delete` resource messages that cloudhub
-//! delivers reliably (acknowledged, retried, recorded in ObjectSyncs); cloudhub also drops an
-//! object version a node already acknowledged, so re-sending a listener's objects after a
-//! reconnect or a re-registration costs the edge nothing.
+//! delivers reliably (acknowledged and retried while the session lives) but records in no
+//! ObjectSync: what a node's watches delivered is recorded here instead (`delivered`, bounded
+//! per node), so an object version the node holds is not sent again after a reconnect or a
+//! re-registration, and an object deleted (or changed out of the selection) while the node or
+//! cloudcore was away is deleted at the edge once it is back.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use beehive::constants::operation as op;
 use beehive::{Content, Message};
-use kube::api::DynamicObject;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DynamicObject, ListParams, TypeMeta};
 use kubeedge_api::application::{Application, ListOptions, verb};
 use kubeedge_api::authz::authorize;
 use kubeedge_api::names::{DYNAMICCONTROLLER, GROUP_RESOURCE, NULL_NAMESPACE};
@@ -19,6 +23,7 @@ use kubeedge_api::status::StatusError;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::delivered::Recorded;
 use crate::discovery::ResourceInfo;
 use crate::filter;
 use crate::informer::AcquireError;
@@ -69,19 +74,141 @@ async fn lookup_for(shared: &Shared, info: &ResourceInfo) -> Option<TopologyLook
     }
 }
 
-/// Sends every cached object `l` selects to its node as `insert`.
+/// Sends `operation` of `obj` to `node` and records it as delivered; false when cloudhub did
+/// not take it (or it cannot be sent: an object without a name).
+async fn deliver(
+    shared: &Shared,
+    node: &str,
+    info: &ResourceInfo,
+    operation: &str,
+    obj: &DynamicObject,
+    lookup: Option<&TopologyLookup>,
+) -> bool {
+    let Some(msg) = event_message(node, info, operation, obj, lookup) else {
+        warn!(r#type = %type_key(info), "an object without a name cannot be sent");
+        return false;
+    };
+    let sent = shared.send(msg).await;
+    shared.metrics.event(sent);
+    if sent {
+        let delete = operation == op::DELETE;
+        match shared
+            .delivered
+            .sent(node, &type_key(info), &obj.metadata, delete)
+        {
+            Recorded::Changed => {
+                if let Some(p) = &shared.persist {
+                    p.mark(node);
+                }
+            }
+            Recorded::Untracked => shared.metrics.untracked(),
+            Recorded::Updated | Recorded::Nothing => {}
+        }
+    }
+    sent
+}
+
+/// Sends every cached object `l` selects to its node as `insert`, but those the node holds
+/// at their version already.
 async fn send_all(shared: &Shared, l: &Listener, informer: &Informer) {
     let lookup = lookup_for(shared, &l.info).await;
     for obj in informer.list() {
         if !l.matches(&obj) {
             continue;
         }
-        if let Some(msg) = event_message(&l.node, &l.info, op::INSERT, &obj, lookup.as_ref()) {
-            let sent = shared.send(msg).await;
-            shared.metrics.event(sent);
-            if !sent {
-                return;
+        let m = &obj.metadata;
+        if let (Some(uid), Some(rv)) = (&m.uid, &m.resource_version)
+            && shared.delivered.holds(&l.node, uid, rv)
+        {
+            continue;
+        }
+        if !deliver(shared, &l.node, &l.info, op::INSERT, &obj, lookup.as_ref()).await
+            && obj.metadata.name.is_some()
+        {
+            return;
+        }
+    }
+}
+
+/// The API server's current resource version of `info`'s type: a delete sent for an object
+/// gone while the edge was away carries it, so the edge's open watches report the delete
+/// (they show only changes newer than what they hold).
+async fn current_rv(shared: &Shared, info: &ResourceInfo) -> Option<String> {
+    Api::<DynamicObject>::all_with(shared.client.clone(), &info.resource)
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .map_err(|e| debug!(r#type = %type_key(info), error = %e, "cannot read the current resource version"))
+        .ok()?
+        .metadata
+        .resource_version
+        .filter(|rv| !rv.is_empty())
+}
+
+/// Sends `node` a delete for every object its watches delivered that none of its listeners
+/// selects now: deleted, or changed out of the selection, while the node or cloudcore was
+/// away (and deletes sent then that were never confirmed). An object whose name now holds
+/// another object (deleted and created again) is not deleted: the new one replaces it.
+async fn send_missed_deletes(shared: &Shared, node: &str) {
+    let listeners = shared.registry.of_node(node);
+    let mut types: HashMap<String, Arc<ResourceInfo>> = HashMap::new();
+    for l in &listeners {
+        types
+            .entry(type_key(&l.info))
+            .or_insert_with(|| l.info.clone());
+    }
+    for (key, info) in types {
+        let Some(informer) = shared.informers.get(&key) else {
+            continue;
+        };
+        if !informer.is_ready() {
+            continue;
+        }
+        let mut selected = HashSet::new();
+        let mut names = HashSet::new();
+        for obj in informer.list() {
+            if listeners.iter().any(|l| l.info == info && l.matches(&obj)) {
+                let m = &obj.metadata;
+                if let Some(uid) = &m.uid {
+                    selected.insert(uid.clone());
+                }
+                names.insert((
+                    m.namespace.clone().unwrap_or_default(),
+                    m.name.clone().unwrap_or_default(),
+                ));
             }
+        }
+        let missed = shared.delivered.missed(node, &key, &selected);
+        if missed.is_empty() {
+            continue;
+        }
+        let rv = current_rv(shared, &info).await;
+        let mut sent = 0;
+        for m in missed {
+            if names.contains(&(m.namespace.clone(), m.name.clone())) {
+                shared.delivered.remove(node, &m.uid);
+                continue;
+            }
+            let obj = DynamicObject {
+                types: Some(TypeMeta {
+                    api_version: info.resource.api_version.clone(),
+                    kind: info.resource.kind.clone(),
+                }),
+                metadata: ObjectMeta {
+                    name: Some(m.name),
+                    namespace: (!m.namespace.is_empty()).then_some(m.namespace),
+                    uid: Some(m.uid),
+                    resource_version: rv.clone(),
+                    ..ObjectMeta::default()
+                },
+                data: serde_json::Value::Object(Default::default()),
+            };
+            if deliver(shared, node, &info, op::DELETE, &obj, None).await {
+                shared.metrics.missed_delete();
+                sent += 1;
+            }
+        }
+        if sent > 0 {
+            info!(node, r#type = %key, deletes = sent, "edge sent the deletes it missed while away");
         }
     }
 }
@@ -275,26 +402,31 @@ pub(crate) async fn sync(
     failed
 }
 
-/// `node` (re)connected: its listeners' objects are sent again (what it acknowledged is not
-/// written twice), or, when this process holds none, the recorded ones are restored.
+/// `node` (re)connected: it is sent the deletes it missed and its listeners' objects it does
+/// not hold at their version, or, when this process holds no listener of it, the recorded
+/// ones are restored (with the record of what they delivered) and then the same is sent.
 pub(crate) async fn connected(shared: &Shared, node: &str) {
     let listeners = shared.registry.of_node(node);
     if listeners.is_empty() {
         let Some(p) = &shared.persist else { return };
-        let apps = p.load(node).await;
-        if apps.is_empty() {
+        let record = p.load(node).await;
+        if record.apps.is_empty() {
             return;
         }
+        // Before the listeners register: what the edge holds is not sent again.
+        shared.delivered.load(node, record.delivered);
         let mut restored = 0;
-        for app in apps {
+        for app in record.apps {
             match register(shared, node, &app).await {
                 Ok(()) => restored += 1,
                 Err(e) => debug!(node, id = %app.id, error = %e, "recorded watch not restored"),
             }
         }
         info!(node, restored, "edge watches restored from their record");
+        send_missed_deletes(shared, node).await;
         return;
     }
+    let mut allowed = Vec::new();
     for l in listeners {
         // Decided again before anything is sent: the cluster may have stopped allowing it
         // while the edge was away.
@@ -302,6 +434,10 @@ pub(crate) async fn connected(shared: &Shared, node: &str) {
             shared.metrics.denied(verb::WATCH);
             continue;
         }
+        allowed.push(l);
+    }
+    send_missed_deletes(shared, node).await;
+    for l in allowed {
         if let Some(informer) = shared.informers.get(&type_key(&l.info)) {
             send_all(shared, &l, &informer).await;
         }
@@ -316,6 +452,7 @@ pub(crate) async fn forget_node(shared: &Shared, node: &str) {
             shared.informers.release(&gone.info);
         }
     }
+    shared.delivered.forget(node);
     if let Some(p) = &shared.persist {
         p.delete(node).await;
     }
@@ -377,10 +514,7 @@ async fn revoke(shared: &Shared, l: &Listener) {
         if !l.matches(&obj) || others.iter().any(|o| o.info == l.info && o.matches(&obj)) {
             continue;
         }
-        if let Some(msg) = event_message(&l.node, &l.info, op::DELETE, &obj, lookup.as_ref()) {
-            let sent = shared.send(msg).await;
-            shared.metrics.event(sent);
-        }
+        deliver(shared, &l.node, &l.info, op::DELETE, &obj, lookup.as_ref()).await;
     }
 }
 
@@ -425,12 +559,7 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, mut changes: mpsc::Receiver<Ty
             let Some(operation) = decide(&change, was, now) else {
                 continue;
             };
-            let Some(msg) = event_message(node, &info, operation, obj, lookup.as_ref()) else {
-                warn!(r#type = %type_key(&info), "an object without a name cannot be sent");
-                continue;
-            };
-            let sent = shared.send(msg).await;
-            shared.metrics.event(sent);
+            deliver(&shared, node, &info, operation, obj, lookup.as_ref()).await;
         }
     }
 }

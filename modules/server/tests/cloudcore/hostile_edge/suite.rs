@@ -78,7 +78,8 @@ fn start_cloud() -> Cloudcore {
         spec.replica_address = Some(crate::support::replica_address());
         // The optional modules whose edge-facing messages the suite attacks too. Listeners
         // are decided again every 2 s (300 s by default), so a test sees a watch end when the
-        // cluster stops allowing it.
+        // cluster stops allowing it; a node's record of what its watches delivered holds
+        // 16 KiB (384 KiB by default), so a test reaches its bound with a hundred objects.
         let router_port = edgecore_interop::listen_ports(1).expect("a port for the router")[0];
         let socket = format!("unix://{}", dir.join("kubeedge.sock").display());
         spec.extra = json!({
@@ -87,7 +88,8 @@ fn start_cloud() -> Cloudcore {
                 "router": {"enable": true, "address": "127.0.0.1", "port": router_port,
                            "restTimeout": 10},
                 "cloudHub": {"unixsocket": {"enable": true, "address": socket}},
-                "dynamicController": {"listenerReviewSeconds": 2},
+                "dynamicController": {"listenerReviewSeconds": 2,
+                                      "maxDeliveredBytesPerNode": 16384},
             },
         });
         let mut core = Cloudcore::start(&spec)
@@ -2827,6 +2829,9 @@ mod permits;
 #[allow(clippy::duplicate_mod)]
 #[path = "rereview.rs"]
 mod rereview;
+#[allow(clippy::duplicate_mod)]
+#[path = "watch_records.rs"]
+mod watch_records;
 
 // ---------------------------------------------------------------------------------------------
 // Node names, revocation, tunnels and the other perimeter checks

@@ -1,7 +1,9 @@
 //! The object an Application names: its `Key` (`/<group>/<version>/<resource>/<ns>/<name>`).
 
+use std::borrow::Cow;
+
 use kubeedge_api::status::StatusError;
-use kubeedge_api::validation;
+use kubeedge_api::{escaped, validation};
 
 /// A parsed Application key. `namespace` and `name` are `None` for the `null` token.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -127,20 +129,32 @@ impl ResourceKey {
             format!("/apis/{}/{}", self.group, self.version)
         };
         match (&self.namespace, namespaced) {
-            (Some(ns), true) => format!("{base}/namespaces/{ns}/{}", self.resource),
+            (Some(ns), true) => format!("{base}/namespaces/{}/{}", segment(ns), self.resource),
             _ => format!("{base}/{}", self.resource),
         }
     }
 
     /// The path of the named object (and `subresource` when not empty); `None` without a name.
     pub(crate) fn object_path(&self, namespaced: bool, subresource: &str) -> Option<String> {
-        let name = self.name.as_deref()?;
+        let name = segment(self.name.as_deref()?);
         let mut p = format!("{}/{name}", self.collection_path(namespaced));
         if !subresource.is_empty() {
             p.push('/');
             p.push_str(subresource);
         }
         Some(p)
+    }
+}
+
+/// `s` as one path segment: as it is when [`ResourceKey::parse`] would accept it, otherwise
+/// percent-encoded ([`escaped::segment`]), so a name that bypassed parsing still never adds a
+/// segment or a query (and the request authorizer refuses a path with an escape). The dot
+/// segments and the empty name become `%00`, which no object's name holds.
+fn segment(s: &str) -> Cow<'_, str> {
+    if is_path_segment(s) {
+        Cow::Borrowed(s)
+    } else {
+        escaped::segment(s).unwrap_or(Cow::Borrowed("%00"))
     }
 }
 
@@ -221,5 +235,29 @@ mod tests {
         assert!(object_name("system:node").is_ok());
         assert!(object_name("../x").is_err() && object_name("a?b").is_err());
         assert!(subresource("../x").is_err());
+    }
+
+    #[test]
+    fn a_name_that_bypassed_parsing_stays_one_path_segment() {
+        let k = ResourceKey {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "secrets".into(),
+            namespace: Some("ns/../kube-system".into()),
+            name: Some("victim?x=1".into()),
+        };
+        assert_eq!(
+            k.object_path(true, "").unwrap(),
+            "/api/v1/namespaces/ns%2F..%2Fkube-system/secrets/victim%3Fx%3D1"
+        );
+        let dots = ResourceKey {
+            name: Some("..".into()),
+            namespace: Some("default".into()),
+            ..k
+        };
+        assert_eq!(
+            dots.object_path(true, "").unwrap(),
+            "/api/v1/namespaces/default/secrets/%00"
+        );
     }
 }

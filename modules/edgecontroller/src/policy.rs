@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Resource;
 use kube::api::{GetParams, ListParams};
 use kubeedge_api::authz::restriction::{self, Denied, KUBEEDGE_ROLE_LABELS};
 use kubeedge_api::authz::{Act, EdgeRequest, Policy, RequestInfo};
@@ -127,7 +126,7 @@ impl EdgePolicy {
     where
         K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
     {
-        let request = kube::core::Request::new(K::url_path(&(), namespace))
+        let request = kubeedge_api::escaped::Request::of::<K>(namespace)
             .get(name, &GetParams::default())
             .map_err(kube::Error::BuildRequest)?;
         match self.lookup.request::<K>(request).await {
@@ -199,7 +198,7 @@ impl EdgePolicy {
             return no_relationship(i, node);
         }
         let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let request = kube::core::Request::new(Pod::url_path(&(), None))
+        let request = kubeedge_api::escaped::Request::of::<Pod>(None)
             .list(&lp)
             .map_err(|e| Refusal::Malformed(e.to_string()))?;
         let pods: k8s_openapi::List<Pod> = self

@@ -116,9 +116,13 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
-/// A request builder for a built-in resource type.
-pub(crate) fn api<K: Resource<DynamicType = ()>>(namespace: Option<&str>) -> kube::core::Request {
-    kube::core::Request::new(K::url_path(&(), namespace))
+/// A request builder for a built-in resource type: every namespace and name it is given is
+/// one percent-encoded path segment, so a name that escaped validation still cannot address
+/// another object or add a query.
+pub(crate) fn api<K: Resource<DynamicType = ()>>(
+    namespace: Option<&str>,
+) -> kubeedge_api::escaped::Request {
+    kubeedge_api::escaped::Request::of::<K>(namespace)
 }
 
 /// The API request a kube-core builder made (a build error is a `400`).
@@ -466,5 +470,32 @@ mod tests {
         let v: serde_json::Value = r.content.parse().unwrap();
         assert_eq!(v["ErrStatus"]["reason"], "TooManyRequests");
         assert!(Upstream::error_reply(Kind::ProcessEvent, &req, &err).is_none());
+    }
+
+    #[test]
+    fn a_name_that_escaped_validation_stays_one_path_segment() {
+        use k8s_openapi::api::core::v1::{Node, Pod};
+        use kube::api::GetParams;
+        let get = api::<Node>(None)
+            .get("victim?x=1", &GetParams::default())
+            .unwrap();
+        assert_eq!(get.uri(), "/api/v1/nodes/victim%3Fx%3D1");
+        let patch = api::<Pod>(Some("ns/../kube-system"))
+            .patch(
+                "p",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({})),
+            )
+            .unwrap();
+        assert_eq!(
+            patch.uri().path(),
+            "/api/v1/namespaces/ns%2F..%2Fkube-system/pods/p"
+        );
+        assert!(api::<Node>(None).delete("..", &Default::default()).is_err());
+        // A valid name is unchanged.
+        let get = api::<Node>(None)
+            .get("edge-1", &GetParams::default())
+            .unwrap();
+        assert_eq!(get.uri(), "/api/v1/nodes/edge-1");
     }
 }

@@ -257,6 +257,21 @@ impl AccessReviewer {
             .len()
     }
 
+    /// Forgets every answer remembered about objects in `namespace`: the relationships that
+    /// decided them changed (a pod there was deleted), so the next review asks again.
+    pub fn forget_namespace(&self, namespace: &str) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let keys: Vec<(Subject, Attributes)> = cache
+            .map
+            .keys()
+            .filter(|(_, a)| a.namespace == namespace)
+            .cloned()
+            .collect();
+        for key in &keys {
+            cache.remove(key);
+        }
+    }
+
     fn cached(&self, key: &(Subject, Attributes)) -> Option<Decision> {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let entry = cache.map.get(key)?;
@@ -429,6 +444,24 @@ mod tests {
         // A key longer than the limit is never remembered.
         r.remember((flooder.clone(), attrs(&"y".repeat(400))), Decision::Allow);
         assert!(r.cached(&(flooder, attrs(&"y".repeat(400)))).is_none());
+    }
+
+    #[tokio::test]
+    async fn answers_about_a_namespace_are_forgotten_together() {
+        let r = reviewer(CacheLimits::default());
+        let s = Subject::node("e1");
+        let in_ns = |ns: &str, name: &str| Attributes {
+            namespace: ns.into(),
+            ..attrs(name)
+        };
+        r.remember((s.clone(), in_ns("a", "x")), Decision::Allow);
+        r.remember((s.clone(), in_ns("a", "y")), Decision::Allow);
+        r.remember((s.clone(), in_ns("b", "x")), Decision::Allow);
+        r.forget_namespace("a");
+        assert_eq!(r.cached_answers(), 1);
+        assert!(r.cached(&(s.clone(), in_ns("b", "x"))).is_some());
+        assert!(r.cached(&(s, in_ns("a", "x"))).is_none());
+        assert_eq!(r.cache.lock().unwrap().per_user.values().sum::<usize>(), 1);
     }
 
     #[tokio::test]

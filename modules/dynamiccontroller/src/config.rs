@@ -60,7 +60,9 @@ pub struct DynamicControllerConfig {
     pub max_discovery_entries: usize,
     /// Seconds between re-reviews of every watch listener (default 300): a listener the
     /// cluster no longer allows (its pod left the node) is dropped and its objects deleted at
-    /// the edge. 0 turns it off.
+    /// the edge. Listeners of Secrets, ConfigMaps, claims and service accounts are also
+    /// decided again within about a second of a pod of their namespace being deleted. 0 turns
+    /// both off.
     pub listener_review_seconds: u64,
     /// Bytes of the record of what one node's watches delivered (default 384 KiB: about
     /// 3,000 objects of usual names). With it, a reconnected or restored node is sent the

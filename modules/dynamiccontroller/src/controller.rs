@@ -405,6 +405,8 @@ impl Actor for DynamicController {
             .spawn_cancellable(sweep(shared.clone(), self.gate.clone()));
         self.life
             .spawn_cancellable(watches::review_listeners(shared.clone()));
+        self.life
+            .spawn_cancellable(watches::review_on_pod_deletes(shared.clone()));
         self.shared = Some(shared);
         info!(
             impersonate = self.impersonate,

@@ -487,6 +487,93 @@ pub(crate) async fn review_listeners(shared: Arc<Shared>) {
     }
 }
 
+/// Types a node may read only through a pod bound to it (the Node authorizer's graph): a
+/// listener of one of them is decided again as soon as a pod of its namespace is deleted.
+fn pod_dependent(info: &ResourceInfo) -> bool {
+    let r = &info.resource;
+    match r.group.as_str() {
+        "" => matches!(
+            r.plural.as_str(),
+            "secrets" | "configmaps" | "persistentvolumeclaims" | "serviceaccounts"
+        ),
+        "resource.k8s.io" => r.plural == "resourceclaims",
+        _ => false,
+    }
+}
+
+/// How long pod deletions are gathered before the listeners they concern are decided again.
+const POD_REVIEW_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Decides again, promptly, the listeners a deleted pod may have justified: the listeners of
+/// Secrets, ConfigMaps, claims and service accounts in the deleted pod's namespace, with that
+/// namespace's remembered review answers forgotten first. A pod never changes node (its
+/// `nodeName` is immutable once set), so deletion is the event that ends such access; the
+/// periodic review (`listenerReviewSeconds`) stays the backstop for anything missed here (the
+/// pod watch restarting, for one). Only pods' metadata is watched, and nothing is kept of it.
+pub(crate) async fn review_on_pod_deletes(shared: Arc<Shared>) {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::core::PartialObjectMeta;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+
+    if shared.config.listener_review_seconds == 0 {
+        return;
+    }
+    let pods: Api<PartialObjectMeta<Pod>> = Api::all(shared.client.clone());
+    let mut events = watcher::watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut pending: HashSet<String> = HashSet::new();
+    loop {
+        let event = if pending.is_empty() {
+            events.next().await
+        } else {
+            match tokio::time::timeout(POD_REVIEW_DELAY, events.next()).await {
+                Ok(e) => e,
+                Err(_) => {
+                    for ns in pending.drain() {
+                        review_namespace(&shared, &ns).await;
+                    }
+                    continue;
+                }
+            }
+        };
+        match event {
+            None => return,
+            Some(Ok(Event::Delete(pod))) => {
+                if let Some(ns) = pod.metadata.namespace
+                    && pending.len() < shared.config.max_listeners
+                {
+                    pending.insert(ns);
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => debug!(error = %e, "pod watch for listener reviews failed; retrying"),
+        }
+    }
+}
+
+/// Decides again every pod-dependent listener in `namespace` (see [`review_on_pod_deletes`]).
+async fn review_namespace(shared: &Shared, namespace: &str) {
+    let concerned: Vec<Arc<Listener>> = shared
+        .registry
+        .nodes()
+        .into_iter()
+        .flat_map(|n| shared.registry.of_node(&n))
+        .filter(|l| l.namespace.as_deref() == Some(namespace) && pod_dependent(&l.info))
+        .collect();
+    if concerned.is_empty() {
+        return;
+    }
+    shared.reviewer.forget_namespace(namespace);
+    for l in concerned {
+        if decide_again(shared, &l).await.is_err() {
+            shared.metrics.denied(verb::WATCH);
+        }
+    }
+}
+
 /// Decides listener `l` again on the watch request it was decided as; one the cluster now
 /// refuses (`403`) is revoked and the refusal returned (the caller counts it). Other failures (the API server is
 /// unreachable) keep it: it was allowed, and a later review decides.

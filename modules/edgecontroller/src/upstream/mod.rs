@@ -390,20 +390,25 @@ impl Upstream {
 
     /// `nodepatch`/`podpatch`: the content is a strategic merge patch of the object's
     /// `status`, applied as sent once the policy allowed it (what a node may change through
-    /// status is NodeRestriction's rule); answers ObjectResp with the patched object (header
-    /// RV = its RV).
+    /// status is NodeRestriction's rule), with `uid` (when given) as its `metadata.uid`, a
+    /// precondition the API server enforces; answers ObjectResp with the patched object
+    /// (header RV = its RV).
     pub(crate) async fn patch_status<K>(
         &self,
         kind: Kind,
         msg: &Message,
         namespaced: bool,
+        uid: Option<String>,
     ) -> Outcome
     where
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
     {
         self.answer(kind, msg, async {
             let r = parts(msg, namespaced, true)?;
-            let patch: serde_json::Value = content(msg, "a JSON patch")?;
+            let mut patch: serde_json::Value = content(msg, "a JSON patch")?;
+            if let Some(uid) = uid {
+                with_uid(&mut patch, uid);
+            }
             let ns = namespaced.then_some(r.namespace.as_str());
             let request = api::<K>(ns).patch_subresource(
                 "status",
@@ -443,6 +448,25 @@ impl Upstream {
     }
 }
 
+/// Gives the patch object `patch` `uid` as its `metadata.uid` unless it names one already
+/// (edged sends the uid of the pod it reports on: the API server then holds the patch to that
+/// one, which is either the pod decided on or no pod at all). A patch that is not an object
+/// is left alone: the API server refuses it anyway.
+fn with_uid(patch: &mut serde_json::Value, uid: String) {
+    let Some(obj) = patch.as_object_mut() else {
+        return;
+    };
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| serde_json::json!({}));
+    match meta.as_object_mut() {
+        Some(meta) => {
+            meta.entry("uid").or_insert_with(|| uid.into());
+        }
+        None => *meta = serde_json::json!({"uid": uid}),
+    }
+}
+
 /// At most `max` bytes of `s` (on a character boundary): edge-chosen strings in logs stay small.
 fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -470,6 +494,20 @@ mod tests {
         let v: serde_json::Value = r.content.parse().unwrap();
         assert_eq!(v["ErrStatus"]["reason"], "TooManyRequests");
         assert!(Upstream::error_reply(Kind::ProcessEvent, &req, &err).is_none());
+    }
+
+    #[test]
+    fn a_status_patch_carries_the_decided_pods_uid() {
+        let mut p = serde_json::json!({"status": {"phase": "Running"}});
+        with_uid(&mut p, "u1".into());
+        assert_eq!(p["metadata"]["uid"], "u1");
+        // The edge's own precondition stays (the API server holds the patch to it).
+        let mut p = serde_json::json!({"metadata": {"uid": "other", "labels": {}}, "status": {}});
+        with_uid(&mut p, "u1".into());
+        assert_eq!(
+            p["metadata"],
+            serde_json::json!({"uid": "other", "labels": {}})
+        );
     }
 
     #[test]

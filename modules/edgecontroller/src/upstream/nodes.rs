@@ -152,7 +152,8 @@ impl Upstream {
     /// `nodepatch`: the content is a strategic merge patch of the Node's status, applied as
     /// sent; answers ObjectResp with the patched Node.
     pub(crate) async fn patch_node_status(&self, msg: &Message) -> Outcome {
-        self.patch_status::<Node>(Kind::PatchNode, msg, false).await
+        self.patch_status::<Node>(Kind::PatchNode, msg, false, None)
+            .await
     }
 
     /// `nodestatus` (deprecated): `insert` registers the node unless it exists; `update`

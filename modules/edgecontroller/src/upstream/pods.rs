@@ -165,9 +165,18 @@ fn none_running(status: &PodStatus) -> bool {
 }
 
 impl Upstream {
-    /// `podpatch`: strategic merge patch of `pods/<name>/status` as the node; ObjectResp.
+    /// `podpatch`: strategic merge patch of `pods/<name>/status` as the node; ObjectResp. The
+    /// patch carries a uid as `metadata.uid` (edged's own, else that of the pod it was decided
+    /// on, the cache's): the API server refuses to apply it to another pod of the same name (a
+    /// uid cannot change), so a pod deleted and created again elsewhere meanwhile is never
+    /// patched by this node.
     pub(crate) async fn patch_pod_status(&self, msg: &Message) -> Outcome {
-        self.patch_status::<Pod>(Kind::PatchPod, msg, true).await
+        let uid = match super::parts(msg, true, true) {
+            Ok(r) => self.pod_uid(&r.namespace, &r.name).await,
+            Err(_) => None,
+        };
+        self.patch_status::<Pod>(Kind::PatchPod, msg, true, uid)
+            .await
     }
 
     /// `pod`/`insert` (mirror pods): creates the pod in the resource's namespace; ObjectResp.

@@ -165,6 +165,52 @@ async fn a_pod_status_patch_cannot_change_the_pods_labels() {
     );
 }
 
+/// A status patch is held to the pod it names by uid: one naming an earlier incarnation of
+/// the pod (deleted and created again under the same name) changes nothing, and one naming no
+/// uid is held to the pod cloudcore decided on (its uid is added, so the API server refuses it
+/// for a pod created again under the name between the decision and the write).
+#[tokio::test]
+async fn a_pod_status_patch_is_held_to_one_pod_by_uid() {
+    test_tiers::require!(ApiServer);
+    let s = Scenario::new("n19-uid").await;
+    let pod = s.own_pod("web", json!({})).await;
+    let pods = s.api::<Pod>();
+    let stale = json!({"metadata": {"uid": "00000000-0000-0000-0000-000000000001"},
+                       "status": {"phase": "Failed", "reason": "Stale"}});
+    let reply = s
+        .edge
+        .ask(
+            &format!("{}/podpatch/web", s.ns),
+            "patch",
+            Content::string(stale.to_string()),
+        )
+        .await;
+    // Refused by cloudcore (the uid is not the one of the pod it decided on) or, should the
+    // pod change in between, by the API server (a uid cannot change).
+    let code = reply.code();
+    assert!(
+        matches!(code, Some(403 | 409 | 422)),
+        "a patch for another incarnation is refused: {code:?}"
+    );
+    s.unchanged(&pods, &pod, "podpatch for another incarnation")
+        .await;
+    let reply = s
+        .edge
+        .ask(
+            &format!("{}/podpatch/web", s.ns),
+            "patch",
+            Content::string(json!({"status": {"phase": "Running"}}).to_string()),
+        )
+        .await;
+    reply.object_resp_ok();
+    let live = pods.get("web").await.expect("own pod");
+    assert_eq!(live.uid(), pod.uid());
+    assert_eq!(
+        live.status.and_then(|st| st.phase).as_deref(),
+        Some("Running")
+    );
+}
+
 fn label_of<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.labels().get(key).map(String::as_str)
 }

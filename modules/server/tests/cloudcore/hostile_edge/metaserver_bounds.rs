@@ -191,7 +191,13 @@ async fn a_watch_ends_when_the_cluster_stops_allowing_it() {
             .lock()
             .unwrap()
             .iter()
-            .filter(|m| m.route.resource == resource && m.route.operation != "delete")
+            // The watch's deliveries: the edgecontroller may still send the Secret for a
+            // moment, until its own caches see the pod gone.
+            .filter(|m| {
+                m.route.source == "dynamiccontroller"
+                    && m.route.resource == resource
+                    && m.route.operation != "delete"
+            })
             .count()
     };
     let before = rotations(&s);

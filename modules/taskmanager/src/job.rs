@@ -152,6 +152,34 @@ pub(crate) fn edge_reason(text: &str) -> String {
     cut(text)
 }
 
+/// The status accessors of [`NodeJob`], alike for the three kinds: each stores `phase`,
+/// `reason` and `nodeStatus` in an optional `status`.
+macro_rules! job_status {
+    () => {
+        fn phase(&self) -> &str {
+            self.status.as_ref().map_or("", |s| &s.phase)
+        }
+
+        fn reason(&self) -> &str {
+            self.status.as_ref().map_or("", |s| &s.reason)
+        }
+
+        fn set_phase(&mut self, phase: &str, reason: &str) {
+            let s = self.status.get_or_insert_with(Default::default);
+            s.phase = phase.to_owned();
+            s.reason = reason.to_owned();
+        }
+
+        fn tasks(&self) -> &[Self::Task] {
+            self.status.as_ref().map_or(&[], |s| &s.node_status)
+        }
+
+        fn tasks_mut(&mut self) -> &mut Vec<Self::Task> {
+            &mut self.status.get_or_insert_with(Default::default).node_status
+        }
+    };
+}
+
 impl NodeJob for NodeUpgradeJob {
     const KIND: JobKind = JobKind::NodeUpgrade;
     type Task = NodeUpgradeJobNodeTaskStatus;
@@ -186,27 +214,7 @@ impl NodeJob for NodeUpgradeJob {
         serde_json::to_value(&spec).unwrap_or_default()
     }
 
-    fn phase(&self) -> &str {
-        self.status.as_ref().map_or("", |s| &s.phase)
-    }
-
-    fn reason(&self) -> &str {
-        self.status.as_ref().map_or("", |s| &s.reason)
-    }
-
-    fn set_phase(&mut self, phase: &str, reason: &str) {
-        let s = self.status.get_or_insert_with(Default::default);
-        s.phase = phase.to_owned();
-        s.reason = reason.to_owned();
-    }
-
-    fn tasks(&self) -> &[Self::Task] {
-        self.status.as_ref().map_or(&[], |s| &s.node_status)
-    }
-
-    fn tasks_mut(&mut self) -> &mut Vec<Self::Task> {
-        &mut self.status.get_or_insert_with(Default::default).node_status
-    }
+    job_status!();
 
     fn apply_extend(&mut self, i: usize, act: &str, extend: &str) -> Result<(), String> {
         if !matches!(act, action::BACK_UP | action::UPGRADE | action::ROLL_BACK)
@@ -258,27 +266,7 @@ impl NodeJob for ImagePrePullJob {
         serde_json::to_value(&self.spec).unwrap_or_default()
     }
 
-    fn phase(&self) -> &str {
-        self.status.as_ref().map_or("", |s| &s.phase)
-    }
-
-    fn reason(&self) -> &str {
-        self.status.as_ref().map_or("", |s| &s.reason)
-    }
-
-    fn set_phase(&mut self, phase: &str, reason: &str) {
-        let s = self.status.get_or_insert_with(Default::default);
-        s.phase = phase.to_owned();
-        s.reason = reason.to_owned();
-    }
-
-    fn tasks(&self) -> &[Self::Task] {
-        self.status.as_ref().map_or(&[], |s| &s.node_status)
-    }
-
-    fn tasks_mut(&mut self) -> &mut Vec<Self::Task> {
-        &mut self.status.get_or_insert_with(Default::default).node_status
-    }
+    job_status!();
 
     fn apply_extend(&mut self, i: usize, act: &str, extend: &str) -> Result<(), String> {
         if act != action::PULL || extend.is_empty() {
@@ -347,27 +335,7 @@ impl NodeJob for ConfigUpdateJob {
         serde_json::to_value(&self.spec).unwrap_or_default()
     }
 
-    fn phase(&self) -> &str {
-        self.status.as_ref().map_or("", |s| &s.phase)
-    }
-
-    fn reason(&self) -> &str {
-        self.status.as_ref().map_or("", |s| &s.reason)
-    }
-
-    fn set_phase(&mut self, phase: &str, reason: &str) {
-        let s = self.status.get_or_insert_with(Default::default);
-        s.phase = phase.to_owned();
-        s.reason = reason.to_owned();
-    }
-
-    fn tasks(&self) -> &[Self::Task] {
-        self.status.as_ref().map_or(&[], |s| &s.node_status)
-    }
-
-    fn tasks_mut(&mut self) -> &mut Vec<Self::Task> {
-        &mut self.status.get_or_insert_with(Default::default).node_status
-    }
+    job_status!();
 
     fn apply_extend(&mut self, _i: usize, _action: &str, _extend: &str) -> Result<(), String> {
         Ok(())

@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
-use edge::hub::{Backoff, HubClient, HubClientConfig, HubEvent};
+use beehive::Backoff;
+use edge::hub::{HubClient, HubClientConfig, HubEvent};
 use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore, KubeletPort, Process, listen_ports};
 use futures::StreamExt as _;
 use k8s_openapi::ByteString;

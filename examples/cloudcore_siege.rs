@@ -48,10 +48,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use beehive::{Content, Message};
+use beehive::{Backoff, Content, Message};
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use cloudhub::wire;
-use edge::hub::{Backoff, DEFAULT_PROJECT_ID, HubClient, HubClientConfig, HubEvent};
+use edge::hub::{DEFAULT_PROJECT_ID, HubClient, HubClientConfig, HubEvent};
 use edgecore_interop::{CloudSpec, Process};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};

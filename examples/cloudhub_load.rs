@@ -58,9 +58,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use beehive::{Bus, Content, Message};
+use beehive::{Backoff, Bus, Content, Message};
 use cloudhub::{CloudHub, CloudHubConfig, MemoryStore, SyncKey};
-use edge::hub::{Backoff, HubClient, HubClientConfig, HubEvent};
+use edge::hub::{HubClient, HubClientConfig, HubEvent};
 
 #[path = "support/procstat.rs"]
 mod procstat;

@@ -1046,7 +1046,8 @@ impl FakeHub {
     /// Runs one edge session whose server sends `bytes` after the upgrade and then closes;
     /// returns the edge's events up to its disconnect.
     fn session(&self, node: &str, bytes: &[u8]) -> Result<Vec<edge::hub::HubEvent>, String> {
-        use edge::hub::{Backoff, HubClient, HubClientConfig, HubEvent};
+        use beehive::Backoff;
+        use edge::hub::{HubClient, HubClientConfig, HubEvent};
         self.rt.block_on(async {
             let addr = self.listener.local_addr().map_err(|e| e.to_string())?;
             let mut config = HubClientConfig::new(node, addr.to_string());

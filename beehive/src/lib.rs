@@ -42,12 +42,15 @@ macro_rules! cfg_bus {
     };
 }
 
-// The message model: what travels, and its Go-compatible JSON.
+// The message model: what travels, and its Go-compatible JSON; and the retry back-off every
+// module shares.
+mod backoff;
 pub mod constants;
 pub mod json;
 mod message;
 mod message_text;
 
+pub use backoff::Backoff;
 pub use message::{Content, Header, Message, Route, new_id, now_millis};
 pub use message_text::{Id, IdText, Str};
 

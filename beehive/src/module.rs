@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use actix::{Actor, Handler};
 
-use crate::Message;
+use crate::{Backoff, Message};
 use crate::mailbox::DEFAULT_MAILBOX_CAPACITY;
 
 /// A module: an actix actor with a name, a group and an enabled flag, fed by a bounded
@@ -50,12 +50,9 @@ pub trait Module: Actor<Context = actix::Context<Self>> + Handler<Message, Resul
 pub struct RestartPolicy {
     /// Give up after this many restarts (`None`: never give up).
     pub max_restarts: Option<u32>,
-    /// Wait before the first restart.
-    pub initial_backoff: Duration,
-    /// Each further wait is the previous one times this factor (values ≤ 1 keep it constant).
-    pub growth: f64,
-    /// Upper bound of the wait.
-    pub max_backoff: Duration,
+    /// The wait before each restart: doubling from the first (`initial == max` keeps it
+    /// constant).
+    pub backoff: Backoff,
 }
 
 impl Default for RestartPolicy {
@@ -63,9 +60,7 @@ impl Default for RestartPolicy {
     fn default() -> Self {
         RestartPolicy {
             max_restarts: None,
-            initial_backoff: Duration::from_secs(1),
-            growth: 2.0,
-            max_backoff: Duration::from_secs(30),
+            backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
         }
     }
 }
@@ -73,12 +68,6 @@ impl Default for RestartPolicy {
 impl RestartPolicy {
     /// The wait before restart number `attempt` (1-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = if self.growth > 1.0 {
-            self.growth.powi(attempt.saturating_sub(1).min(64) as i32)
-        } else {
-            1.0
-        };
-        let wait = self.initial_backoff.as_secs_f64() * factor;
-        Duration::from_secs_f64(wait.min(self.max_backoff.as_secs_f64()))
+        self.backoff.delay(attempt)
     }
 }

@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use beehive::{Content, Message};
-use edge::hub::{Backoff, EdgeCerts, HubClient, HubClientConfig, HubEvent, bootstrap_from};
+use beehive::{Backoff, Content, Message};
+use edge::hub::{EdgeCerts, HubClient, HubClientConfig, HubEvent, bootstrap_from};
 
 /// What a child runs.
 #[derive(Debug, Clone, clap::Args)]

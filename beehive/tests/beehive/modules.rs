@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::{Behaviour, Probe, make_panic, number_of, numbered, until};
-use beehive::{Bus, BusConfig, Error, Message, RestartPolicy};
+use beehive::{Backoff, Bus, BusConfig, Error, Message, RestartPolicy};
 
 #[actix_rt::test]
 async fn a_module_receives_what_is_sent_to_its_name_in_send_order() {
@@ -235,9 +235,7 @@ async fn a_panicking_module_is_restarted_with_backoff_and_keeps_its_mailbox() {
     let (s, l) = (seen.clone(), starts.clone());
     let policy = RestartPolicy {
         max_restarts: Some(3),
-        initial_backoff: Duration::from_millis(20),
-        growth: 2.0,
-        max_backoff: Duration::from_millis(200),
+        backoff: Backoff::new(Duration::from_millis(20), Duration::from_millis(200)),
     };
     bus.register_restartable(
         move || {
@@ -308,9 +306,7 @@ async fn a_module_whose_restarts_are_used_up_has_failed() {
     let bus = Bus::new();
     let policy = RestartPolicy {
         max_restarts: Some(1),
-        initial_backoff: Duration::from_millis(1),
-        growth: 1.0,
-        max_backoff: Duration::from_millis(1),
+        backoff: Backoff::new(Duration::from_millis(1), Duration::from_millis(1)),
     };
     bus.register_restartable(
         || {
@@ -375,9 +371,7 @@ async fn messages_taken_in_a_batch_but_not_handled_survive_a_restart_in_order() 
     let s = seen.clone();
     let policy = RestartPolicy {
         max_restarts: Some(1),
-        initial_backoff: Duration::from_millis(5),
-        growth: 1.0,
-        max_backoff: Duration::from_millis(5),
+        backoff: Backoff::new(Duration::from_millis(5), Duration::from_millis(5)),
     };
     bus.register_restartable(
         move || {

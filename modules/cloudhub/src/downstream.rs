@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use beehive::Message;
+use beehive::{Backoff, Message};
 use beehive::constants::operation as op;
 use kubeedge_api::version::is_newer;
 use tokio::time::Instant;
@@ -22,8 +22,7 @@ use crate::metrics::DropReason;
 pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 pub(crate) const WRITES_PER_ROUND: u32 = 5;
 /// KubeEdge's back-off of a key after an unacknowledged round: 5 ms doubling, at most 1000 s.
-const BACKOFF_BASE: Duration = Duration::from_millis(5);
-const BACKOFF_MAX: Duration = Duration::from_secs(1000);
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(5), Duration::from_secs(1000));
 /// Objects whose delete the edge acknowledged, remembered per node so that a version still on
 /// its way (a watch event or a sync pass that read it before the delete) cannot bring them
 /// back. UIDs are never reused; late versions arrive within seconds, so a short list does.
@@ -405,11 +404,8 @@ impl Downstream {
 
     fn backoff_for(&mut self, key: &str) -> Duration {
         let n = self.backoff.entry(key.to_owned()).or_insert(0);
-        let wait = BACKOFF_BASE
-            .saturating_mul(1u32 << (*n).min(20))
-            .min(BACKOFF_MAX);
-        *n += 1;
-        wait
+        *n = n.saturating_add(1);
+        BACKOFF.delay(*n)
     }
 
     /// Decides what to write now. With `can_write` false (the socket is backed up) nothing

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use actix::{Actor, Context, Handler};
-use beehive::{Endpoint, Message, Module};
+use beehive::{Backoff, Endpoint, Message, Module};
 use kubeedge_api::names;
 use kubeedge_api::reliablesyncs::RecordCache;
 use kubeedge_api::replicas::Ownership;
@@ -331,6 +331,9 @@ async fn close_revoked_sessions(hub: Arc<Hub>) {
 
 /// How often the token generation is read (an operator's bump takes effect within this).
 const TOKEN_GENERATION_POLL: Duration = Duration::from_secs(10);
+/// The wait after a refreshed token could not be stored: 2 s doubling to 256 s (and never
+/// longer than the refresh period itself).
+const TOKEN_STORE_RETRY: Backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(256));
 
 /// Replaces the bootstrap token every `tokenRefreshDuration`, and at once when the token
 /// generation changed (every older token is then refused by the certificate server), until
@@ -373,8 +376,8 @@ async fn refresh_tokens(hub: Arc<Hub>) {
             Err(e) => {
                 // Keep trying: KubeEdge's refresh stops for good after one failure and tokens
                 // expire.
-                failures += 1;
-                wait = Duration::from_secs(1u64 << failures.min(8)).min(hub.token_refresh);
+                failures = failures.saturating_add(1);
+                wait = TOKEN_STORE_RETRY.delay(failures).min(hub.token_refresh);
                 error!(error = %e, retry_in_s = wait.as_secs(), "storing the refreshed token failed");
             }
         }

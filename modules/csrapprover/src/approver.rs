@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use beehive::Backoff;
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::certificates::v1::{
@@ -28,8 +29,7 @@ use crate::rules::{self, APPROVED_MESSAGE, APPROVED_REASON, Refusal};
 const WORKERS: u16 = 5;
 /// First and longest wait before a request whose approval failed is tried again (KubeEdge's
 /// per-item back-off: 200 ms doubling to 1000 s).
-const RETRY_FIRST: Duration = Duration::from_millis(200);
-const RETRY_MAX: Duration = Duration::from_secs(1000);
+const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(1000));
 
 /// Why one reconcile failed; the request is tried again after a back-off.
 #[derive(Debug, thiserror::Error)]
@@ -186,9 +186,7 @@ fn retry(csr: Arc<CertificateSigningRequest>, error: &Error, ctx: Arc<Ctx>) -> A
     let mut failures = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
     let n = failures.entry(name.clone()).or_default();
     *n = n.saturating_add(1);
-    let wait = RETRY_FIRST
-        .saturating_mul(1 << (*n - 1).min(16))
-        .min(RETRY_MAX);
+    let wait = RETRY.delay(*n);
     ctx.metrics.errors.inc();
     warn!(csr = name, %error, retry_in = ?wait, "approving a certificate request failed");
     Action::requeue(wait)

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use beehive::Backoff;
 use beehive::constants::operation;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -26,8 +27,7 @@ use tracing::{debug, info, warn};
 use crate::shared::{Shared, member, membership, object_message};
 
 /// Back-off of a device whose DeviceStatus could not be made (KubeEdge never sends it).
-const FIRST_RETRY: Duration = Duration::from_secs(1);
-const MAX_RETRY: Duration = Duration::from_secs(60);
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
 pub(crate) struct Downstream {
     client: kube::Client,
@@ -35,7 +35,8 @@ pub(crate) struct Downstream {
     devices: CacheWriter<Device>,
     models: CacheWriter<DeviceModel>,
     statuses: CacheWriter<DeviceStatus>,
-    retries: HashMap<String, (Instant, Duration)>,
+    /// Devices waiting for their DeviceStatus: when to try again, and how many tries failed.
+    retries: HashMap<String, (Instant, u32)>,
     watch_timeout: Option<Duration>,
 }
 
@@ -191,13 +192,13 @@ impl Downstream {
         };
         if let Err(error) = status {
             // Nothing is sent until the DeviceStatus exists; retried with back-off.
-            let backoff = self
+            let failures = self
                 .retries
                 .get(&k)
-                .map(|(_, b)| (*b * 2).min(MAX_RETRY))
-                .unwrap_or(FIRST_RETRY);
+                .map_or(1, |(_, n)| n.saturating_add(1));
+            let backoff = RETRY.delay(failures);
             warn!(device = %k, %error, retry_in_s = backoff.as_secs(), "cannot ensure DeviceStatus");
-            self.retries.insert(k, (Instant::now() + backoff, backoff));
+            self.retries.insert(k, (Instant::now() + backoff, failures));
             return;
         }
         self.retries.remove(&k);

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use beehive::Backoff;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -22,8 +23,7 @@ use crate::queue::Queue;
 use crate::reconcile::{Reconciler, pod_account};
 
 /// First and longest wait before a key whose reconcile failed is tried again.
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(300);
+const RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(300));
 
 fn all<K>(
     client: &kube::Client,
@@ -191,9 +191,7 @@ pub(crate) async fn work(reconciler: Reconciler, queue: Arc<Queue>, stop: Cancel
                 reconciler.metrics.reconciled(false);
                 let n = failures.entry(key.clone()).or_default();
                 *n = n.saturating_add(1);
-                let wait = RETRY_FIRST
-                    .saturating_mul(1 << (*n - 1).min(16))
-                    .min(RETRY_MAX);
+                let wait = RETRY.delay(*n);
                 warn!(key, %error, retry_in = ?wait, "service account access not reconciled");
                 let (queue, stop) = (queue.clone(), stop.clone());
                 tokio::spawn(async move {

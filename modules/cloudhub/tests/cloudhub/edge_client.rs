@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::*;
-use beehive::{Bus, Content, Message};
-use edge::hub::{Backoff, EdgeHub, HubClient, HubClientConfig, HubEvent};
+use beehive::{Backoff, Bus, Content, Message};
+use edge::hub::{EdgeHub, HubClient, HubClientConfig, HubEvent};
 
 fn client_config(h: &Harness, node: &str) -> (HubClientConfig, Arc<rustls::ClientConfig>) {
     let cert = h.edge_cert(node);

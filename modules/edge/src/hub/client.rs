@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use beehive::Message;
+use beehive::{Backoff, Message};
 use bytes::{Bytes, BytesMut};
 use kubeedge_wire::hub::{self, ack_for, keepalive, needs_ack};
 use kubeedge_wire::ws::{self, Outgoing, Role, WsError, WsMessage, WsReader, WsWriter};
@@ -23,37 +23,6 @@ use super::error::HubError;
 /// edgecore's default `edgeHub.projectID`.
 pub const DEFAULT_PROJECT_ID: &str = "e632aba927ea4ac2b575ec1603d56f10";
 
-/// Reconnect delays: `initial · 2ⁿ` capped at `max`, each drawn uniformly from its upper
-/// half ("equal jitter"), so a fleet that lost the cloud together does not return together.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Backoff {
-    /// First delay (before jitter).
-    pub initial: Duration,
-    /// Largest delay (before jitter).
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            initial: Duration::from_secs(1),
-            max: Duration::from_secs(30),
-        }
-    }
-}
-
-impl Backoff {
-    /// The delay before reconnect attempt `attempt` (1-based).
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let base = self
-            .initial
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-            .min(self.max);
-        let half = base / 2;
-        half + half.mul_f64(rand::random::<f64>())
-    }
-}
-
 /// Settings of one hub connection (edgecore `modules.edgeHub` where it has them).
 #[derive(Debug, Clone)]
 pub struct HubClientConfig {
@@ -69,7 +38,9 @@ pub struct HubClientConfig {
     pub write_timeout: Duration,
     /// `websocket.handshakeTimeout` (default 30 s).
     pub handshake_timeout: Duration,
-    /// Reconnect back-off.
+    /// Reconnect back-off (default 1 s doubling to 30 s), each wait drawn from the upper half
+    /// of its step ("equal jitter") so a fleet that lost the cloud together does not return
+    /// together.
     pub backoff: Backoff,
     /// Largest message accepted from the cloud (default 32 MiB).
     pub max_message_size: usize,
@@ -94,7 +65,7 @@ impl HubClientConfig {
             heartbeat: Duration::from_secs(15),
             write_timeout: Duration::from_secs(15),
             handshake_timeout: Duration::from_secs(30),
-            backoff: Backoff::default(),
+            backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
             max_message_size: 32 * 1024 * 1024,
             auto_ack: true,
             queue_capacity: 1024,
@@ -299,7 +270,7 @@ async fn run(
         }
         attempt += 1;
         tokio::select! {
-            _ = tokio::time::sleep(cfg.backoff.delay(attempt)) => {}
+            _ = tokio::time::sleep(cfg.backoff.jittered(attempt, 0.5, 1.0)) => {}
             _ = shared.stop.cancelled() => return,
         }
     }
@@ -378,21 +349,6 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_grows_is_capped_and_jittered_in_the_upper_half() {
-        let b = Backoff {
-            initial: Duration::from_secs(1),
-            max: Duration::from_secs(8),
-        };
-        for (attempt, base) in [(1, 1), (2, 2), (3, 4), (4, 8), (9, 8)] {
-            for _ in 0..50 {
-                let d = b.delay(attempt);
-                let base = Duration::from_secs(base);
-                assert!(d >= base / 2 && d <= base, "attempt {attempt}: {d:?}");
-            }
-        }
-    }
 
     #[tokio::test]
     async fn the_client_dials_from_its_configured_local_address() {

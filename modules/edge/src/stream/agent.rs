@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use beehive::Backoff;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -118,11 +119,7 @@ impl StreamAgent {
 /// `redial_base` after a session, doubling per consecutive failed dial up to `redial_max`,
 /// each with ±25 % jitter so edges do not redial in lockstep.
 fn backoff(options: &AgentOptions, failures: u32) -> Duration {
-    let base =
-        options.redial_base.as_secs_f64() * 2f64.powi(failures.saturating_sub(1).min(16) as i32);
-    let capped = base.min(options.redial_max.as_secs_f64());
-    let jitter = 0.75 + rand::random::<f64>() * 0.5;
-    Duration::from_secs_f64(capped * jitter)
+    Backoff::new(options.redial_base, options.redial_max).jittered(failures, 0.75, 1.25)
 }
 
 impl AgentHandle {

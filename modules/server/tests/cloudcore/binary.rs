@@ -566,7 +566,7 @@ async fn a_crash_between_writing_a_pod_and_its_acknowledgement_loses_nothing() {
         edge::hub::HubClientConfig::new(&node_name, format!("127.0.0.1:{}", cloud.ports.websocket));
     // This edge acknowledges only when the test says so.
     config.auto_ack = false;
-    config.backoff = edge::hub::Backoff {
+    config.backoff = beehive::Backoff {
         initial: Duration::from_millis(200),
         max: Duration::from_millis(500),
     };

@@ -28,9 +28,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use beehive::Message;
+use beehive::{Backoff, Message};
 use cloudstream::TlsMaterial;
-use edge::hub::{Backoff, EdgeCerts, HubClient, HubClientConfig, HubEvent};
+use edge::hub::{EdgeCerts, HubClient, HubClientConfig, HubEvent};
 use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent};
 use edgecore_interop::kubelet::{EXIT_CODE, log_body};
 use edgecore_interop::{

@@ -939,8 +939,8 @@ async fn kubelet_stand_in(listener: tokio::net::TcpListener, body: Arc<Vec<u8>>)
         let _ = sock.set_nodelay(true);
         let body = body.clone();
         tokio::spawn(async move {
-            let mut buf = cloudstream::http1::BytesMut::new();
-            let Ok(head) = cloudstream::http1::read_request_head(&mut sock, &mut buf).await else {
+            let mut buf = kubeedge_wire::http1::BytesMut::new();
+            let Ok(head) = kubeedge_wire::http1::read_request_head(&mut sock, &mut buf).await else {
                 return;
             };
             let path = head.path().to_owned();
@@ -987,7 +987,7 @@ async fn transfer<S: AsyncRead + AsyncWrite + Unpin>(
     pod: &str,
     want: usize,
 ) -> anyhow::Result<(Duration, Duration)> {
-    use cloudstream::http1::{self, BodyReader, BytesMut};
+    use kubeedge_wire::http1::{self, BodyReader, BytesMut};
     let start = Instant::now();
     let request = if exec {
         format!(

@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use beehive::{Backoff, Content, Message};
 use clap::{Args as ClapArgs, Parser, Subcommand};
-use cloudhub::wire;
+use kubeedge_wire::hub as wire;
 use edge::hub::{DEFAULT_PROJECT_ID, HubClient, HubClientConfig, HubEvent};
 use edgecore_interop::{CloudSpec, Process};
 use futures::StreamExt as _;
@@ -1232,7 +1232,7 @@ fn meta_batch(ns: &str, who: &str, i: u64) -> (Vec<u8>, u64) {
         id("d"),
         json!({}),
     ));
-    batch.extend(wire::client_frame(&edge::hub::keepalive()).to_vec());
+    batch.extend(wire::client_frame(&wire::keepalive()).to_vec());
     (batch, 3)
 }
 
@@ -1257,7 +1257,7 @@ fn flood_batch() -> Vec<u8> {
             )
             .with_content(Content::string("")),
     ));
-    batch.extend(text(edge::hub::keepalive()));
+    batch.extend(text(wire::keepalive()));
     batch
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use beehive::Bus;
-use cloudstream::http1::{self, BodyReader, BytesMut};
+use kubeedge_wire::http1::{self, BodyReader, BytesMut};
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamTls, ServerTls, StaticPods, TlsMaterial,
 };
@@ -589,7 +589,7 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
         body.clone(),
         format!("127.0.0.1:{}", handle.tunnel_addr().port()),
         client_tls(&material(dir, "node")?)?,
-        cloudstream::tls::server_config(&material(dir, "server")?, true)?,
+        kubeedge_wire::tunnel::tls::server_config(&material(dir, "server")?, true)?,
         ready_tx,
         stop_rx,
     );
@@ -599,7 +599,7 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
     }
 
     let api = material(dir, "apiserver")?;
-    let api_tls = cloudstream::tls::client_config(
+    let api_tls = kubeedge_wire::tunnel::tls::client_config(
         api.cert_chain.clone(),
         api.key.clone_key(),
         Some(&api.ca),
@@ -611,10 +611,10 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
         anyhow::Ok(tcp)
     };
     let https = || async {
-        anyhow::Ok(cloudstream::tls::connect(kubelet.https, "127.0.0.1", api_tls.clone()).await?)
+        anyhow::Ok(kubeedge_wire::tunnel::tls::connect(kubelet.https, "127.0.0.1", api_tls.clone()).await?)
     };
     let tunnel = || async {
-        anyhow::Ok(cloudstream::tls::connect(stream_addr, "127.0.0.1", api_tls.clone()).await?)
+        anyhow::Ok(kubeedge_wire::tunnel::tls::connect(stream_addr, "127.0.0.1", api_tls.clone()).await?)
     };
     let (mut l, mut o, mut i) = (Row::default(), Row::default(), Row::default());
     // A warm-up of each, not counted, then the paths alternate so all see the same machine

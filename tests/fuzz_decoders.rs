@@ -30,10 +30,11 @@ use std::time::Duration;
 
 use beehive::{Content, Message};
 use cloudcore_server::config::CloudCoreConfig;
-use cloudhub::wire::{self, Incoming, Reassembler};
-use cloudstream::http1::{self, BodyReader, Bytes, BytesMut, HttpError};
-use cloudstream::ws::{self, Decoder, Role, WsMessage};
-use cloudstream::{ConnectRequest, GoUrl, MAX_DATA_LEN, MessageType, TunnelMessage};
+use kubeedge_wire::hub::{self as wire, Incoming, Reassembler};
+use kubeedge_wire::http1::{self, BodyReader, Bytes, BytesMut, HttpError};
+use kubeedge_wire::ws::{self, Decoder, Role, WsMessage};
+use kubeedge_wire::gourl::GoUrl;
+use kubeedge_wire::tunnel::{ConnectRequest, MAX_DATA_LEN, MessageType, TunnelMessage};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -811,8 +812,8 @@ fn consume_message(payload: &[u8]) -> Option<Message> {
     let msg = wire::decode_json(payload).ok()?;
     let _ = cloudhub::classify(&msg);
     let _ = cloudhub::object_info(&msg);
-    let _ = edge::hub::needs_ack(&msg);
-    let _ = edge::hub::ack_for(&msg);
+    let _ = wire::needs_ack(&msg);
+    let _ = wire::ack_for(&msg);
     let _ = msg.content.as_string();
     let _ = msg.content.parse_bytes::<Value>();
     let _ = msg.to_string();

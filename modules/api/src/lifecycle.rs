@@ -21,6 +21,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+/// The types of [`Lifecycle`]'s signatures, whose home is `tokio_util`: re-exported so that a
+/// module needs no dependency on tokio-util to stop its tasks. A crate that depends on
+/// tokio-util itself imports them from there.
 pub use tokio_util::sync::CancellationToken;
 pub use tokio_util::task::TaskTracker;
 

@@ -77,8 +77,6 @@ pub use edgenodes::EDGE_NODES;
 pub use error::{Error, Result};
 pub use events::event_message;
 pub use handle::{HubHandle, ServerAddrs};
-/// The hub's framing (one definition for both ends), re-exported from [`kubeedge_wire::hub`].
-pub use kubeedge_wire::hub as wire;
 pub use material::{
     CA_SECRET, CLOUDCORE_SECRET, Material, NAMESPACE, TOKEN_GENERATION_ANNOTATION, TOKEN_SECRET,
     prepare, store_token,
@@ -87,5 +85,5 @@ pub use metrics::{
     CertServerStats, DropCounts, DropReason, HubMetrics, HubStats, NodeCounters, NodeStats,
 };
 pub use module::{CloudHub, HubOptions};
-pub use revocation::{EDGE_NODE_LABEL, REVOKED_CERTS};
+pub use revocation::REVOKED_CERTS;
 pub use store::{Created, KubeStore, MemoryStore, ObjectSyncStore, StoreError, SyncKey, SyncSpec};

@@ -30,6 +30,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, PartialObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use kubeedge_api::names::EDGE_NODE_LABEL;
 use tracing::{error, info, warn};
 
 use crate::edgenodes::{EdgeNodes, Incarnation};
@@ -41,10 +42,6 @@ use crate::state::Hub;
 
 /// The ConfigMap (namespace `kubeedge`) holding node name → revoked-at (RFC 3339).
 pub const REVOKED_CERTS: &str = "revokedcerts";
-/// The label edgecore puts on the Node it registers. Only Nodes that carry it (or that have
-/// connected here, or that the edge-node table remembers) are edge nodes whose deletion is
-/// recorded, so cloud nodes coming and going never fill the ConfigMap.
-pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
 /// How often the ConfigMap is re-read (other replicas' revocations), unwritten entries are
 /// written again, and expired entries are pruned.
 const RESYNC: Duration = Duration::from_secs(60);
@@ -164,7 +161,8 @@ async fn resync(hub: &Hub, client: &kube::Client, horizon: i64) -> Result<()> {
 }
 
 /// Whether `name` is an edge node: its Node is edge-labelled, it has a session here, or the
-/// edge-node table remembers it.
+/// edge-node table remembers it. Only edge nodes' deletions are recorded, so cloud nodes
+/// coming and going never fill the ConfigMap.
 fn is_edge(hub: &Hub, seen: &EdgeNodes, meta: &kube::api::ObjectMeta, name: &str) -> bool {
     meta.labels
         .as_ref()

@@ -7,18 +7,19 @@
 //! edge kubelet ◄─ edge stream agent ◄══ Text frames: uvarint id ‖ type ‖ data ◄┘ dialed by the edge)
 //! ```
 //!
-//! Start with [`CloudStream`] (the `cloudStream` beehive module). The wire formats both ends
-//! share live in `kubeedge_wire` (re-exported here): [`TunnelMessage`] (framing),
-//! [`ConnectRequest`] (CONNECT JSON), [`ws`] (WebSocket on actix-http's codec) and [`http1`];
+//! Start with [`CloudStream`] (the `cloudStream` beehive module), configured by
+//! [`CloudStreamConfig`] and given its certificates in [`CloudStreamTls`]. The wire formats
+//! both ends share have one home, `kubeedge_wire` (the tunnel's frames and CONNECT JSON in
+//! `kubeedge_wire::tunnel`, WebSocket in `kubeedge_wire::ws`, HTTP/1 in `kubeedge_wire::http1`);
 //! the edge agent is `edge::stream`.
 //!
 //! ```
-//! use cloudstream::{MessageType, TunnelMessage};
+//! use cloudstream::CloudStreamConfig;
 //!
-//! let bytes = TunnelMessage::remove(300).encode();
-//! assert_eq!(&bytes[..], &[0xac, 0x02, 0x04]);
-//! let back = TunnelMessage::decode(bytes).unwrap();
-//! assert_eq!(back.kind, MessageType::RemoveConnect);
+//! // KubeEdge's defaults: off until enabled, tunnel on 10004, stream server on 10003.
+//! let config = CloudStreamConfig::default();
+//! assert!(!config.enable);
+//! assert_eq!((config.tunnel_port, config.stream_port), (10004, 10003));
 //! ```
 
 mod config;
@@ -31,20 +32,14 @@ mod record;
 mod stream;
 mod tunnel;
 
-pub use kubeedge_wire::tunnel::tls;
-pub use kubeedge_wire::{http1, ws};
-
 pub use config::{
     CloudStreamConfig, IptablesManagerConfig, IptablesMode, StreamAuthorizationConfig,
     StreamAuthorizationMode, Tuning,
 };
-pub use kubeedge_wire::gourl::{GoUrl, UrlError};
+/// The certificate types of [`CloudStreamTls`] and [`Error`], whose home is
+/// `kubeedge_wire::tunnel::tls`: re-exported so that configuring this module needs no
+/// dependency on the wire crate.
 pub use kubeedge_wire::tunnel::tls::{ServerTls, TlsError, TlsMaterial};
-pub use kubeedge_wire::tunnel::{
-    ConnectError, ConnectRequest, FrameError, GoHeader, INPUT_WINDOW_HEADER, Inbound, MAX_DATA_LEN,
-    MessageType, PushError, QueueReceiver, QueueSender, StreamEnd, TunnelMessage, WINDOW_HEADER,
-    canonical_header_key, put_uvarint, stream_queue,
-};
 pub use metrics::{CountersSnapshot, Metrics};
 pub use module::{CloudStream, CloudStreamHandle, CloudStreamTls, Error};
 pub use record::{

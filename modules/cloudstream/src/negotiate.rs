@@ -4,7 +4,7 @@
 //!
 //! Only cloudcore pods are trusted to free an IP: pods labelled `kubeedge=cloudcore` in
 //! cloudcore's own namespace ([`cloudcore_namespace`]) that are bound to a Node without the
-//! edge role label ([`EDGE_NODE_LABEL`]). Edges can create pods bound to themselves, so a
+//! edge role label (`node-role.kubernetes.io/edge`, which keadm puts on edge Nodes). Edges can create pods bound to themselves, so a
 //! pod they made must never make cloudcore drop another instance's DNAT rule.
 
 use std::collections::BTreeMap;
@@ -14,6 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use kubeedge_api::names::EDGE_NODE_LABEL;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -26,8 +27,6 @@ use crate::record::{
 /// Label of cloudcore pods whose deletion frees their IP (upstream `kubeedge=cloudcore`).
 pub const CLOUDCORE_POD_SELECTOR: &str = "kubeedge=cloudcore";
 
-/// The label keadm puts on edge Nodes; pods bound to such Nodes are never cloudcore pods.
-pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
 
 /// The environment variable naming cloudcore's namespace (set it from the downward API's
 /// `metadata.namespace` in cloudcore's pod spec).

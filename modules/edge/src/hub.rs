@@ -35,5 +35,4 @@ mod module;
 pub use certs::{CertPaths, EdgeCerts, bootstrap, bootstrap_from, rotate};
 pub use client::{DEFAULT_PROJECT_ID, HubClient, HubClientConfig, HubEvent};
 pub use error::HubError;
-pub use kubeedge_wire::hub::{ack_for, keepalive, needs_ack};
 pub use module::{EDGEHUB_GROUP, EDGEHUB_MODULE, EdgeHub, GroupRoutes};

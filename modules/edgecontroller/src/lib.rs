@@ -47,5 +47,4 @@ pub use config::{
     DEFAULT_NODE_LIMIT, EdgeControllerBuffer, EdgeControllerConfig, EdgeControllerLoad,
 };
 pub use controller::{EdgeController, Synced, default_cloudcore_ip};
-pub use kubeedge_api::queue::QueueSnapshot;
 pub use metrics::{EdgeControllerMetrics, MetricsSnapshot};

@@ -473,7 +473,7 @@ impl CloudCore {
             addresses.https = addrs.https;
             metrics::cloudhub(metrics, hub.clone());
         }
-        let mut listeners: Vec<metrics::ListenerSource> = Vec::new();
+        let mut listeners: Vec<kubeedge_api::metrics::ListenerSource> = Vec::new();
         if let Some(hub) = &hub {
             let hub = hub.clone();
             listeners.push(Box::new(move || hub.listener_stats()));

@@ -9,14 +9,12 @@ use std::fmt;
 use beehive::{Endpoint, ModuleStatsSnapshot, SYNC_BUCKETS};
 use cloudhub::HubHandle;
 use cloudstream::CloudStreamHandle;
-use kubeedge_api::metrics::{ListenerMetrics, counter, encode_family, encode_one, gauge};
+use kubeedge_api::metrics::{ListenerMetrics, ListenerSource, counter, encode_family, encode_one, gauge};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
 use crate::ops::Metrics;
-
-pub use kubeedge_api::metrics::ListenerSource;
 
 /// A collector from a function that writes families read from a module's API.
 struct Collect<F>(F);

@@ -74,7 +74,7 @@ async fn fragmented_messages_like_the_go_edge_are_reassembled() {
     let m = Message::new()
         .with_route("edged", "meta", "default/pod/big", "update")
         .with_content(Content::string(&big));
-    let json = cloudhub::wire::encode_json(&m);
+    let json = kubeedge_wire::hub::encode_json(&m);
     // 4096-byte fragments: a text frame, continuations, a final continuation.
     let chunks: Vec<&[u8]> = json.chunks(4096).collect();
     let mut raw = Vec::new();
@@ -97,9 +97,9 @@ async fn fragmented_messages_like_the_go_edge_are_reassembled() {
 async fn malformed_frames_close_the_connection() {
     let mut h = Harness::start().await;
     let mut good = h.connect("good").await;
-    let unmasked = cloudhub::wire::frame(b"{}", OpCode::Text, false).to_vec();
+    let unmasked = kubeedge_wire::hub::frame(b"{}", OpCode::Text, false).to_vec();
     let bad_opcode = vec![0x83, 0x80, 1, 2, 3, 4];
-    let lone_continuation = cloudhub::wire::frame(b"abc", OpCode::Continue, true).to_vec();
+    let lone_continuation = kubeedge_wire::hub::frame(b"abc", OpCode::Continue, true).to_vec();
     let huge_control = {
         let mut b = bytes::BytesMut::new();
         actix_http::ws::Parser::write_message(&mut b, vec![0u8; 200], OpCode::Ping, true, true);
@@ -255,10 +255,10 @@ async fn an_edge_that_sends_flat_out_and_never_reads_is_held_to_a_bounded_backlo
     // all of them and never reads.
     let echo = Message::new().with_route("edged", "meta", "r".repeat(100 * 1024), "ping");
     let ca = Message::new().with_route("metamanager", "resource", "k8s/ca.crt", "query");
-    let mut burst = cloudhub::wire::client_frame(&echo).to_vec();
-    burst.extend_from_slice(&cloudhub::wire::client_frame(&ca));
+    let mut burst = kubeedge_wire::hub::client_frame(&echo).to_vec();
+    burst.extend_from_slice(&kubeedge_wire::hub::client_frame(&ca));
     for _ in 0..20 {
-        burst.extend_from_slice(&cloudhub::wire::frame(b"are you there", OpCode::Ping, true));
+        burst.extend_from_slice(&kubeedge_wire::hub::frame(b"are you there", OpCode::Ping, true));
     }
     let flooding = async {
         let s = flood.ws.get_mut();

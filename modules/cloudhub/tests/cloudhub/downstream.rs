@@ -24,7 +24,7 @@ async fn downstream_message_arrives_trimmed_and_otherwise_identical() {
     h.downstream(msg.clone()).await;
     let text = e.recv_text().await;
     assert!(text.ends_with("}\n"), "JSON followed by one newline");
-    let got = cloudhub::wire::decode_json(text.as_bytes()).unwrap();
+    let got = kubeedge_wire::hub::decode_json(text.as_bytes()).unwrap();
     assert_eq!(got.route.resource, "default/pod/nginx");
     assert_eq!(got.header, msg.header);
     assert_eq!(
@@ -43,7 +43,7 @@ async fn downstream_message_arrives_trimmed_and_otherwise_identical() {
     // Test vector: the exact wire form of the downstream pod update.
     let mut expected = msg.clone();
     expected.route.resource = "default/pod/nginx".into();
-    assert_eq!(text.as_bytes(), cloudhub::wire::encode_json(&expected));
+    assert_eq!(text.as_bytes(), kubeedge_wire::hub::encode_json(&expected));
     assert!(text.starts_with(&format!(
         r#"{{"header":{{"msg_id":"{}","timestamp":{},"resourceversion":"48213"}},"route":{{"source":"edgecontroller","group":"resource","operation":"update","resource":"default/pod/nginx"}},"content":{{"apiVersion":"v1","kind":"Pod""#,
         msg.header.id, msg.header.timestamp
@@ -105,7 +105,7 @@ async fn ack_stops_retransmission_and_records_the_version() {
     h.downstream(msg.clone()).await;
     let got = e.recv().await;
     // The edge's ACK keeps the original route (source edgecontroller).
-    let ack = edge::hub::ack_for(&got);
+    let ack = kubeedge_wire::hub::ack_for(&got);
     assert_eq!(ack.route.source, "edgecontroller");
     e.send(&ack).await;
     wait_until(|| h.hub.node_stats("edge-1").is_some_and(|s| s.acked == 1)).await;

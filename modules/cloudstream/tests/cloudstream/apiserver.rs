@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use crate::support::{self, FakeKubelet, Pki, kubelet, raw_dial, upgrade_request};
 use beehive::Bus;
-use cloudstream::{
-    CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, MessageType, ServerTls,
-    TlsMaterial, Tuning, TunnelPortRecord,
-};
+use cloudstream::{CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, TlsMaterial, Tuning, TunnelPortRecord};
+use kubeedge_wire::tunnel::MessageType;
 use edge::stream::AgentHandle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;

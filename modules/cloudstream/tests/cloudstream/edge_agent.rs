@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use crate::support::{self, FakeKubelet, Pki, kubelet};
 use bytes::{Bytes, BytesMut};
-use cloudstream::http1::{self, RequestHead};
-use cloudstream::ws;
-use cloudstream::{ConnectRequest, GoUrl, MessageType, TunnelMessage};
+use kubeedge_wire::http1::{self, RequestHead};
+use kubeedge_wire::ws;
+use kubeedge_wire::gourl::GoUrl;
+use kubeedge_wire::tunnel::{ConnectRequest, MessageType, TunnelMessage};
 use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,7 +36,7 @@ impl ScriptedCloud {
     async fn start() -> Self {
         support::init_tracing();
         let ca = Pki::new("kubeedge-ca");
-        let config = cloudstream::tls::server_config(&ca.server(), true).unwrap();
+        let config = kubeedge_wire::tunnel::tls::server_config(&ca.server(), true).unwrap();
         ScriptedCloud {
             listener: TcpListener::bind("127.0.0.1:0").await.unwrap(),
             acceptor: TlsAcceptor::from(config),

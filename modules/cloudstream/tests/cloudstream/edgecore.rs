@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::support::{self, Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
-use cloudstream::http1::{self, BodyReader};
+use kubeedge_wire::http1::{self, BodyReader};
 use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

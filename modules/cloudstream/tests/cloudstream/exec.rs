@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::support::{Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
-use cloudstream::http1;
+use kubeedge_wire::http1;
 use edge::stream::AgentOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use ws_peer::{Decoder, Role, WsMessage};

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, Cloud, RawTunnel, exec_request, raw_dial, upgrade_request};
 use bytes::BytesMut;
-use cloudstream::http1::{self, BodyReader};
-use cloudstream::{MessageType, Tuning, TunnelMessage};
+use kubeedge_wire::http1::{self, BodyReader};
+use cloudstream::Tuning;
+use kubeedge_wire::tunnel::{MessageType, TunnelMessage};
 use kubeedge_api::listener::ListenerLimits;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -58,7 +59,7 @@ async fn api_conn_from(cloud: &Cloud, from: [u8; 4]) -> std::io::Result<TlsStrea
     let cert = cloud
         .stream_ca
         .client("kube-apiserver-kubelet-client", support::Eku::ClientAuth);
-    let config = cloudstream::tls::client_config(
+    let config = kubeedge_wire::tunnel::tls::client_config(
         cert.cert_chain.clone(),
         cert.key.clone_key(),
         Some(&[cloud.stream_ca.ca()]),

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::support::{self, Cloud, FakeKubelet, kubelet};
 use bytes::BytesMut;
-use cloudstream::http1::{self, BodyReader};
+use kubeedge_wire::http1::{self, BodyReader};
 use tokio::io::AsyncWriteExt;
 
 #[actix_rt::test]

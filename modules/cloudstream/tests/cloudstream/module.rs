@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::support::{Cloud, FakeKubelet, Pki};
 use beehive::Bus;
 use bytes::BytesMut;
-use cloudstream::http1::{self, BodyReader};
+use kubeedge_wire::http1::{self, BodyReader};
 use cloudstream::{CloudStream, CloudStreamConfig, CloudStreamTls, ServerTls};
 use tokio::io::AsyncWriteExt;
 

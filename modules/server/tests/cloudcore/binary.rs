@@ -637,7 +637,7 @@ async fn a_crash_between_writing_a_pod_and_its_acknowledgement_loses_nothing() {
         m.header.resource_version,
         kept.metadata.resource_version.clone().unwrap()
     );
-    edge.send(edge::hub::ack_for(&m)).await.unwrap();
+    edge.send(kubeedge_wire::hub::ack_for(&m)).await.unwrap();
     let kept_record = format!("{node_name}.{}", kept.metadata.uid.clone().unwrap());
     let rv = kept.metadata.resource_version.clone().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -354,12 +354,12 @@ pub struct Edge {
 impl Edge {
     /// Sends a message as the real edge does: JSON + "\n" in a text frame.
     pub async fn send(&mut self, msg: &Message) {
-        let text = String::from_utf8(cloudhub::wire::encode_json(msg)).unwrap();
+        let text = String::from_utf8(kubeedge_wire::hub::encode_json(msg)).unwrap();
         self.ws.send(Frame::Text(text.into())).await.unwrap();
     }
 
     pub async fn keepalive(&mut self) {
-        self.send(&edge::hub::keepalive()).await;
+        self.send(&kubeedge_wire::hub::keepalive()).await;
     }
 
     /// The next data message as raw text (fails on timeout or close).
@@ -370,7 +370,7 @@ impl Edge {
     /// [`Edge::recv`] with a longer wait.
     pub async fn recv_for(&mut self, d: Duration) -> Message {
         let text = self.recv_text_for(d).await;
-        cloudhub::wire::decode_json(text.as_bytes()).unwrap()
+        kubeedge_wire::hub::decode_json(text.as_bytes()).unwrap()
     }
 
     pub async fn recv_text_for(&mut self, d: Duration) -> String {
@@ -390,14 +390,14 @@ impl Edge {
 
     pub async fn recv(&mut self) -> Message {
         let text = self.recv_text().await;
-        cloudhub::wire::decode_json(text.as_bytes()).unwrap()
+        kubeedge_wire::hub::decode_json(text.as_bytes()).unwrap()
     }
 
     /// Waits up to `d` for a message; `None` when nothing arrives.
     pub async fn recv_within(&mut self, d: Duration) -> Option<Message> {
         match tokio::time::timeout(d, self.ws.next()).await {
             Ok(Some(Ok(Frame::Text(t)))) => {
-                Some(cloudhub::wire::decode_json(t.as_bytes()).unwrap())
+                Some(kubeedge_wire::hub::decode_json(t.as_bytes()).unwrap())
             }
             Ok(Some(Ok(f))) => panic!("unexpected frame {f:?}"),
             Ok(other) => panic!("connection ended: {other:?}"),
@@ -421,7 +421,7 @@ impl Edge {
 
     /// ACKs `msg` like the edge metamanager.
     pub async fn ack(&mut self, msg: &Message) {
-        self.send(&edge::hub::ack_for(msg)).await;
+        self.send(&kubeedge_wire::hub::ack_for(msg)).await;
     }
 }
 

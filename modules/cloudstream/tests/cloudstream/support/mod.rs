@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use beehive::Bus;
 use bytes::{Bytes, BytesMut};
-use cloudstream::http1::{self, BodyReader, ResponseHead};
-use cloudstream::ws;
+use kubeedge_wire::http1::{self, BodyReader, ResponseHead};
+use kubeedge_wire::ws;
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, StaticPods,
     TlsMaterial, Tuning,
@@ -150,7 +150,7 @@ impl Cloud {
     }
 
     pub async fn api_conn_as(&self, cert: &TlsMaterial) -> std::io::Result<TlsStream<TcpStream>> {
-        let config = cloudstream::tls::client_config(
+        let config = kubeedge_wire::tunnel::tls::client_config(
             cert.cert_chain.clone(),
             cert.key.clone_key(),
             Some(&[self.stream_ca.ca()]),
@@ -227,7 +227,7 @@ pub async fn raw_dial(
     request: &str,
 ) -> std::io::Result<(ResponseHead, Option<RawTunnel>, Vec<u8>)> {
     let config =
-        cloudstream::tls::client_config(cert.cert_chain.clone(), cert.key.clone_key(), None)
+        kubeedge_wire::tunnel::tls::client_config(cert.cert_chain.clone(), cert.key.clone_key(), None)
             .unwrap();
     let mut stream = tls_connect(server_port, config).await?;
     stream.write_all(request.as_bytes()).await?;
@@ -272,7 +272,7 @@ impl RawTunnel {
         self.stream.flush().await.unwrap();
     }
 
-    pub async fn send(&mut self, msg: &cloudstream::TunnelMessage) {
+    pub async fn send(&mut self, msg: &kubeedge_wire::tunnel::TunnelMessage) {
         self.frame(OpCode::Text, true, &msg.encode()).await;
     }
 
@@ -297,10 +297,10 @@ impl RawTunnel {
     }
 
     /// The next tunnel message, skipping control frames; `None` when closed.
-    pub async fn next_tunnel(&mut self) -> Option<cloudstream::TunnelMessage> {
+    pub async fn next_tunnel(&mut self) -> Option<kubeedge_wire::tunnel::TunnelMessage> {
         loop {
             match self.next().await? {
-                WsMessage::Text(t) => return Some(cloudstream::TunnelMessage::decode(t).unwrap()),
+                WsMessage::Text(t) => return Some(kubeedge_wire::tunnel::TunnelMessage::decode(t).unwrap()),
                 WsMessage::Close(..) => return None,
                 _ => {}
             }

@@ -159,7 +159,7 @@ impl Bus {
 
     fn add_mailbox(&self, name: &str, group: &str, capacity: usize) -> Result<Arc<Mailbox>> {
         if self.shared.is_shutting_down() {
-            return Err(Error::Shutdown);
+            return Err(Error::Shutdown { message: None });
         }
         let key: Arc<str> = Arc::from(name);
         match self.shared.modules.entry(key.clone()) {
@@ -353,7 +353,7 @@ impl Bus {
     ///    (senders, including those waiting for room, get [`Error::Stopped`]), the messages
     ///    already queued are handled (up to [`BusConfig::drain_timeout`]), then
     ///    [`Module::shutdown`] runs once and the actor stops;
-    /// 3. every later send fails with [`Error::Shutdown`].
+    /// 3. every later send fails with [`Error::Shutdown`], which hands its message back.
     ///
     /// Calling it again does nothing.
     pub async fn shutdown(&self) {

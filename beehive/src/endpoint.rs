@@ -195,8 +195,8 @@ impl Endpoint {
     /// message; the others do not; and nothing reports which. To bound the wait and learn
     /// who got it, use [`Endpoint::send_to_group_within`].
     ///
-    /// Errors: [`Error::EmptyGroup`] for an unknown group or one without members (the
-    /// message is handed back), [`Error::Shutdown`].
+    /// Errors: [`Error::EmptyGroup`] for an unknown group or one without members,
+    /// [`Error::Shutdown`]; both hand the message back.
     ///
     /// ```
     /// # actix_rt::System::new().block_on(async {
@@ -246,7 +246,7 @@ impl Endpoint {
     /// exactly those members with [`Endpoint::send`] delivers each copy once. Stopped members
     /// are in [`GroupDelivery::refused`] with the error, which hands the copy back.
     ///
-    /// Errors: [`Error::EmptyGroup`] (the message is handed back), [`Error::Shutdown`].
+    /// Errors: [`Error::EmptyGroup`], [`Error::Shutdown`]; both hand the message back.
     ///
     /// ```
     /// use std::time::Duration;
@@ -307,7 +307,8 @@ impl Endpoint {
     /// [`Error::EmptyMessageId`] / [`Error::DuplicateMessageId`] when the id cannot key the
     /// answer; [`Error::EnqueueTimeout`] when the mailbox stayed full (the request is then
     /// never delivered); [`Error::ResponseTimeout`] (a later answer is dropped and counted as
-    /// late); [`Error::Shutdown`] when the bus shuts down meanwhile.
+    /// late); [`Error::Shutdown`] when the bus is shut down (the request is handed back) or
+    /// shuts down meanwhile.
     ///
     /// ```
     /// use std::time::Duration;
@@ -332,7 +333,9 @@ impl Endpoint {
     ) -> Result<Message> {
         let timeout = self.effective_timeout(timeout);
         if self.shared.is_shutting_down() {
-            return Err(Error::Shutdown);
+            return Err(Error::Shutdown {
+                message: Some(Box::new(message)),
+            });
         }
         // Looked up without the message: a `Message` is 248 bytes, and every move is a copy.
         let mailbox = match self.shared.lookup(module) {
@@ -383,7 +386,7 @@ impl Endpoint {
                 registration.answered();
                 Err(e)
             }
-            Some(Err(_)) => Err(Error::Shutdown),
+            Some(Err(_)) => Err(Error::Shutdown { message: None }),
             None => {
                 let id = registration.id().to_string();
                 match registration.expire_one(slot) {
@@ -426,7 +429,9 @@ impl Endpoint {
     ) -> Result<Vec<(String, Message)>> {
         let timeout = self.effective_timeout(timeout);
         if self.shared.is_shutting_down() {
-            return Err(Error::Shutdown);
+            return Err(Error::Shutdown {
+                message: Some(Box::new(message)),
+            });
         }
         let members = match self.shared.group_members(group) {
             Ok(m) => m,
@@ -456,7 +461,7 @@ impl Endpoint {
         }
         let (answered, missing, shutdown) = waiter.take();
         if shutdown {
-            return Err(Error::Shutdown);
+            return Err(Error::Shutdown { message: None });
         }
         if missing.is_empty() {
             return Ok(answered);
@@ -544,7 +549,9 @@ fn inc_unmatched(shared: &Shared) {
 
 fn group_error(e: LookupError, group: &str, message: Option<Message>) -> Error {
     match e {
-        LookupError::Shutdown => Error::Shutdown,
+        LookupError::Shutdown => Error::Shutdown {
+            message: message.map(Box::new),
+        },
         _ => Error::EmptyGroup {
             group: group.to_owned(),
             message: message.map(Box::new),

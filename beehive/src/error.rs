@@ -89,7 +89,11 @@ pub enum Error {
     DuplicateMessageId(String),
     /// The bus is shutting down or has shut down.
     #[error("the bus is shut down")]
-    Shutdown,
+    Shutdown {
+        /// The message, when a send failed (a sync request woken by the shutdown after it
+        /// was delivered has none to give back).
+        message: Option<Box<Message>>,
+    },
     /// Starting modules needs a running actix system.
     #[error("no actix system is running on this thread")]
     NoSystem,
@@ -103,7 +107,8 @@ impl Error {
             Error::UnknownModule { message, .. }
             | Error::ModuleDisabled { message, .. }
             | Error::EmptyGroup { message, .. }
-            | Error::Stopped { message, .. } => message.map(|m| *m),
+            | Error::Stopped { message, .. }
+            | Error::Shutdown { message } => message.map(|m| *m),
             _ => None,
         }
     }

@@ -60,7 +60,7 @@ impl LookupError {
             LookupError::Unknown => Error::UnknownModule { module, message },
             LookupError::Disabled => Error::ModuleDisabled { module, message },
             LookupError::Stopped => Error::Stopped { module, message },
-            LookupError::Shutdown => Error::Shutdown,
+            LookupError::Shutdown => Error::Shutdown { message },
         }
     }
 }

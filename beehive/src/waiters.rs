@@ -346,7 +346,7 @@ impl Waiters {
                         ..
                     },
                 )) => {
-                    let _ = slot.send(Err(Error::Shutdown));
+                    let _ = slot.send(Err(Error::Shutdown { message: None }));
                 }
                 _ => {
                     if let Some(e) = self.table.get(&id)

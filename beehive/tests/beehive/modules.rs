@@ -180,32 +180,44 @@ async fn receive_on_a_stopped_module_is_a_closed_error_after_the_queue_drains() 
 }
 
 #[actix_rt::test]
-async fn after_shutdown_sends_fail_with_a_clear_error() {
+async fn after_shutdown_sends_fail_with_a_clear_error_and_hand_the_message_back() {
     let bus = Bus::new();
     bus.register(Probe::new("a", "g")).unwrap();
     bus.start().unwrap();
     bus.shutdown().await;
     let ep = bus.endpoint("x");
-    assert!(matches!(
-        ep.send("a", Message::new()).await,
-        Err(Error::Shutdown)
-    ));
-    assert!(matches!(
-        ep.try_send("a", Message::new()),
-        Err(Error::Shutdown)
-    ));
-    assert!(matches!(
-        ep.send_to_group("g", Message::new()).await,
-        Err(Error::Shutdown)
-    ));
-    assert!(matches!(
-        ep.send_sync("a", Message::new(), Duration::from_millis(10))
-            .await,
-        Err(Error::Shutdown)
-    ));
+    // Each send gives its own message back, so a caller can dead-letter it without a clone.
+    let handed_back = |result: Result<(), Error>, sent: &Message| match result {
+        Err(e @ Error::Shutdown { .. }) => {
+            assert_eq!(e.to_string(), "the bus is shut down");
+            let back = e.into_message().expect("the message is handed back");
+            assert_eq!(back.header.id, sent.header.id);
+        }
+        other => panic!("expected Shutdown, got {other:?}"),
+    };
+    let m = Message::new();
+    handed_back(ep.send("a", m.clone()).await, &m);
+    let m = Message::new();
+    handed_back(ep.try_send("a", m.clone()), &m);
+    let m = Message::new();
+    handed_back(ep.send_to_group("g", m.clone()).await.map(drop), &m);
+    let m = Message::new();
+    handed_back(
+        ep.send_sync("a", m.clone(), Duration::from_millis(10))
+            .await
+            .map(drop),
+        &m,
+    );
+    let m = Message::new();
+    handed_back(
+        ep.send_to_group_sync("g", m.clone(), Duration::from_millis(10))
+            .await
+            .map(drop),
+        &m,
+    );
     assert!(matches!(
         bus.register(Probe::new("late", "g")),
-        Err(Error::Shutdown)
+        Err(Error::Shutdown { message: None })
     ));
 }
 

@@ -143,7 +143,7 @@ async fn publish(
                 | beehive::Error::EmptyGroup { .. }
                 | beehive::Error::Stopped { .. },
             ) => {}
-            Err(beehive::Error::Shutdown) => return,
+            Err(beehive::Error::Shutdown { .. }) => return,
             Err(error) => debug!(?destination, %error, "node event not published"),
         }
     }

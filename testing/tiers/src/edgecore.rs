@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 /// of the line the suite is written against), and where to download it.
 const RELEASE_HINT: &str = "KubeEdge's release archive has one: \
     https://github.com/kubeedge/kubeedge/releases/download/v1.23.1/kubeedge-v1.23.1-linux-amd64.tar.gz \
-    holds kubeedge-v1.23.1-linux-amd64/edge/edgecore; set EDGECORE_BIN to it \
-    (CONTRIBUTING.md, \"The real edgecore\")";
+    holds kubeedge-v1.23.1-linux-amd64/edge/edgecore (check the archive against \
+    checksum_kubeedge-v1.23.1-linux-amd64.tar.gz.txt, its sha512, on the same page); set \
+    EDGECORE_BIN to it (CONTRIBUTING.md, \"The real edgecore\")";
 
 /// Where the edgecore binary comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -37,9 +37,9 @@ pub use config::{
     StreamAuthorizationMode, Tuning,
 };
 /// The certificate types of [`CloudStreamTls`] and [`Error`], whose home is
-/// `kubeedge_wire::tunnel::tls`: re-exported so that configuring this module needs no
-/// dependency on the wire crate.
-pub use kubeedge_wire::tunnel::tls::{ServerTls, TlsError, TlsMaterial};
+/// `pki::stream_tls`: re-exported so that configuring this module needs no dependency on
+/// `pki`.
+pub use pki::stream_tls::{ServerTls, TlsError, TlsMaterial};
 pub use metrics::{CountersSnapshot, Metrics};
 pub use module::{CloudStream, CloudStreamHandle, CloudStreamTls, Error};
 pub use record::{

@@ -20,7 +20,7 @@ use crate::metrics::{CountersSnapshot, Metrics};
 use crate::negotiate;
 use crate::stream::{self, Authorizer, KubePodLocator, PodLocator, StreamContext, Webhook};
 use crate::tunnel::{self, NodeUpdater, Shared};
-use kubeedge_wire::tunnel::tls::{self, ServerTls, TlsError, TlsMaterial};
+use pki::stream_tls::{self as tls, ServerTls, TlsError, TlsMaterial};
 
 /// Errors creating the module.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! use edge::stream::{AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
-//! # async fn demo(material: kubeedge_wire::tunnel::TlsMaterial) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(material: pki::stream_tls::TlsMaterial) -> Result<(), Box<dyn std::error::Error>> {
 //! // Verifies the tunnel server against `material.ca`; see `client_tls_with` to opt out.
 //! let tls = client_tls(&material)?;
 //! let config = EdgeStreamConfig { server: "10.0.0.1:10004".into(), ..EdgeStreamConfig::default() };

@@ -30,6 +30,7 @@ mod files;
 mod identity;
 mod keys;
 mod revocation;
+pub mod stream_tls;
 pub mod tls;
 mod token;
 

@@ -5,7 +5,7 @@
 //! ```text
 //! hub      one JSON message per WebSocket message between edgecore and cloudhub: framing,
 //!          reassembly caps, keepalive, acknowledgement (beehive's message model, no bus)
-//! tunnel   tunnel frames (uvarint id ‖ type ‖ data), CONNECT JSON, stream queues, tunnel TLS
+//! tunnel   tunnel frames (uvarint id ‖ type ‖ data), CONNECT JSON, stream queues
 //! gourl    Go's URL rules, as the CONNECT JSON carries them
 //! http1    HTTP/1.1 heads and bodies as the tunnel relays them
 //! ws       WebSocket on actix-http's codec over tokio IO: the handshake on both ends, and

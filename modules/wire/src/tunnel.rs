@@ -1,7 +1,7 @@
 //! The tunnel between cloudstream and an edge's stream agent: its messages
 //! (`uvarint connect id ‖ uvarint type ‖ data` in WebSocket Text frames), the CONNECT JSON
 //! that opens a stream, the table of open streams (inbound queues, send credit) both ends
-//! keep, and the TLS settings both ends use.
+//! keep. The TLS both ends use is `pki::stream_tls`.
 //!
 //! ```
 //! use kubeedge_wire::tunnel::{MessageType, TunnelMessage};
@@ -16,7 +16,6 @@ mod connect;
 mod frame;
 mod queue;
 mod streams;
-pub mod tls;
 
 pub use connect::{ConnectError, ConnectRequest, GoHeader, canonical_header_key};
 pub use frame::{
@@ -25,4 +24,3 @@ pub use frame::{
 };
 pub use queue::{Inbound, PushError, QueueReceiver, QueueSender, StreamEnd, stream_queue};
 pub use streams::{Credit, CreditClosed, OPENING_BYTES, Pushed, StreamTable};
-pub use tls::{ServerTls, TlsError, TlsMaterial};

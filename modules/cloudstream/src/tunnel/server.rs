@@ -18,7 +18,7 @@ use super::registry::RegisterError;
 use super::{NodeUpdater, Owner, Session, Shared};
 use crate::listen::{accept_until, handshake};
 use kubeedge_wire::http1::{self, RequestHead};
-use kubeedge_wire::tunnel::tls::common_name;
+use pki::stream_tls::common_name;
 use kubeedge_wire::tunnel::{INPUT_WINDOW_HEADER, TunnelMessage, WINDOW_HEADER};
 use kubeedge_wire::ws::{self, Role, WsReader};
 

@@ -108,7 +108,7 @@ impl Env {
 
     /// GET `target` as `cert`; the status and body.
     async fn get_bytes_as(&self, cert: &TlsMaterial, target: &str, extra: &str) -> (u16, Vec<u8>) {
-        let config = kubeedge_wire::tunnel::tls::client_config(
+        let config = pki::stream_tls::client_config(
             cert.cert_chain.clone(),
             cert.key.clone_key(),
             Some(&[self.stream_ca.ca()]),

@@ -36,7 +36,7 @@ impl ScriptedCloud {
     async fn start() -> Self {
         support::init_tracing();
         let ca = Pki::new("kubeedge-ca");
-        let config = kubeedge_wire::tunnel::tls::server_config(&ca.server(), true).unwrap();
+        let config = pki::stream_tls::server_config(&ca.server(), true).unwrap();
         ScriptedCloud {
             listener: TcpListener::bind("127.0.0.1:0").await.unwrap(),
             acceptor: TlsAcceptor::from(config),

@@ -59,7 +59,7 @@ async fn api_conn_from(cloud: &Cloud, from: [u8; 4]) -> std::io::Result<TlsStrea
     let cert = cloud
         .stream_ca
         .client("kube-apiserver-kubelet-client", support::Eku::ClientAuth);
-    let config = kubeedge_wire::tunnel::tls::client_config(
+    let config = pki::stream_tls::client_config(
         cert.cert_chain.clone(),
         cert.key.clone_key(),
         Some(&[cloud.stream_ca.ca()]),

@@ -18,7 +18,7 @@ async fn try_get(cloud: &Cloud, config: Arc<rustls::ClientConfig>) -> std::io::R
 async fn stream_server_should_refuse_api_clients_with_a_foreign_or_no_certificate() {
     let cloud = Cloud::start().await;
     let foreign = Pki::new("elsewhere").client("kube-apiserver-kubelet-client", Eku::ClientAuth);
-    let config = kubeedge_wire::tunnel::tls::client_config(
+    let config = pki::stream_tls::client_config(
         foreign.cert_chain.clone(),
         foreign.key.clone_key(),
         Some(&[cloud.stream_ca.ca()]),
@@ -30,7 +30,7 @@ async fn stream_server_should_refuse_api_clients_with_a_foreign_or_no_certificat
         "foreign certificate got an answer: {r:?}"
     );
 
-    let anonymous = rustls::ClientConfig::builder_with_provider(kubeedge_wire::tunnel::tls::provider())
+    let anonymous = rustls::ClientConfig::builder_with_provider(pki::stream_tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates({
@@ -49,7 +49,7 @@ async fn stream_server_should_refuse_api_clients_with_a_foreign_or_no_certificat
     let good = cloud
         .stream_ca
         .client("kube-apiserver-kubelet-client", Eku::ClientAuth);
-    let config = kubeedge_wire::tunnel::tls::client_config(
+    let config = pki::stream_tls::client_config(
         good.cert_chain.clone(),
         good.key.clone_key(),
         Some(&[cloud.stream_ca.ca()]),

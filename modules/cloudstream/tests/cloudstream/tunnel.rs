@@ -43,7 +43,7 @@ async fn tunnel_should_refuse_clients_without_a_certificate_or_with_a_foreign_on
         "a foreign-CA certificate must fail the TLS handshake"
     );
 
-    let config = rustls::ClientConfig::builder_with_provider(kubeedge_wire::tunnel::tls::provider())
+    let config = rustls::ClientConfig::builder_with_provider(pki::stream_tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates({
@@ -162,7 +162,7 @@ async fn headers_should_be_read_case_insensitively_and_a_missing_ip_falls_back_t
         let cert = cloud.stream_ca.client("apiserver", Eku::ClientAuth);
         let ca = cloud.stream_ca.ca();
         async move {
-            let config = kubeedge_wire::tunnel::tls::client_config(
+            let config = pki::stream_tls::client_config(
                 cert.cert_chain.clone(),
                 cert.key.clone_key(),
                 Some(&[ca]),

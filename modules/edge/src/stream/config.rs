@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubeedge_wire::tunnel::{TlsError, TlsMaterial};
+use pki::stream_tls::{TlsError, TlsMaterial};
 use serde::{Deserialize, Serialize};
 
 use crate::ServerVerification;
@@ -130,7 +130,7 @@ pub fn client_tls_with(
             None
         }
     };
-    kubeedge_wire::tunnel::tls::client_config(
+    pki::stream_tls::client_config(
         material.cert_chain.clone(),
         material.key.clone_key(),
         ca,

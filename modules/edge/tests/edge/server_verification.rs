@@ -35,13 +35,18 @@ async fn server(ca: &pki::CertificateAuthority) -> SocketAddr {
 fn material(
     node_ca: &pki::CertificateAuthority,
     trusted: &[u8],
-) -> kubeedge_wire::tunnel::TlsMaterial {
+) -> pki::stream_tls::TlsMaterial {
     let node = node_ca.issue(&pki::IssueOptions::edge("edge-1")).unwrap();
-    kubeedge_wire::tunnel::TlsMaterial::from_bytes(&node.cert_der, &node.key_der, trusted).unwrap()
+    pki::stream_tls::TlsMaterial::from_bytes(&node.cert_der, &node.key_der, trusted).unwrap()
 }
 
 async fn talk(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> Result<(), String> {
-    let mut s = kubeedge_wire::tunnel::tls::connect(addr, "127.0.0.1", tls)
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut s = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
         .await
         .map_err(|e| e.to_string())?;
     let mut b = [0u8; 1];

@@ -150,7 +150,7 @@ impl Cloud {
     }
 
     pub async fn api_conn_as(&self, cert: &TlsMaterial) -> std::io::Result<TlsStream<TcpStream>> {
-        let config = kubeedge_wire::tunnel::tls::client_config(
+        let config = ::pki::stream_tls::client_config(
             cert.cert_chain.clone(),
             cert.key.clone_key(),
             Some(&[self.stream_ca.ca()]),
@@ -227,7 +227,7 @@ pub async fn raw_dial(
     request: &str,
 ) -> std::io::Result<(ResponseHead, Option<RawTunnel>, Vec<u8>)> {
     let config =
-        kubeedge_wire::tunnel::tls::client_config(cert.cert_chain.clone(), cert.key.clone_key(), None)
+        ::pki::stream_tls::client_config(cert.cert_chain.clone(), cert.key.clone_key(), None)
             .unwrap();
     let mut stream = tls_connect(server_port, config).await?;
     stream.write_all(request.as_bytes()).await?;

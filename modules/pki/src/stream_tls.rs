@@ -1,14 +1,17 @@
-//! TLS material (PEM or DER, any key format) and the rustls configurations of the tunnel, the
-//! stream server and the edge's tunnel client.
+//! TLS material (PEM or DER, any key format) and the rustls configurations of cloudstream's
+//! tunnel and stream server and of the edge's tunnel client. Unlike [`crate::tls`] (the hub's
+//! ECDSA-only configurations) these take any certificate the API server or an operator's files
+//! hold.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use pki::tls::{any_server_cert_verifier, root_store};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, ServerConfig};
+
+use crate::tls::{any_server_cert_verifier, root_store};
 
 /// Errors loading TLS material or building a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +108,7 @@ pub fn certificates(
     data: &[u8],
     what: &'static str,
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    match pki::load_certificates_pem_or_der(data) {
+    match crate::load_certificates_pem_or_der(data) {
         Ok(certs) if !certs.is_empty() => Ok(certs),
         _ => Err(TlsError::NoCertificate(what)),
     }
@@ -114,11 +117,11 @@ pub fn certificates(
 /// A private key from PEM (any key block, whatever its label says) or DER, trying PKCS#8,
 /// then SEC1, then PKCS#1: cloudhub writes SEC1 DER under a `PRIVATE KEY` label.
 pub fn private_key(data: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
-    pki::load_private_key_pem_or_der(data).map_err(|_| TlsError::NoKey)
+    crate::load_private_key_pem_or_der(data).map_err(|_| TlsError::NoKey)
 }
 
 /// The crypto provider every configuration here uses (ring with all its suites, unlike
-/// `pki::tls::provider`, since the API server's certificates need not be ECDSA), chosen
+/// [`crate::tls::provider`], since the API server's certificates need not be ECDSA), chosen
 /// explicitly so that no process-wide default is needed. AES-128-GCM comes first, as in Go's
 /// own order on CPUs with AES instructions (what edgecore and the API server offer): every
 /// relayed byte is encrypted and decrypted twice, and it takes 10 AES rounds to AES-256's 14.
@@ -167,7 +170,7 @@ pub fn server_config(
 /// The subject common name of a DER certificate when its subject has exactly one (a
 /// certificate with several CNs names no one: Go's x509 reads the last, others the first).
 pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
-    pki::parse_identity(cert.as_ref()).ok()?.common_name
+    crate::parse_identity(cert.as_ref()).ok()?.common_name
 }
 
 /// A client configuration presenting `cert_chain`/`key`, with no ALPN (as gorilla). With
@@ -187,22 +190,6 @@ pub fn client_config(
             .with_custom_certificate_verifier(any_server_cert_verifier()),
     };
     Ok(Arc::new(builder.with_client_auth_cert(cert_chain, key)?))
-}
-
-/// Opens a TLS connection to `addr`, verifying the server as `server_name` (an IP or DNS
-/// name) with `config`. For tools and tests that play the API server or an edge.
-pub async fn connect(
-    addr: std::net::SocketAddr,
-    server_name: &str,
-    config: Arc<ClientConfig>,
-) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let name = ServerName::try_from(server_name.to_owned())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let _ = tcp.set_nodelay(true);
-    tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
-        .await
 }
 
 #[cfg(test)]

@@ -394,6 +394,11 @@ async fn an_object_refused_by_a_full_intake_queue_keeps_a_record_for_the_sync_lo
     };
     wait_until(|| full(&h) == 4).await;
     h.hub.flush_records().await;
+    // The refused objects' records are written through the hub's record queue (flushed
+    // above); the queued objects' records are created by their first-sight lookups, which run
+    // beside the intake and may still be under way when the last refusal is counted.
+    let record = |i: usize| h.store.record(&key("edge-1", "default", &format!("u{i}")));
+    wait_until(|| (0..20).all(|i| record(i).is_some())).await;
     for i in 0..20 {
         let (spec, rv) = h
             .store

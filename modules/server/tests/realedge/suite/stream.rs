@@ -65,24 +65,32 @@ pub(super) async fn logs(c: &Cluster) -> Result<()> {
     );
     let _ = follow.kill().await;
 
-    // --previous: the run before the current one, read while the restart count stays put.
+    // --previous: the last run that ended, read while the container's status stays put. The
+    // kubelet answers it from the status's `lastState.terminated`: while a run is going or has
+    // just ended that is the run before it (`run-<restartCount>`); while the container waits
+    // out its crash back-off, the run that just ended (`run-<restartCount + 1>`). The container
+    // runs for 2 s and waits 10, 20, 40, 80 s between runs, so most polls land in a wait.
     eventually(
         Duration::from_secs(120),
         POLL,
         "the previous run's logs",
         || async {
-            let before = restarts(c, &ns, "crasher").await?;
-            if before == 0 {
+            let before = crash_status(c, &ns, "crasher").await?;
+            let expected = match before.state.as_str() {
+                "waiting" => before.restarts + 1,
+                _ => before.restarts,
+            };
+            if expected == 0 {
                 return None;
             }
             let previous = c
                 .kubectl_ok(&["-n", &ns, "logs", "crasher", "--previous"])
                 .await
                 .ok()?;
-            let after = restarts(c, &ns, "crasher").await?;
+            let after = crash_status(c, &ns, "crasher").await?;
             (before == after)
                 .then_some(())
-                .filter(|()| previous == format!("run-{before}\n"))
+                .filter(|()| previous == format!("run-{expected}\n"))
         },
     )
     .await?;
@@ -95,9 +103,26 @@ pub(super) async fn logs(c: &Cluster) -> Result<()> {
     Ok(())
 }
 
-async fn restarts(c: &Cluster, ns: &str, name: &str) -> Option<u64> {
+/// What decides which run `logs --previous` shows: the restart count, the state the container
+/// is in (`running`, `terminated` or `waiting`), and the container of `lastState.terminated`.
+#[derive(Debug, PartialEq)]
+struct CrashStatus {
+    restarts: u64,
+    state: String,
+    last_terminated: String,
+}
+
+async fn crash_status(c: &Cluster, ns: &str, name: &str) -> Option<CrashStatus> {
     let p = c.kubectl_json(&["-n", ns, "get", "pod", name]).await.ok()?;
-    p["status"]["containerStatuses"][0]["restartCount"].as_u64()
+    let status = &p["status"]["containerStatuses"][0];
+    Some(CrashStatus {
+        restarts: status["restartCount"].as_u64()?,
+        state: status["state"].as_object()?.keys().next()?.clone(),
+        last_terminated: status["lastState"]["terminated"]["containerID"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    })
 }
 
 /// exec passes stdin through (100 KiB of it too) and the exit code back, and gives the

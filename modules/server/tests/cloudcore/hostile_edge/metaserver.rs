@@ -299,9 +299,12 @@ async fn malformed_metaserver_requests_are_rejected_400_at_once() {
         .meta("null", Content::string("not an application"))
         .await;
     a.rejected(400);
+    // Answered by the check, not by the edge's 10 s wait running out: anything under that
+    // tells the two apart, however loaded the machine.
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "answered at once, not after the edge's 10 s"
+        started.elapsed() < Duration::from_secs(9),
+        "answered at once, not after the edge's 10 s: {:?}",
+        started.elapsed()
     );
 
     let bad_base64 = {
@@ -555,17 +558,16 @@ async fn lists_page_with_continue_and_large_lists_arrive_whole() {
     assert_eq!(item_names(&second).len(), 1);
     assert_ne!(item_names(&first), item_names(&second), "the next page");
 
-    let started = std::time::Instant::now();
+    // The whole list in one reply, within the edge's reply wait (how fast is for the
+    // examples to measure, not for a test on a shared machine).
     let all = s
         .edge
         .apply(application("list", &key, Some(json!({})), None))
         .await;
-    let took = started.elapsed();
     let raw = all.app["RespBody"].as_str().map_or(0, str::len);
     let all = all.approved();
     assert_eq!(item_names(&all).len(), count, "every item");
     assert!(raw > 4 << 20, "a reply over 4 MiB ({raw} bytes of base64)");
-    assert!(took < Duration::from_secs(10), "listed in {took:?}");
 }
 
 #[tokio::test]

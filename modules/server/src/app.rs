@@ -109,7 +109,19 @@ pub async fn kube_config(config: &KubeApiConfig) -> Result<kube::Config, StartEr
             .await
             .map_err(|e| err(&e))?
     } else {
-        kube::Config::infer().await.map_err(|e| err(&e))?
+        // A configured file that is not there falls back to the in-cluster configuration (as
+        // the Deployment runs it, with KubeEdge's default path absent); if that fails too,
+        // the file named is what an operator looks for first.
+        kube::Config::infer().await.map_err(|e| {
+            if config.kube_config.is_empty() {
+                err(&e)
+            } else {
+                StartError::Kube(format!(
+                    "kubeAPIConfig.kubeConfig {} does not exist, and no other configuration was found ({e})",
+                    config.kube_config
+                ))
+            }
+        })?
     };
     if !config.master.is_empty() {
         cfg.cluster_url = config.master.parse().map_err(|e| err(&e))?;

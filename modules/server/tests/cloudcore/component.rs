@@ -184,6 +184,31 @@ fn a_port_in_use_is_reported_with_its_cause() {
     assert!(stderr.contains(&want), "{want:?} not in:\n{stderr}");
 }
 
+#[test]
+fn a_missing_kubeconfig_is_named_when_no_other_configuration_is_found() {
+    let dir = TempDir::new();
+    let p = edgecore_interop::listen_ports(3).expect("free ports");
+    let config = hub_only(&dir.0, p[0], p[1], p[2]);
+    // The edgecontroller needs the API server; `hub_only` names a kubeconfig that is not
+    // there, and `command` leaves no in-cluster environment and an empty HOME.
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    let mut c = CloudCoreConfig::from_yaml(&yaml).unwrap();
+    c.modules.edge_controller.enable = true;
+    std::fs::write(&config, serde_saphyr::to_string(&c).unwrap()).unwrap();
+    let out = command(&dir.0)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let want = format!(
+        "cloudcore failed: kubernetes client: kubeAPIConfig.kubeConfig {} does not exist, and no other configuration was found",
+        c.kube_api_config.kube_config
+    );
+    assert!(stderr.contains(&want), "{want:?} not in:\n{stderr}");
+}
+
 #[tokio::test]
 async fn json_logs_say_what_starts_and_text_logs_carry_no_colour_off_a_terminal() {
     let dir = TempDir::new();

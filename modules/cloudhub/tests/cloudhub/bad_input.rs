@@ -199,8 +199,11 @@ async fn a_slow_reader_times_out_without_blocking_other_nodes() {
     // Long enough that the good node's rounds end well before the slow node is cut off, even
     // on a machine at a load of 20 and more (rounds of several seconds each have been seen
     // there): if the good node waited on the slow one, it would be served only after.
+    // Only the write deadline may cut the slow node off, and a slow test must not close the
+    // good node's session either: the keepalive deadline is out of the way.
     let mut h = Harness::with(|c| {
         c.write_timeout = 45;
+        c.keepalive_interval = 600;
         c.no_ack_burst = 200;
         c.no_ack_rate = 1000;
     })
@@ -208,7 +211,9 @@ async fn a_slow_reader_times_out_without_blocking_other_nodes() {
     let mut good = h.connect("good").await;
     let _slow = h.connect("slow").await; // never read from again
     h.wait_nodes(2).await;
-    let blob = "b".repeat(1024 * 1024);
+    // Encoded once: 48 encodings of 1 MiB took most of a minute in a debug build on a loaded
+    // machine, long enough for the sessions' keepalive deadline to pass.
+    let blob = Content::string("b".repeat(1024 * 1024));
     for _ in 0..48 {
         let m = Message::new()
             .with_route(
@@ -217,7 +222,7 @@ async fn a_slow_reader_times_out_without_blocking_other_nodes() {
                 "node/slow/default/podlist",
                 "update",
             )
-            .with_content(Content::string(&blob));
+            .with_content(blob.clone());
         h.downstream(m).await;
     }
     let start = tokio::time::Instant::now();

@@ -37,8 +37,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use clap::{Parser, Subcommand};
 use beehive::Backoff;
+use clap::{Parser, Subcommand};
 use edge::hub::{HubClient, HubClientConfig, HubEvent};
 use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore, KubeletPort, Process, listen_ports};
 use futures::StreamExt as _;
@@ -940,7 +940,8 @@ async fn kubelet_stand_in(listener: tokio::net::TcpListener, body: Arc<Vec<u8>>)
         let body = body.clone();
         tokio::spawn(async move {
             let mut buf = kubeedge_wire::http1::BytesMut::new();
-            let Ok(head) = kubeedge_wire::http1::read_request_head(&mut sock, &mut buf).await else {
+            let Ok(head) = kubeedge_wire::http1::read_request_head(&mut sock, &mut buf).await
+            else {
                 return;
             };
             let path = head.path().to_owned();

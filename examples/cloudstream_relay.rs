@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use beehive::Bus;
-use kubeedge_wire::http1::{self, BodyReader, BytesMut};
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamTls, ServerTls, StaticPods, TlsMaterial,
 };
 use edge::stream::{AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
+use kubeedge_wire::http1::{self, BodyReader, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -599,11 +599,8 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
     }
 
     let api = material(dir, "apiserver")?;
-    let api_tls = pki::stream_tls::client_config(
-        api.cert_chain.clone(),
-        api.key.clone_key(),
-        Some(&api.ca),
-    )?;
+    let api_tls =
+        pki::stream_tls::client_config(api.cert_chain.clone(), api.key.clone_key(), Some(&api.ca))?;
     let stream_addr = SocketAddr::from(([127, 0, 0, 1], handle.stream_addr().port()));
     let tcp = || async {
         let tcp = TcpStream::connect(kubelet.tcp).await?;
@@ -617,7 +614,11 @@ async fn run(dir: &Path, size_mib: usize, rounds: usize) -> anyhow::Result<()> {
             let tcp = TcpStream::connect(addr).await?;
             let _ = tcp.set_nodelay(true);
             let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
-            anyhow::Ok(tokio_rustls::TlsConnector::from(config).connect(name, tcp).await?)
+            anyhow::Ok(
+                tokio_rustls::TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await?,
+            )
         }
     };
     let https = || connect_tls(kubelet.https);

@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use beehive::{Content, Message};
 use cloudcore_server::config::CloudCoreConfig;
-use kubeedge_wire::hub::{self as wire, Incoming, Reassembler};
-use kubeedge_wire::http1::{self, BodyReader, Bytes, BytesMut, HttpError};
-use kubeedge_wire::ws::{self, Decoder, Role, WsMessage};
 use kubeedge_wire::gourl::GoUrl;
+use kubeedge_wire::http1::{self, BodyReader, Bytes, BytesMut, HttpError};
+use kubeedge_wire::hub::{self as wire, Incoming, Reassembler};
 use kubeedge_wire::tunnel::{ConnectRequest, MAX_DATA_LEN, MessageType, TunnelMessage};
+use kubeedge_wire::ws::{self, Decoder, Role, WsMessage};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;

@@ -38,9 +38,7 @@ impl Backoff {
         // 2³¹ times any wait of a millisecond or more is past every cap in use; saturating
         // keeps larger products at Duration::MAX until `min` takes the cap.
         let doublings = attempt.saturating_sub(1).min(31);
-        self.initial
-            .saturating_mul(1u32 << doublings)
-            .min(self.max)
+        self.initial.saturating_mul(1u32 << doublings).min(self.max)
     }
 
     /// [`Backoff::delay`] times a factor drawn uniformly from `[low, high]` (for example
@@ -87,10 +85,17 @@ mod tests {
                 let d = b.jittered(attempt, 0.5, 1.0);
                 assert!(d >= base / 2 && d <= base, "attempt {attempt}: {d:?}");
                 let d = b.jittered(attempt, 0.75, 1.25);
-                assert!(d >= base.mul_f64(0.75) && d <= base.mul_f64(1.25), "attempt {attempt}: {d:?}");
+                assert!(
+                    d >= base.mul_f64(0.75) && d <= base.mul_f64(1.25),
+                    "attempt {attempt}: {d:?}"
+                );
                 seen.insert(d);
             }
         }
-        assert!(seen.len() > 100, "the factor is drawn each time: {} distinct", seen.len());
+        assert!(
+            seen.len() > 100,
+            "the factor is drawn each time: {} distinct",
+            seen.len()
+        );
     }
 }

@@ -466,9 +466,15 @@ async fn shutdown_wakes_every_pending_sync_call_with_an_error() {
     let start = Instant::now();
     bus.shutdown().await;
     for c in calls {
-        assert!(matches!(c.await.unwrap(), Err(Error::Shutdown { message: None })));
+        assert!(matches!(
+            c.await.unwrap(),
+            Err(Error::Shutdown { message: None })
+        ));
     }
-    assert!(matches!(group.await.unwrap(), Err(Error::Shutdown { message: None })));
+    assert!(matches!(
+        group.await.unwrap(),
+        Err(Error::Shutdown { message: None })
+    ));
     assert!(
         start.elapsed() < Duration::from_secs(2),
         "nobody is left hanging"

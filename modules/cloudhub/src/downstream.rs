@@ -10,8 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use beehive::{Backoff, Message};
 use beehive::constants::operation as op;
+use beehive::{Backoff, Message};
 use kubeedge_api::version::is_newer;
 use tokio::time::Instant;
 

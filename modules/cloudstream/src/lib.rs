@@ -36,12 +36,12 @@ pub use config::{
     CloudStreamConfig, IptablesManagerConfig, IptablesMode, StreamAuthorizationConfig,
     StreamAuthorizationMode, Tuning,
 };
+pub use metrics::{CountersSnapshot, Metrics};
+pub use module::{CloudStream, CloudStreamHandle, CloudStreamTls, Error};
 /// The certificate types of [`CloudStreamTls`] and [`Error`], whose home is
 /// `pki::stream_tls`: re-exported so that configuring this module needs no dependency on
 /// `pki`.
 pub use pki::stream_tls::{ServerTls, TlsError, TlsMaterial};
-pub use metrics::{CountersSnapshot, Metrics};
-pub use module::{CloudStream, CloudStreamHandle, CloudStreamTls, Error};
 pub use record::{
     TUNNEL_PORT_ANNOTATION, TUNNEL_PORT_BASE, TUNNEL_PORT_CONFIGMAP, TUNNEL_PORT_LIMIT,
     TUNNEL_PORT_NAMESPACE, TunnelPortRecord,

@@ -27,7 +27,6 @@ use crate::record::{
 /// Label of cloudcore pods whose deletion frees their IP (upstream `kubeedge=cloudcore`).
 pub const CLOUDCORE_POD_SELECTOR: &str = "kubeedge=cloudcore";
 
-
 /// The environment variable naming cloudcore's namespace (set it from the downward API's
 /// `metadata.namespace` in cloudcore's pod spec).
 pub const NAMESPACE_ENV: &str = "POD_NAMESPACE";

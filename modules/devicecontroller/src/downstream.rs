@@ -192,10 +192,7 @@ impl Downstream {
         };
         if let Err(error) = status {
             // Nothing is sent until the DeviceStatus exists; retried with back-off.
-            let failures = self
-                .retries
-                .get(&k)
-                .map_or(1, |(_, n)| n.saturating_add(1));
+            let failures = self.retries.get(&k).map_or(1, |(_, n)| n.saturating_add(1));
             let backoff = RETRY.delay(failures);
             warn!(device = %k, %error, retry_in_s = backoff.as_secs(), "cannot ensure DeviceStatus");
             self.retries.insert(k, (Instant::now() + backoff, failures));

@@ -9,7 +9,9 @@ use std::fmt;
 use beehive::{Endpoint, ModuleStatsSnapshot, SYNC_BUCKETS};
 use cloudhub::HubHandle;
 use cloudstream::CloudStreamHandle;
-use kubeedge_api::metrics::{ListenerMetrics, ListenerSource, counter, encode_family, encode_one, gauge};
+use kubeedge_api::metrics::{
+    ListenerMetrics, ListenerSource, counter, encode_family, encode_one, gauge,
+};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;

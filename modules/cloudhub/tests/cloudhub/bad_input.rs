@@ -264,7 +264,11 @@ async fn an_edge_that_sends_flat_out_and_never_reads_is_held_to_a_bounded_backlo
     let mut burst = kubeedge_wire::hub::client_frame(&echo).to_vec();
     burst.extend_from_slice(&kubeedge_wire::hub::client_frame(&ca));
     for _ in 0..20 {
-        burst.extend_from_slice(&kubeedge_wire::hub::frame(b"are you there", OpCode::Ping, true));
+        burst.extend_from_slice(&kubeedge_wire::hub::frame(
+            b"are you there",
+            OpCode::Ping,
+            true,
+        ));
     }
     let flooding = async {
         let s = flood.ws.get_mut();

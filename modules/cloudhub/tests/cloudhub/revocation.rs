@@ -155,7 +155,13 @@ fn node(name: &str) -> Node {
     Node {
         metadata: ObjectMeta {
             name: Some(name.into()),
-            labels: Some([(kubeedge_api::names::EDGE_NODE_LABEL.to_owned(), String::new())].into()),
+            labels: Some(
+                [(
+                    kubeedge_api::names::EDGE_NODE_LABEL.to_owned(),
+                    String::new(),
+                )]
+                .into(),
+            ),
             ..Default::default()
         },
         ..Default::default()
@@ -259,7 +265,8 @@ async fn a_cloud_node_deletion_and_an_edge_label_removal_revoke_nothing() {
     // Let the watch list both nodes first.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
 
-    let unlabel = serde_json::json!({"metadata": {"labels": {kubeedge_api::names::EDGE_NODE_LABEL: null}}});
+    let unlabel =
+        serde_json::json!({"metadata": {"labels": {kubeedge_api::names::EDGE_NODE_LABEL: null}}});
     nodes
         .patch(
             &edge_name,

@@ -18,9 +18,9 @@ use super::registry::RegisterError;
 use super::{NodeUpdater, Owner, Session, Shared};
 use crate::listen::{accept_until, handshake};
 use kubeedge_wire::http1::{self, RequestHead};
-use pki::stream_tls::common_name;
 use kubeedge_wire::tunnel::{INPUT_WINDOW_HEADER, TunnelMessage, WINDOW_HEADER};
 use kubeedge_wire::ws::{self, Role, WsReader};
+use pki::stream_tls::common_name;
 
 /// The path edges dial (a trailing slash also matches, as go-restful).
 const CONNECT_PATH: &str = "/v1/kubeedge/connect";

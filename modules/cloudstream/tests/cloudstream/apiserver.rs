@@ -7,12 +7,15 @@ use std::time::Duration;
 
 use crate::support::{self, FakeKubelet, Pki, kubelet, raw_dial, upgrade_request};
 use beehive::Bus;
-use cloudstream::{CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, TlsMaterial, Tuning, TunnelPortRecord};
-use kubeedge_wire::tunnel::MessageType;
+use cloudstream::{
+    CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, TlsMaterial,
+    Tuning, TunnelPortRecord,
+};
 use edge::stream::AgentHandle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubeedge_wire::tunnel::MessageType;
 use tokio::io::AsyncReadExt;
 
 fn env_stream_tls() -> TlsMaterial {

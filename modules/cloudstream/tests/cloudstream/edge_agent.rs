@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use crate::support::{self, FakeKubelet, Pki, kubelet};
 use bytes::{Bytes, BytesMut};
-use kubeedge_wire::http1::{self, RequestHead};
-use kubeedge_wire::ws;
-use kubeedge_wire::gourl::GoUrl;
-use kubeedge_wire::tunnel::{ConnectRequest, MessageType, TunnelMessage};
 use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
+use kubeedge_wire::gourl::GoUrl;
+use kubeedge_wire::http1::{self, RequestHead};
+use kubeedge_wire::tunnel::{ConnectRequest, MessageType, TunnelMessage};
+use kubeedge_wire::ws;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::support::{self, Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
-use kubeedge_wire::http1::{self, BodyReader};
 use edgecore_interop::{EdgeConfig, EdgeHome, Edgecore};
+use kubeedge_wire::http1::{self, BodyReader};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "edge-node-1";

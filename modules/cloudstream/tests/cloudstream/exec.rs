@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::support::{Cloud, FakeKubelet, channel_frame, exec_request, kubelet};
 use bytes::BytesMut;
-use kubeedge_wire::http1;
 use edge::stream::AgentOptions;
+use kubeedge_wire::http1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use ws_peer::{Decoder, Role, WsMessage};
 

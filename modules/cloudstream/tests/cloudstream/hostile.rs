@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, Cloud, RawTunnel, exec_request, raw_dial, upgrade_request};
 use bytes::BytesMut;
-use kubeedge_wire::http1::{self, BodyReader};
 use cloudstream::Tuning;
-use kubeedge_wire::tunnel::{MessageType, TunnelMessage};
 use kubeedge_api::listener::ListenerLimits;
+use kubeedge_wire::http1::{self, BodyReader};
+use kubeedge_wire::tunnel::{MessageType, TunnelMessage};
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};

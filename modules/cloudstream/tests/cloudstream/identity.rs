@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use crate::support::{self, Cloud, Pki, RawTunnel, raw_dial, upgrade_request};
 use beehive::Bus;
-use cloudstream::{CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, StaticPods};
-use kubeedge_wire::tunnel::{MessageType, TunnelMessage};
+use cloudstream::{
+    CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, StaticPods,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubeedge_wire::tunnel::{MessageType, TunnelMessage};
 use tokio::io::AsyncWriteExt;
 
 async fn dial(

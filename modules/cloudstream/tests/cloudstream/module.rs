@@ -5,8 +5,8 @@ use std::time::Duration;
 use crate::support::{Cloud, FakeKubelet, Pki};
 use beehive::Bus;
 use bytes::BytesMut;
-use kubeedge_wire::http1::{self, BodyReader};
 use cloudstream::{CloudStream, CloudStreamConfig, CloudStreamTls, ServerTls};
+use kubeedge_wire::http1::{self, BodyReader};
 use tokio::io::AsyncWriteExt;
 
 #[actix_rt::test]

@@ -130,11 +130,7 @@ pub fn client_tls_with(
             None
         }
     };
-    pki::stream_tls::client_config(
-        material.cert_chain.clone(),
-        material.key.clone_key(),
-        ca,
-    )
+    pki::stream_tls::client_config(material.cert_chain.clone(), material.key.clone_key(), ca)
 }
 
 #[cfg(test)]

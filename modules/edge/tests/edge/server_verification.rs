@@ -32,10 +32,7 @@ async fn server(ca: &pki::CertificateAuthority) -> SocketAddr {
     addr
 }
 
-fn material(
-    node_ca: &pki::CertificateAuthority,
-    trusted: &[u8],
-) -> pki::stream_tls::TlsMaterial {
+fn material(node_ca: &pki::CertificateAuthority, trusted: &[u8]) -> pki::stream_tls::TlsMaterial {
     let node = node_ca.issue(&pki::IssueOptions::edge("edge-1")).unwrap();
     pki::stream_tls::TlsMaterial::from_bytes(&node.cert_der, &node.key_der, trusted).unwrap()
 }

@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use beehive::Bus;
 use bytes::{Bytes, BytesMut};
-use kubeedge_wire::http1::{self, BodyReader, ResponseHead};
-use kubeedge_wire::ws;
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, StaticPods,
     TlsMaterial, Tuning,
 };
 use edge::stream::{AgentHandle, AgentOptions, EdgeStreamConfig, StreamAgent, client_tls};
+use kubeedge_wire::http1::{self, BodyReader, ResponseHead};
+use kubeedge_wire::ws;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -300,7 +300,9 @@ impl RawTunnel {
     pub async fn next_tunnel(&mut self) -> Option<kubeedge_wire::tunnel::TunnelMessage> {
         loop {
             match self.next().await? {
-                WsMessage::Text(t) => return Some(kubeedge_wire::tunnel::TunnelMessage::decode(t).unwrap()),
+                WsMessage::Text(t) => {
+                    return Some(kubeedge_wire::tunnel::TunnelMessage::decode(t).unwrap());
+                }
                 WsMessage::Close(..) => return None,
                 _ => {}
             }

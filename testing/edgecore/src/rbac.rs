@@ -68,9 +68,15 @@ pub async fn apply_manifests_rbac() -> Result<()> {
     apply_manifests_rbac_for(Grants::OwnIdentity).await
 }
 
+/// Optional manifests that grant cloudcore's ServiceAccount more than a variant does. A test
+/// applies them after [`apply_manifests_rbac_for`] ([`apply_optional`]); the API server outlives
+/// the test, so the next one starts without them.
+const OPTIONAL_GRANTS: [&str; 1] = ["optional/require-authorization.yaml"];
+
 /// Applies `manifests/namespace.yaml`, the files of `grants` and `manifests/admission-policy.yaml`
 /// (which limits the names of what cloudcore writes in `kubeedge`), and deletes the objects
-/// only the other variant has.
+/// only the other variant has and those of the optional manifests that grant cloudcore more
+/// (an earlier test of the binary may have applied them to the same API server).
 ///
 /// # Errors
 /// When kubectl fails.
@@ -82,17 +88,19 @@ pub async fn apply_manifests_rbac_for(grants: Grants) -> Result<()> {
         let path = manifests_dir().join(file);
         kubectl_ok(&["apply", "-f", &path.display().to_string()], None).await?;
     }
-    let other = manifests_dir().join(grants.excluded());
-    kubectl_ok(
-        &[
-            "delete",
-            "--ignore-not-found",
-            "-f",
-            &other.display().to_string(),
-        ],
-        None,
-    )
-    .await?;
+    for file in std::iter::once(grants.excluded()).chain(OPTIONAL_GRANTS) {
+        let path = manifests_dir().join(file);
+        kubectl_ok(
+            &[
+                "delete",
+                "--ignore-not-found",
+                "-f",
+                &path.display().to_string(),
+            ],
+            None,
+        )
+        .await?;
+    }
     Ok(())
 }
 

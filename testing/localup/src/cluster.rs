@@ -23,6 +23,7 @@ pub struct LocalUp {
     cloudcore: Option<PathBuf>,
     log_level: Option<String>,
     go: bool,
+    require_authorization: bool,
 }
 
 impl Default for LocalUp {
@@ -35,6 +36,7 @@ impl Default for LocalUp {
             cloudcore: None,
             log_level: None,
             go: false,
+            require_authorization: false,
         }
     }
 }
@@ -84,6 +86,15 @@ impl LocalUp {
         self
     }
 
+    /// `--require-authorization`: KubeEdge's `featureGates.requireAuthorization` on cloudcore
+    /// and every edge. Each edge's metaServer requests a kubelet-serving certificate (a CSR
+    /// through cloudcore), cloudcore's CSR approver approves it, kube-controller-manager signs
+    /// it, and the metaServer serves HTTPS with it on the edge's `127.0.0.1:10550`.
+    pub fn require_authorization(mut self, on: bool) -> Self {
+        self.require_authorization = on;
+        self
+    }
+
     /// `--cloud go`: KubeEdge's own cloudcore instead of ours (side-by-side measurements;
     /// local-up finds it as `CLOUDCORE_GO_BIN`, `CLOUDCORE_GO_XZ` or the peer archive).
     pub fn kubeedge_cloudcore(mut self, on: bool) -> Self {
@@ -113,6 +124,9 @@ impl LocalUp {
         }
         if self.go {
             cmd.args(["--cloud", "go"]);
+        }
+        if self.require_authorization {
+            cmd.arg("--require-authorization");
         }
         let cloudcore = self.cloudcore.or_else(|| {
             std::env::var_os("CLOUDCORE_BIN")
@@ -321,7 +335,21 @@ impl Cluster {
     /// # Errors
     /// As [`Cluster::run`].
     pub async fn ctr(&self, node: &str, args: &[&str]) -> Result<String> {
-        let mut all = vec!["ctr", node, "--dir"];
+        self.on_edge("ctr", node, args).await
+    }
+
+    /// `ARGS…` run in `node`'s network namespace, where its edged and metaServer listen on
+    /// `127.0.0.1` (`local-up netns`); returns stdout.
+    ///
+    /// # Errors
+    /// As [`Cluster::run`]; [`Error::Script`] when the command fails.
+    pub async fn netns(&self, node: &str, args: &[&str]) -> Result<String> {
+        self.on_edge("netns", node, args).await
+    }
+
+    /// `local-up VERB NODE --dir DIR -- ARGS…`, for at most 30 s; its stdout.
+    async fn on_edge(&self, verb: &str, node: &str, args: &[&str]) -> Result<String> {
+        let mut all = vec![verb, node, "--dir"];
         let dir = self.dir.display().to_string();
         all.push(&dir);
         all.push("--");

@@ -23,3 +23,4 @@ mod support;
 mod impersonated;
 mod kubeedge_defaults;
 mod local_up;
+mod require_authorization;

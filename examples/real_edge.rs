@@ -5,8 +5,12 @@
 //! reported it, p50/p99 over N rollouts one after the other; `kubectl exec` round trips and
 //! `kubectl logs` first bytes against the real container, each also through the API alone
 //! (without kubectl's start-up); then each cloudcore's and edgecore's CPU and RSS while the
-//! edges idle with one pod. Needs root, local-up's packages (docs/real-edge.md) and KubeEdge's
-//! cloudcore (`CLOUDCORE_GO_BIN` or `CLOUDCORE_GO_XZ`; `--ours-only` without it).
+//! edges idle with one pod. A stream request that fails is printed with its side and why
+//! (kubectl's stderr, the API server's status) and left out of its row; when the side's
+//! edgecore has exited, its panic line is printed and it is started again, and the failures
+//! and crashes of each side make a row of their own. Needs root, local-up's packages
+//! (docs/real-edge.md) and KubeEdge's cloudcore (`CLOUDCORE_GO_BIN` or `CLOUDCORE_GO_XZ`;
+//! `--ours-only` without it).
 //!
 //! ```text
 //! cargo build --release -p cloudcore-server --bin cloudcore
@@ -151,30 +155,32 @@ async fn main() -> anyhow::Result<()> {
     for s in &sides {
         targets.push(ready_pod(&s.pods, "target").await?);
     }
-    let empty = || vec![Vec::new(); sides.len()];
-    let (mut exec_kubectl, mut exec_api, mut logs_kubectl, mut logs_api) =
-        (empty(), empty(), empty(), empty());
+    let mut streams: Vec<Streams> = sides.iter().map(|_| Streams::default()).collect();
     for i in 0..args.streams {
         for k in turns(sides.len(), i + first) {
-            let (s, t) = (&sides[k], &targets[k]);
-            exec_kubectl[k].push(kubectl_exec(&s.cluster, t).await?);
-            // A failed exec through the API is reported (with the status the API server
-            // gave) and left out of its row; the other measurements go on.
-            match api_exec(&s.pods, t).await {
-                Ok(d) => exec_api[k].push(d),
-                Err(e) => eprintln!("{}: exec through the API: {e:#}", s.name),
-            }
-            logs_kubectl[k].push(kubectl_logs_first_byte(&s.cluster, t).await?);
-            logs_api[k].push(api_logs_first_byte(&s.pods, t).await?);
+            streams[k].round(&sides[k], &targets[k]).await?;
         }
     }
-    report("kubectl exec … -- true (whole command)", exec_kubectl);
+    let rows = |f: fn(&Streams) -> &Vec<Duration>| streams.iter().map(|s| f(s).clone()).collect();
+    report(
+        "kubectl exec … -- true (whole command)",
+        rows(|s| &s.exec_kubectl),
+    );
     report(
         "exec through the API (WebSocket, until the exit status)",
-        exec_api,
+        rows(|s| &s.exec_api),
     );
-    report("kubectl logs: first byte", logs_kubectl);
-    report("logs through the API: first byte", logs_api);
+    report("kubectl logs: first byte", rows(|s| &s.logs_kubectl));
+    report("logs through the API: first byte", rows(|s| &s.logs_api));
+    println!(
+        "| stream requests that failed (edgecore crashes, each restarted) | {} | {} |",
+        4 * args.streams,
+        streams
+            .iter()
+            .map(|s| format!("{} ({})", s.failed, s.crashes))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
 
     idle(&sides, Duration::from_secs(args.idle_minutes * 60)).await?;
     println!("load after: {}", load());
@@ -271,6 +277,110 @@ async fn ready_pod(pods: &Api<Pod>, app: &str) -> anyhow::Result<String> {
     .map_err(Into::into)
 }
 
+/// How long one stream request may take before it counts as failed.
+const STREAM_LIMIT: Duration = Duration::from_secs(60);
+
+/// One side's stream measurements, and what failed on the way.
+#[derive(Default)]
+struct Streams {
+    exec_kubectl: Vec<Duration>,
+    exec_api: Vec<Duration>,
+    logs_kubectl: Vec<Duration>,
+    logs_api: Vec<Duration>,
+    /// Requests that failed: left out of their rows, each printed with the side and why.
+    failed: usize,
+    /// Times the side's edgecore was found gone after a failure (and started again).
+    crashes: usize,
+}
+
+impl Streams {
+    /// The samples of request `i` of a round, in the order [`Streams::round`] makes them.
+    fn row(&mut self, i: usize) -> &mut Vec<Duration> {
+        match i {
+            0 => &mut self.exec_kubectl,
+            1 => &mut self.exec_api,
+            2 => &mut self.logs_kubectl,
+            _ => &mut self.logs_api,
+        }
+    }
+
+    /// One round: each of the four requests once. A failed request is printed with the side,
+    /// the request and why (kubectl's stderr, the API server's status) and left out of its
+    /// row. If the side's edgecore has exited, its last panic line is printed, the rest of
+    /// the round is skipped, and it is started again; the round ends once an exec works.
+    async fn round(&mut self, s: &Side, pod: &str) -> anyhow::Result<()> {
+        let c = &s.cluster;
+        for (what, row) in [
+            ("kubectl exec", 0),
+            ("exec through the API", 1),
+            ("kubectl logs", 2),
+            ("logs through the API", 3),
+        ] {
+            let result = match row {
+                0 => timed(kubectl_exec(c, pod)).await,
+                1 => timed(api_exec(&s.pods, pod)).await,
+                2 => timed(kubectl_logs_first_byte(c, pod)).await,
+                _ => timed(api_logs_first_byte(&s.pods, pod)).await,
+            };
+            let e = match result {
+                Ok(d) => {
+                    self.row(row).push(d);
+                    continue;
+                }
+                Err(e) => e,
+            };
+            eprintln!("{}: {what} failed: {e:#}", s.name);
+            self.failed += 1;
+            if edgecore_running(s).await? {
+                continue;
+            }
+            self.crashes += 1;
+            let log = std::fs::read_to_string(c.log(&s.node)).unwrap_or_default();
+            let panic = log
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("panic:"))
+                .unwrap_or("no panic line in its log");
+            eprintln!(
+                "{}: edgecore of {} has exited ({panic}); starting it again",
+                s.name, s.node
+            );
+            c.start(&s.node).await?;
+            local_up::eventually(
+                Duration::from_secs(120),
+                Duration::from_secs(2),
+                "exec after the edgecore restart",
+                || async { kubectl_exec(c, pod).await.ok() },
+            )
+            .await?;
+            break;
+        }
+        Ok(())
+    }
+}
+
+/// A request bounded by [`STREAM_LIMIT`].
+async fn timed(
+    request: impl Future<Output = anyhow::Result<Duration>>,
+) -> anyhow::Result<Duration> {
+    tokio::time::timeout(STREAM_LIMIT, request)
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {STREAM_LIMIT:?}")))
+}
+
+/// Whether the side's edgecore (the process in its pid file) is still alive.
+async fn edgecore_running(s: &Side) -> anyhow::Result<bool> {
+    // A crashing edgecore takes a moment to exit after its tunnel broke.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let f = s.cluster.dir().join(format!("{}.pid", s.node));
+    let pid = std::fs::read_to_string(&f).with_context(|| f.display().to_string())?;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    // Field 3, after the command name in parentheses, is the state; Z is a process that exited.
+    Ok(stat
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
 async fn kubectl_exec(c: &Cluster, pod: &str) -> anyhow::Result<Duration> {
     let began = Instant::now();
     c.kubectl_ok(&["-n", NS, "exec", pod, "--", "true"]).await?;
@@ -302,10 +412,15 @@ async fn kubectl_logs_first_byte(c: &Cluster, pod: &str) -> anyhow::Result<Durat
     let mut byte = [0u8; 1];
     let n = out.read(&mut byte).await?;
     let took = began.elapsed();
-    let _ = child.wait().await;
     if n == 0 {
-        bail!("kubectl logs wrote nothing");
+        let mut stderr = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut stderr).await;
+        }
+        let status = child.wait().await?;
+        bail!("kubectl logs wrote nothing ({status}): {:?}", stderr.trim());
     }
+    let _ = child.wait().await;
     Ok(took)
 }
 
@@ -320,7 +435,13 @@ async fn api_logs_first_byte(pods: &Api<Pod>, pod: &str) -> anyhow::Result<Durat
 }
 
 fn report(what: &str, samples: Vec<Vec<Duration>>) {
-    let samples_len = samples.first().map_or(0, Vec::len);
+    // Sides can differ where requests failed: then the column names each side's count.
+    let counts: Vec<String> = samples.iter().map(|s| s.len().to_string()).collect();
+    let n = if counts.windows(2).all(|w| w[0] == w[1]) {
+        counts.first().cloned().unwrap_or_default()
+    } else {
+        counts.join(" / ")
+    };
     let mut cells = Vec::new();
     let mut p50s = Vec::new();
     for mut side in samples {
@@ -338,7 +459,6 @@ fn report(what: &str, samples: Vec<Vec<Duration>>) {
         [ours, theirs] => format!(" ×{:.2} |", ours / theirs),
         _ => String::new(),
     };
-    let n = samples_len;
     println!("| {what} | {n} | {} |{ratio}", cells.join(" | "));
 }
 

@@ -8,8 +8,11 @@
 //! edge stays up throughout and is watched Ready for five minutes while pods, volumes, logs,
 //! exec and attach run on it; the other is killed, restarted and cut off for two minutes;
 //! then cloudcore restarts. Through all of it cloudcore refuses nothing the real edges ask and
-//! answers none of their requests with an error. `local_up` checks the script itself: what
-//! a missing prerequisite says, and that `down` (or the owner's exit) leaves the host as it was.
+//! answers none of their requests with an error. `require_authorization` runs one edge with
+//! KubeEdge's `featureGates.requireAuthorization`: the CSR of its metaServer is approved by
+//! cloudcore, signed by kube-controller-manager and served. `local_up` checks the script
+//! itself: what a missing prerequisite says, and that `down` (or the owner's exit) leaves the
+//! host as it was.
 //! Needs root, containerd, runc, containernetworking-plugins, busybox-static and umoci
 //! (`.ci/run` installs them; docs/real-edge.md).
 //!

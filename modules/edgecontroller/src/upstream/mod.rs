@@ -343,7 +343,10 @@ impl Upstream {
         request: Built,
     ) -> Result<T, StatusError> {
         let authorized = self.authorized(kind, msg, node, request).await?;
-        self.kube.send(authorized).await
+        let t = std::time::Instant::now();
+        let answer = self.kube.send(authorized).await;
+        debug!(kind = kind.name(), msg_id = %msg.header.id, ok = answer.is_ok(), api_us = t.elapsed().as_micros() as u64, "API request answered");
+        answer
     }
 
     /// Refuses `req`: a warning naming the node and the request, the denial counter, and the

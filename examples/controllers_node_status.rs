@@ -4,7 +4,11 @@
 //! Side by side: the same patches sent straight to the API server with the same concurrency
 //! (`load.patchNodeWorkers`), the ceiling of this API server.
 //!
-//! `cargo run --release --example controllers_node_status -- 1000 5`  (nodes, rounds)
+//! `cargo run --release --example controllers_node_status -- 1000 5 [--impersonate]`
+//! (nodes, rounds; `--impersonate` sends each patch as `system:node:<name>`, so the API
+//! server's Node authorizer and NodeRestriction decide it too, as
+//! `modules.cloudHub.authorization` `enable: true, debug: false` does; without it the patch
+//! is decided in-process only and sent as cloudcore, the default).
 
 use std::time::{Duration, Instant};
 
@@ -23,7 +27,9 @@ fn patch(round: usize) -> serde_json::Value {
 
 #[actix_rt::main]
 async fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let impersonate = all.iter().any(|a| a == "--impersonate");
+    let mut args = all.into_iter().filter(|a| a != "--impersonate");
     let nodes: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1000);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
     let client = k8s_testenv::client().await;
@@ -49,7 +55,8 @@ async fn main() -> anyhow::Result<()> {
     let workers = config.load.patch_node_workers as usize;
     let bus = Bus::new();
     let mut hub = bus.register_inbox("cloudhub", "cloudhub", 1 << 17)?;
-    let ec = EdgeController::new(config, bus.endpoint("edgecontroller"), client.clone());
+    let ec = EdgeController::new(config, bus.endpoint("edgecontroller"), client.clone())
+        .with_impersonation(impersonate);
     let (synced, metrics) = (ec.synced(), ec.metrics());
     bus.register(ec)?;
     bus.start()?;
@@ -115,7 +122,12 @@ async fn main() -> anyhow::Result<()> {
     }
     let direct_rate = direct_ok as f64 / started.elapsed().as_secs_f64();
 
-    println!("nodes {nodes}, rounds {rounds}, patchNodeWorkers {workers}");
+    let mode = if impersonate {
+        "impersonation"
+    } else {
+        "in-process"
+    };
+    println!("nodes {nodes}, rounds {rounds}, patchNodeWorkers {workers}, node authorization {mode}");
     println!(
         "edgecontroller: {written} statuses written, {failed} failed in {:.2} s = {controller_rate:.0} statuses/s",
         elapsed.as_secs_f64()

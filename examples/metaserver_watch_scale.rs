@@ -73,6 +73,11 @@ struct Args {
     /// Keep cloudcore's folder (config, certificates, log) after a clean run too.
     #[arg(long)]
     keep: bool,
+    /// cloudcore with `modules.cloudHub.authorization` `enable: true, debug: false`: the
+    /// edges' requests also go to the API server as `system:node:<name>` (the default decides
+    /// them in-process only).
+    #[arg(long)]
+    impersonate: bool,
 }
 
 /// What every edge records: answers to its requests and the `update`s of the watched service.
@@ -407,7 +412,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         bail!("kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
     }
     let dir = std::env::temp_dir().join(format!("cloudcore-mswatch-{}", std::process::id()));
-    let spec = CloudSpec::for_testenv(&dir)?;
+    let mut spec = CloudSpec::for_testenv(&dir)?;
+    spec.impersonate = args.impersonate;
     // nodeLimit for N edges.
     let (mut core, bin) = start_cloudcore(&spec, &args.log_level, |config| {
         config["modules"]["cloudHub"]["nodeLimit"] =
@@ -718,6 +724,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "cloudcore_log_warn_error_lines": complaints.len(),
         "other_pushes": board.other_pushes.load(Ordering::Relaxed),
         "total_secs": run_started.elapsed().as_secs_f64(),
+    });
+    let mut summary = summary;
+    summary["node_authorization"] = json!(if args.impersonate {
+        "impersonation"
+    } else {
+        "in-process"
     });
     println!("{summary}");
     println!("--- end ---");

@@ -1516,9 +1516,21 @@ async fn upstream_step(
         ok: ok.len(),
         nodes_ok: ok.iter().filter(|a| a.node).count(),
         errors: answers.len() - ok.len(),
-        rate: if span > 0.0 { ok.len() as f64 / span } else { 0.0 },
-        p50: if rtt.is_empty() { never } else { percentile(&rtt, 0.5) },
-        p99: if rtt.is_empty() { never } else { percentile(&rtt, 0.99) },
+        rate: if span > 0.0 {
+            ok.len() as f64 / span
+        } else {
+            0.0
+        },
+        p50: if rtt.is_empty() {
+            never
+        } else {
+            percentile(&rtt, 0.5)
+        },
+        p99: if rtt.is_empty() {
+            never
+        } else {
+            percentile(&rtt, 0.99)
+        },
         cpu,
     })
 }
@@ -1577,7 +1589,11 @@ async fn upstream(
             format!(
                 "{}{}",
                 s.describe(),
-                if s.sustained() { "" } else { " (not sustained)" }
+                if s.sustained() {
+                    ""
+                } else {
+                    " (not sustained)"
+                }
             )
         })
         .collect::<Vec<_>>()
@@ -1611,7 +1627,11 @@ async fn upstream(
     );
     report.result(
         "upstream_cpu_per_status",
-        if ok > 0 { cpu * 1000.0 / ok as f64 } else { 0.0 },
+        if ok > 0 {
+            cpu * 1000.0 / ok as f64
+        } else {
+            0.0
+        },
         "ms",
         true,
         2.0,

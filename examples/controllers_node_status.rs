@@ -127,7 +127,9 @@ async fn main() -> anyhow::Result<()> {
     } else {
         "in-process"
     };
-    println!("nodes {nodes}, rounds {rounds}, patchNodeWorkers {workers}, node authorization {mode}");
+    println!(
+        "nodes {nodes}, rounds {rounds}, patchNodeWorkers {workers}, node authorization {mode}"
+    );
     println!(
         "edgecontroller: {written} statuses written, {failed} failed in {:.2} s = {controller_rate:.0} statuses/s",
         elapsed.as_secs_f64()

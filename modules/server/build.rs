@@ -53,8 +53,13 @@ fn git_commit() -> Option<String> {
         watched.push(git(&["rev-parse", "--git-path", &branch]));
         watched.push(git(&["rev-parse", "--git-path", "packed-refs"]));
     }
+    // Only files that exist: cargo counts a missing one as changed, so the script would run
+    // again on every build (a repository without packed refs has no `packed-refs`), and with
+    // it a new build date and a recompiled crate.
     for path in watched.into_iter().flatten() {
-        println!("cargo:rerun-if-changed={path}");
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
     Some(commit)
 }

@@ -118,6 +118,23 @@ impl EdgeNodes {
         self.write(client, name).await
     }
 
+    /// Remembers `name` as `inc` without writing it; the next [`EdgeNodes::flush`] does, with
+    /// every other noted change in a few requests (a full Node list of thousands of nodes would
+    /// otherwise cost a request each before edges are admitted).
+    pub(crate) fn note(&mut self, name: &str, inc: Incarnation) {
+        if self.known.get(name) != Some(&inc) {
+            self.known.insert(name.to_owned(), inc);
+            self.unwritten.insert(name.to_owned());
+        }
+    }
+
+    /// Forgets `name` without writing it; the next [`EdgeNodes::flush`] does.
+    pub(crate) fn note_forgotten(&mut self, name: &str) {
+        if self.known.remove(name).is_some() {
+            self.unwritten.insert(name.to_owned());
+        }
+    }
+
     async fn write(&mut self, client: &kube::Client, name: &str) -> bool {
         let value = self.known.get(name).map(Incarnation::encode);
         match kv::set(client, EDGE_NODES, name, value.as_deref()).await {
@@ -133,15 +150,34 @@ impl EdgeNodes {
         }
     }
 
-    /// Writes again what failed before; the number still unwritten.
+    /// Writes every noted change and what failed before, [`FLUSH_BATCH`] keys a request (a
+    /// batch that fails stays unwritten for the next flush and costs no other batch); the
+    /// number still unwritten.
     pub(crate) async fn flush(&mut self, client: &kube::Client) -> usize {
-        let pending: Vec<String> = self.unwritten.iter().cloned().collect();
-        for name in pending {
-            self.write(client, &name).await;
+        let mut pending: Vec<String> = self.unwritten.iter().cloned().collect();
+        pending.sort_unstable();
+        for batch in pending.chunks(FLUSH_BATCH) {
+            let entries: BTreeMap<String, Option<String>> = batch
+                .iter()
+                .map(|n| (n.clone(), self.known.get(n).map(Incarnation::encode)))
+                .collect();
+            match kv::set_many(client, EDGE_NODES, &entries).await {
+                Ok(()) => {
+                    for n in batch {
+                        self.unwritten.remove(n);
+                    }
+                }
+                Err(e) => {
+                    warn!(nodes = batch.len(), error = %e, "kubeedge/{EDGE_NODES}: write failed; retried at the next resync");
+                }
+            }
         }
         self.unwritten.len()
     }
 }
+
+/// Keys written by one request of [`EdgeNodes::flush`]: some 20 KiB of patch at 256 keys.
+const FLUSH_BATCH: usize = 256;
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! One key of a ConfigMap in `kubeedge`, written alone: a JSON merge patch of that key (so
+//! Keys of a ConfigMap in `kubeedge`, written alone: a JSON merge patch of just those keys (so
 //! writers of other keys, other replicas included, are never overwritten), the namespace and
 //! ConfigMap created when missing.
 
@@ -23,7 +23,21 @@ pub(crate) async fn set(
     key: &str,
     value: Option<&str>,
 ) -> Result<()> {
-    let patch = serde_json::json!({ "data": { key: value } });
+    let entries = BTreeMap::from([(key.to_owned(), value.map(str::to_owned))]);
+    set_many(client, name, &entries).await
+}
+
+/// Sets every key of `entries` in one request: a value is written, `None` removes the key (a
+/// missing ConfigMap is left missing when every entry is a removal).
+pub(crate) async fn set_many(
+    client: &kube::Client,
+    name: &str,
+    entries: &BTreeMap<String, Option<String>>,
+) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let patch = serde_json::json!({ "data": entries });
     let cms = api(client);
     for _ in 0..3 {
         match cms
@@ -34,9 +48,13 @@ pub(crate) async fn set(
             Err(e) if is_status(&e, 404) => {}
             Err(e) => return Err(e.into()),
         }
-        let Some(value) = value else {
+        let data: BTreeMap<String, String> = entries
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+            .collect();
+        if data.is_empty() {
             return Ok(());
-        };
+        }
         ensure_namespace(client).await?;
         let cm = ConfigMap {
             metadata: ObjectMeta {
@@ -44,7 +62,7 @@ pub(crate) async fn set(
                 namespace: Some(NAMESPACE.into()),
                 ..ObjectMeta::default()
             },
-            data: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
+            data: Some(data),
             ..ConfigMap::default()
         };
         match cms.create(&PostParams::default(), &cm).await {

@@ -212,13 +212,23 @@ impl NodeWatch {
             Some(known) if known.uid != inc.uid => {
                 if self.listing.is_none() {
                     self.recreated(&name, &known, &inc).await;
+                    self.flush().await;
                 }
             }
+            // A list in progress is written at its end, in a few requests.
+            _ if self.listing.is_some() => self.seen.note(&name, inc),
             _ => {
                 if !self.seen.remember(&self.client, &name, inc).await {
                     self.hub.metrics.revocation_writes_failed.inc();
                 }
             }
+        }
+    }
+
+    /// Writes what [`EdgeNodes::note`] and its kin left unwritten.
+    async fn flush(&mut self) {
+        if self.seen.flush(&self.client).await > 0 {
+            self.hub.metrics.revocation_writes_failed.inc();
         }
     }
 
@@ -243,14 +253,14 @@ impl NodeWatch {
             )
             .await;
         }
-        if !self.seen.remember(&self.client, name, now.clone()).await {
-            self.hub.metrics.revocation_writes_failed.inc();
-        }
+        self.seen.note(name, now.clone());
     }
 
     /// Remembers every node with a session here whose Node exists but is not remembered yet
     /// (a node without the edge label whose Node did not change while it was connected).
+    /// Failed writes wait for the resync rather than being retried at every check.
     async fn remember_connected(&mut self) {
+        let mut noted = false;
         for name in self.hub.registry.nodes() {
             if self.seen.get(&name).is_some() {
                 continue;
@@ -258,9 +268,11 @@ impl NodeWatch {
             let Some(inc) = self.all.get(&name).cloned() else {
                 continue;
             };
-            if !self.seen.remember(&self.client, &name, inc).await {
-                self.hub.metrics.revocation_writes_failed.inc();
-            }
+            self.seen.note(&name, inc);
+            noted = true;
+        }
+        if noted {
+            self.flush().await;
         }
     }
 
@@ -301,14 +313,13 @@ impl NodeWatch {
                         )
                         .await;
                     }
-                    if !self.seen.forget(&self.client, &name).await {
-                        self.hub.metrics.revocation_writes_failed.inc();
-                    }
+                    self.seen.note_forgotten(&name);
                 }
                 Some(now) if now.uid != known.uid => self.recreated(&name, &known, now).await,
                 Some(_) => {}
             }
         }
+        self.flush().await;
     }
 }
 
@@ -356,9 +367,7 @@ pub(crate) async fn watch_nodes(hub: Arc<Hub>, client: kube::Client) {
                     Ok(()) => stored_read = true,
                     Err(e) => warn!(error = %e, "{NAMESPACE}/{REVOKED_CERTS}: resync failed; retrying"),
                 }
-                if watch.seen.flush(&client).await > 0 {
-                    hub.metrics.revocation_writes_failed.inc();
-                }
+                watch.flush().await;
                 let period = if hub.revocations.is_loaded() { RESYNC } else { RETRY_UNLOADED };
                 next = tokio::time::Instant::now() + period;
             }

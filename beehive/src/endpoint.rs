@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
-use crate::{Id, Message};
+use crate::{Id, Message, Sender};
 use crate::error::{Error, Result};
 use crate::mailbox::{Mailbox, Offer};
 use crate::registry::{LookupError, Offered, Shared};
@@ -24,10 +24,15 @@ use crate::waiters::RespOutcome;
 /// Every send into a mailbox respects its capacity: [`Endpoint::send`] waits for room
 /// (back-pressure), [`Endpoint::try_send`] fails at once. Messages from one endpoint to one
 /// module arrive in send order, also through group sends.
+///
+/// Every message sent through an endpoint (plain, group, sync and answers) is delivered with
+/// this endpoint's name as its [`Message::sender`], replacing whatever it carried: the
+/// receiver learns who sent it from the bus, not from the message.
 #[derive(Clone)]
 pub struct Endpoint {
     shared: Arc<Shared>,
     name: Arc<str>,
+    sender: Sender,
     stats: Arc<ModuleStats>,
 }
 
@@ -114,6 +119,7 @@ impl Endpoint {
         Endpoint {
             shared,
             name: Arc::from(name),
+            sender: Sender::named(name),
             stats,
         }
     }
@@ -121,6 +127,35 @@ impl Endpoint {
     /// The name this endpoint sends as.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// An endpoint of a part of this module that needs an identity of its own: it sends as
+    /// `<this name>/<role>` (the [`Message::sender`] receivers see) and counts its sends on
+    /// this endpoint's module. A module can only derive names under its own, so holding an
+    /// endpoint never gives another module's name (module names have no `/`).
+    ///
+    /// ```
+    /// # actix_rt::System::new().block_on(async {
+    /// let bus = beehive::Bus::new();
+    /// let mut inbox = bus.register_inbox("controller", "controller", 0).unwrap();
+    /// let relay = bus.endpoint("hub").sub("edge");
+    /// relay.send("controller", beehive::Message::new()).await.unwrap();
+    /// assert!(inbox.recv().await.unwrap().is_sent_by("hub/edge"));
+    /// # });
+    /// ```
+    pub fn sub(&self, role: &str) -> Endpoint {
+        let name = format!("{}/{role}", self.name);
+        Endpoint {
+            shared: self.shared.clone(),
+            sender: Sender::named(&name),
+            name: Arc::from(name),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// The [`Message::sender`] of every message sent through this endpoint.
+    pub fn sender(&self) -> Sender {
+        self.sender
     }
 
     /// The error for a send to `module` that its lookup refused, with the message handed
@@ -144,7 +179,8 @@ impl Endpoint {
     /// assert!(hub.recv().await.is_ok());
     /// # });
     /// ```
-    pub async fn send(&self, module: &str, message: Message) -> Result<()> {
+    pub async fn send(&self, module: &str, mut message: Message) -> Result<()> {
+        message.header.sender = Some(self.sender);
         trace!(from = %self.name, to = module, msg_id = %message.header.id, "send");
         match self.shared.offer(module, message) {
             Offered::Queued => {}
@@ -173,7 +209,8 @@ impl Endpoint {
     /// assert!(matches!(err, beehive::Error::MailboxFull { .. }));
     /// # });
     /// ```
-    pub fn try_send(&self, module: &str, message: Message) -> Result<()> {
+    pub fn try_send(&self, module: &str, mut message: Message) -> Result<()> {
+        message.header.sender = Some(self.sender);
         // Looked up without the message: a `Message` is 248 bytes, and every move is a copy.
         let mailbox = match self.shared.lookup(module) {
             Ok(mailbox) => mailbox,
@@ -207,7 +244,8 @@ impl Endpoint {
     /// assert_eq!(n, 2);
     /// # });
     /// ```
-    pub async fn send_to_group(&self, group: &str, message: Message) -> Result<usize> {
+    pub async fn send_to_group(&self, group: &str, mut message: Message) -> Result<usize> {
+        message.header.sender = Some(self.sender);
         let members = match self.shared.group_members(group) {
             Ok(m) => m,
             Err(e) => return Err(group_error(e, group, Some(message))),
@@ -267,9 +305,10 @@ impl Endpoint {
     pub async fn send_to_group_within(
         &self,
         group: &str,
-        message: Message,
+        mut message: Message,
         timeout: Duration,
     ) -> Result<GroupDelivery> {
+        message.header.sender = Some(self.sender);
         let members = match self.shared.group_members(group) {
             Ok(m) => m,
             Err(e) => return Err(group_error(e, group, Some(message))),
@@ -331,6 +370,7 @@ impl Endpoint {
         mut message: Message,
         timeout: Duration,
     ) -> Result<Message> {
+        message.header.sender = Some(self.sender);
         let timeout = self.effective_timeout(timeout);
         if self.shared.is_shutting_down() {
             return Err(Error::Shutdown {
@@ -427,6 +467,7 @@ impl Endpoint {
         mut message: Message,
         timeout: Duration,
     ) -> Result<Vec<(String, Message)>> {
+        message.header.sender = Some(self.sender);
         let timeout = self.effective_timeout(timeout);
         if self.shared.is_shutting_down() {
             return Err(Error::Shutdown {
@@ -479,7 +520,8 @@ impl Endpoint {
     /// `resp.header.parent_id`. Never fails: an answer nobody waits for is dropped and counted
     /// (as late for a request that timed out, as unmatched otherwise). The `type` header does
     /// not affect delivery.
-    pub fn send_resp(&self, resp: Message) -> RespOutcome {
+    pub fn send_resp(&self, mut resp: Message) -> RespOutcome {
+        resp.header.sender = Some(self.sender);
         // No copy of the parent id for the logs: a delivered answer is logged before the
         // hand-off, a dropped one comes back with its id.
         trace!(from = %self.name, parent = %resp.header.parent_id, "response");

@@ -49,10 +49,12 @@ pub mod constants;
 pub mod json;
 mod message;
 mod message_text;
+mod sender;
 
 pub use backoff::Backoff;
 pub use message::{Content, Header, Message, Route, new_id, now_millis};
 pub use message_text::{Id, IdText, Str};
+pub use sender::Sender;
 
 // The bus: leaves first (config, error, stats, mailbox, waiters), then the registry every
 // endpoint shares, then endpoints, modules and the bus that starts and stops them.

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use crate::constants::operation;
 use crate::json::{self, DecodeError, MAX_JSON_DEPTH};
 use crate::message_text::{Id, Str};
+use crate::sender::Sender;
 
 /// One unit of work on the bus and on the wire: KubeEdge's `model.Message`.
 ///
@@ -31,7 +32,9 @@ pub struct Message {
 }
 
 /// Message header (`model.MessageHeader`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Equality compares the wire fields only: the [`Sender`] the bus writes is not one of them.
+#[derive(Clone, Debug, Default)]
 pub struct Header {
     /// `msg_id`: UUID v4 of this message.
     pub id: Id,
@@ -45,7 +48,32 @@ pub struct Header {
     pub sync: bool,
     /// `type`: Go's context type; carried, never used for routing here.
     pub message_type: Str,
+    /// The endpoint that sent the message on the bus (see [`Message::sender`]); not on the
+    /// wire. Written only by the bus.
+    pub(crate) sender: Option<Sender>,
 }
+
+impl PartialEq for Header {
+    fn eq(&self, other: &Self) -> bool {
+        let Header {
+            id,
+            parent_id,
+            timestamp,
+            resource_version,
+            sync,
+            message_type,
+            sender: _,
+        } = self;
+        *id == other.id
+            && *parent_id == other.parent_id
+            && *timestamp == other.timestamp
+            && *resource_version == other.resource_version
+            && *sync == other.sync
+            && *message_type == other.message_type
+    }
+}
+
+impl Eq for Header {}
 
 /// Message route (`model.MessageRoute`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -298,6 +326,21 @@ impl Message {
             },
             content: self.content.clone(),
         }
+    }
+
+    /// The bus endpoint this message was last sent through: written by the bus on every send,
+    /// never taken from the route, header or content (see [`Sender`] for the guarantee).
+    /// `None` for a message that was built or decoded here and not sent on a bus.
+    ///
+    /// A handler that trusts a message because of who sent it decides on this, not on
+    /// `route.source`, which the message's author chose.
+    pub fn sender(&self) -> Option<Sender> {
+        self.header.sender
+    }
+
+    /// True when the bus delivered this message from the endpoint named `name`.
+    pub fn is_sent_by(&self, name: &str) -> bool {
+        self.header.sender.is_some_and(|s| s == name)
     }
 
     /// True for the zero message (Go `IsEmpty`).

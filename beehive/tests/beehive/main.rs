@@ -10,5 +10,6 @@ mod decode_speed;
 mod message;
 mod modules;
 mod send;
+mod sender;
 mod stats;
 mod sync;

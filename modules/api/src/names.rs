@@ -25,6 +25,15 @@ pub const UDSSERVER: &str = "udsserver";
 /// Approves edge metaServers' serving-certificate requests (outside the bus in KubeEdge).
 pub const CSRAPPROVER: &str = "csrapprover";
 
+/// The role of cloudhub's endpoint that relays what edges send (see [`EDGE_RELAY`]).
+pub const EDGE_RELAY_ROLE: &str = "edge";
+/// The bus sender ([`beehive::Message::sender`]) of everything an edge sent: cloudhub puts
+/// every edge message, answer and task report on the bus through its endpoint derived for
+/// this role, and only its own node events through its endpoint `cloudhub`. A module that
+/// treats a message as a cloud module's decides on the bus sender being that module; a
+/// message from this sender is held to the edge's rules whatever its `route.source` says.
+pub const EDGE_RELAY: &str = "cloudhub/edge";
+
 /// Message group of Kubernetes-object traffic.
 pub const GROUP_RESOURCE: &str = "resource";
 /// Message group of device twin traffic.
@@ -97,4 +106,17 @@ pub mod operation {
     pub const TASK_OPERATIONS: [&str; 3] = ["prepull", "upgrade", "UpdateNodeActionStatus"];
     /// Transport control operations a viaduct peer answers itself.
     pub const CONTROL: [&str; 3] = ["config", "ping", "pong"];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_edge_relay_is_cloudhubs_endpoint_for_the_role() {
+        let bus_name = format!("{CLOUDHUB}/{EDGE_RELAY_ROLE}");
+        assert_eq!(bus_name, EDGE_RELAY);
+        // No module can be the relay: module names have no `/`.
+        assert!(CLOUD_SOURCES.iter().all(|s| !s.contains('/')));
+    }
 }

@@ -564,7 +564,7 @@ async fn to_taskmanager(
             operation,
         )
         .with_content(Content::json(content).unwrap_or_default());
-    match hub.endpoint.send(names::TASKMANAGER, msg).await {
+    match hub.edge.send(names::TASKMANAGER, msg).await {
         Ok(()) => text(actix_web::http::StatusCode::OK, "ok"),
         Err(e) => {
             warn!(error = %e, "task report not delivered");

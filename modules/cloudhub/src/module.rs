@@ -139,6 +139,7 @@ impl CloudHub {
             config.per_node_metrics,
         ));
         let hub = Hub {
+            edge: endpoint.sub(names::EDGE_RELAY_ROLE),
             endpoint,
             registry: Registry::new(metrics.clone()),
             sync_answers: Default::default(),

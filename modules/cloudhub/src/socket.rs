@@ -242,7 +242,7 @@ async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<St
         Upstream::VolumeReply(reply) => {
             let delivered = answers(link, &reply)
                 && matches!(
-                    hub.endpoint.send_resp(reply),
+                    hub.edge.send_resp(reply),
                     beehive::RespOutcome::Delivered
                 );
             if !delivered {
@@ -251,7 +251,7 @@ async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<St
         }
         Upstream::Ack(resp) => {
             if answers(link, &resp) {
-                hub.endpoint.send_resp(resp.clone());
+                hub.edge.send_resp(resp.clone());
             }
             // Ordered with the session's other work; waits only when its mailbox is full.
             // (Boxed here and below: an idle connection should not carry the largest future.)
@@ -311,8 +311,8 @@ async fn forward(link: &Link, msg: Message, target: Target) {
     let id = msg.header.id.clone();
     let resource = msg.route.resource.clone();
     let result = match target {
-        Target::Module(m) => link.hub.endpoint.send(m, msg).await.map(|_| ()),
-        Target::Group(g) => link.hub.endpoint.send_to_group(g, msg).await.map(|_| ()),
+        Target::Module(m) => link.hub.edge.send(m, msg).await.map(|_| ()),
+        Target::Group(g) => link.hub.edge.send_to_group(g, msg).await.map(|_| ()),
     };
     if let Err(e) = result {
         link.hub.metrics.upstream_unroutable.inc();

@@ -33,7 +33,11 @@ pub(crate) struct Servers {
 /// The state every session, the module and the servers share.
 pub(crate) struct Hub {
     pub(crate) config: CloudHubConfig,
+    /// The hub's own endpoint: its node events and downstream bookkeeping.
     pub(crate) endpoint: Endpoint,
+    /// Everything an edge sent goes on the bus through this endpoint (sender
+    /// `cloudhub/edge`), so no module mistakes it for the hub's or a cloud module's.
+    pub(crate) edge: Endpoint,
     pub(crate) registry: Registry,
     /// Which node each synchronous request went to: only that node may answer it.
     pub(crate) sync_answers: SyncAnswers,

@@ -221,20 +221,11 @@ impl NodeAuthorizer {
     }
 
     pub(crate) fn decide(&self, kind: Kind, msg: &Message, fetched: &Fetched) -> Decision {
-        let source = msg.route.source.as_str();
-        match kind {
-            // Never from an edge: cloudhub refuses edge messages that claim a cloud source.
-            Kind::Connection if source == CLOUDHUB => return Ok(()),
-            Kind::UpdateRuleStatus if source == ROUTER => return Ok(()),
-            Kind::Connection | Kind::UpdateRuleStatus => {
-                return Err(Refusal::forbidden(
-                    "",
-                    "",
-                    "send",
-                    format!("{} is only accepted from cloud modules", kind.name()),
-                ));
-            }
-            _ => {}
+        if kind == Kind::Connection {
+            // cloudhub's node event: resource `node/<id>`, the node's name checked like any.
+            let node = msg.route.resource.strip_prefix("node/").unwrap_or_default();
+            validation::object_name("node name", node)?;
+            return from_cloud_module(kind, msg, CLOUDHUB);
         }
         let r = NodeResourceRef::parse(&msg.route.resource)
             .map_err(|e| Refusal::Malformed(e.to_string()))?;
@@ -250,6 +241,9 @@ impl NodeAuthorizer {
                 "resource {:?} has no name",
                 msg.route.resource
             )));
+        }
+        if kind == Kind::UpdateRuleStatus {
+            return from_cloud_module(kind, msg, ROUTER);
         }
         let pods = PodLookup {
             cache: &self.pods,
@@ -533,6 +527,26 @@ fn needs_name(kind: Kind, operation: &str) -> bool {
         Kind::CertificateSigningRequest => operation != op::INSERT,
         _ => true,
     }
+}
+
+/// A kind only the cloud module `module` sends: decided on the message's bus sender (the
+/// endpoint the bus delivered it from), never on `route.source`, which whoever wrote the
+/// message chose. Everything an edge sends reaches this module from cloudhub's edge relay,
+/// so no edge passes, whatever it names as source.
+fn from_cloud_module(kind: Kind, msg: &Message, module: &str) -> Decision {
+    if msg.is_sent_by(module) {
+        return Ok(());
+    }
+    let sender = msg.sender().map_or("nobody on the bus", |s| s.name());
+    Err(Refusal::forbidden(
+        "",
+        "",
+        "send",
+        format!(
+            "{} is only accepted from the {module} module, not from {sender}",
+            kind.name()
+        ),
+    ))
 }
 
 fn unreachable_rule(kind: Kind) -> Decision {
@@ -1164,15 +1178,68 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn cloud_only_kinds_are_refused_from_edges() {
+    /// `msg` as the bus delivers it from the endpoint named `sender`.
+    async fn delivered(sender: &str, msg: Message) -> Message {
+        let bus = beehive::Bus::new();
+        let mut inbox = bus.register_inbox("edgecontroller", "edgecontroller", 0).unwrap();
+        bus.endpoint(sender).send("edgecontroller", msg).await.unwrap();
+        inbox.recv().await.unwrap()
+    }
+
+    #[actix_rt::test]
+    async fn cloud_only_kinds_are_decided_on_the_bus_sender_not_the_claimed_source() {
         let a = authz();
-        let m = Message::new().with_route("edged", "meta", "node/e1", "connected");
-        assert!(forbidden(a.authorize(&m)));
-        let m = Message::new().with_route("cloudhub", "meta", "node/e1", "connected");
+        let connected = |source: &str| {
+            Message::new().with_route(source, "resource", "node/e1", "connected")
+        };
+        let status = |source: &str, resource: &str| {
+            msg(resource, "update", json!({})).with_route(source, "resource", resource, "update")
+        };
+        for source in ["edged", "cloudhub", "router", ""] {
+            // From an edge (cloudhub's relay), built in place, or from another module.
+            for sender in [Some("cloudhub/edge"), None, Some("devicecontroller")] {
+                let deliver = |m: Message| async move {
+                    match sender {
+                        Some(sender) => delivered(sender, m).await,
+                        None => m,
+                    }
+                };
+                let m = deliver(connected(source)).await;
+                assert!(forbidden(a.authorize(&m)), "{source} {sender:?}");
+                let m = deliver(status(source, "node/nodeid/ns/rulestatus/r")).await;
+                assert!(forbidden(a.authorize(&m)), "{source} {sender:?}");
+            }
+        }
+        let m = delivered("cloudhub", connected("edged")).await;
         assert_eq!(a.authorize(&m), Ok(()));
-        let m = msg("node/e1/ns/rulestatus/r", "update", json!({}));
-        assert!(forbidden(a.authorize(&m)));
+        let m = delivered("router", status("", "node/nodeid/ns/rulestatus/r")).await;
+        assert_eq!(a.authorize(&m), Ok(()));
+        // Names are checked before the sender: not even the router writes a path the API
+        // server would take apart.
+        for resource in [
+            "node/nodeid/ns/rulestatus/r%2F..",
+            "node/nodeid/NS/rulestatus/r",
+            "node/nodeid/ns/rulestatus/",
+            "node/node%3Fx/ns/rulestatus/r",
+        ] {
+            let m = delivered("router", status("router", resource)).await;
+            assert!(
+                matches!(
+                    a.authorize(&m),
+                    Err(Refusal::InvalidName(_) | Refusal::Malformed(_))
+                ),
+                "{resource}: {:?}",
+                a.authorize(&m)
+            );
+        }
+        let m = delivered("cloudhub", connected("cloudhub").with_route(
+            "cloudhub",
+            "resource",
+            "node/e1?x=1",
+            "connected",
+        ))
+        .await;
+        assert!(matches!(a.authorize(&m), Err(Refusal::InvalidName(_))));
     }
 
     #[test]

@@ -650,7 +650,7 @@ async fn connection_events_unknown_types_and_bad_bodies_write_nothing_and_break_
                 .unwrap(),
         );
     connected.header.sync = false;
-    env.inject(connected).await;
+    env.hub_event(connected).await;
     let mut unknown = request(
         &format!("node/{e1}/default/foo/x"),
         "query",
@@ -716,5 +716,129 @@ async fn a_waiting_request_of_an_unknown_type_is_answered_400() {
         .await;
     let c = body(&resp);
     assert_eq!(err_status(&c), (Some(400), Some("BadRequest")));
+    env.stop().await;
+}
+
+/// Every name `route.source` can claim for a cloud module, written out rather than taken from
+/// the list cloudhub drops on: these tests bypass that list and go to the controller directly.
+const CLOUD_NAMES: [&str; 14] = [
+    "router",
+    "router_eventbus",
+    "router_servicebus",
+    "cloudhub",
+    "cloudStream",
+    "csrapprover",
+    "devicecontroller",
+    "dynamiccontroller",
+    "edgecontroller",
+    "nodeupgradejobcontroller",
+    "policycontroller",
+    "synccontroller",
+    "taskmanager",
+    "udsserver",
+];
+
+#[actix_rt::test]
+async fn rule_status_is_taken_from_the_router_module_only_whatever_an_edge_claims() {
+    test_tiers::require!(ApiServer);
+    k8s_testenv::install_crds(&k8s_testenv::project_crds()).await;
+    let env = start().await;
+    let ns = k8s_testenv::namespace("ec").await;
+    let name = unique("r");
+    let rules = Api::<kubeedge_api::rules::Rule>::namespaced(env.client.clone(), &ns);
+    let rule: kubeedge_api::rules::Rule = serde_json::from_value(json!({
+        "apiVersion": "rules.kubeedge.io/v1", "kind": "Rule", "metadata": {"name": name},
+        "spec": {"source": "a", "sourceResource": {"path": "/x"}, "target": "b", "targetResource": {"topic": "t"}}}))
+    .unwrap();
+    let created = rules.create(&Default::default(), &rule).await.unwrap();
+    let status = |source: &str, node: &str| {
+        let mut m = beehive::Message::new()
+            .with_route(
+                source,
+                "resource",
+                format!("node/{node}/{ns}/rulestatus/{name}"),
+                "update",
+            )
+            .with_content(content(
+                json!({"Status": "FAIL", "Error": {"Detail": "pwned"}}),
+            ));
+        m.header.sync = false;
+        m
+    };
+    // As cloudhub relays an edge's message, whatever cloud module the route names, and
+    // under the node name the router uses.
+    for source in CLOUD_NAMES {
+        env.inject(status(source, "nodeid")).await;
+        env.inject(status(source, "e1")).await;
+    }
+    // The edge relay is not the router either when it names no source at all.
+    env.inject(status("", "nodeid")).await;
+    // A write, had one been made, takes one round trip to the API server.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rules.get(&name).await.unwrap();
+    assert_eq!(
+        after.resource_version(),
+        created.resource_version(),
+        "no rule status from the edge relay: {:?}",
+        after.status
+    );
+    // The router module itself is served: the same message from its endpoint counts.
+    env.inject_from(&env.bus.endpoint("router"), status("router", "nodeid"))
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = rules.get(&name).await.unwrap();
+        if now.status.as_ref().is_some_and(|s| s.fail_messages == 1) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the router's status was not written: {:?}",
+            now.status
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_connection_event_is_taken_from_cloudhub_itself_only() {
+    test_tiers::require!(ApiServer);
+    let env = start().await;
+    let e1 = unique("e1");
+    edge_node(&env.client, &e1).await;
+    let event = |source: &str| {
+        let mut m = beehive::Message::new()
+            .with_route(source, "resource", format!("node/{e1}"), "connected")
+            .with_content(content(
+                json!({"event_type": "connected", "timestamp": 1, "client_id": e1}),
+            ));
+        m.header.sync = false;
+        m
+    };
+    for source in CLOUD_NAMES {
+        env.inject(event(source)).await;
+    }
+    // Another cloud module is not cloudhub either.
+    env.inject_from(&env.bus.endpoint("router"), event("cloudhub"))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let nodes = Api::<Node>::all(env.client.clone());
+    assert_eq!(
+        nodes.get(&e1).await.unwrap().annotations().get("cloudcore"),
+        None,
+        "no connection event from an edge or another module"
+    );
+    env.hub_event(event("cloudhub")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while nodes.get(&e1).await.unwrap().annotations().get("cloudcore").map(String::as_str)
+        != Some(CLOUDCORE_IP)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "cloudhub's own event was not taken"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     env.stop().await;
 }

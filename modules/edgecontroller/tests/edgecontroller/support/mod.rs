@@ -10,6 +10,7 @@ use edgecontroller::{EdgeController, EdgeControllerConfig, EdgeControllerMetrics
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeedge_api::lifecycle::Lifecycle;
+use kubeedge_api::names;
 use kubeedge_api::testing::{FakeEdge, Faults, faulty_client};
 use serde_json::{Value, json};
 
@@ -233,11 +234,25 @@ pub fn content(v: Value) -> Content {
 }
 
 impl Env {
-    /// Injects `msg` as cloudhub does (to every module of group `edgecontroller`).
+    /// Injects `msg` as cloudhub relays an edge's message: to every module of group
+    /// `edgecontroller`, from cloudhub's edge relay endpoint (bus sender `cloudhub/edge`).
     pub async fn inject(&self, msg: Message) {
-        self.bus
-            .endpoint("cloudhub")
-            .send_to_group("edgecontroller", msg)
+        self.inject_from(
+            &self.bus.endpoint(names::CLOUDHUB).sub(names::EDGE_RELAY_ROLE),
+            msg,
+        )
+        .await
+    }
+
+    /// Injects `msg` as cloudhub's own node event (bus sender `cloudhub`).
+    pub async fn hub_event(&self, msg: Message) {
+        self.inject_from(&self.bus.endpoint(names::CLOUDHUB), msg)
+            .await
+    }
+
+    /// Injects `msg` to group `edgecontroller` through `from`.
+    pub async fn inject_from(&self, from: &beehive::Endpoint, msg: Message) {
+        from.send_to_group("edgecontroller", msg)
             .await
             .expect("inject");
     }

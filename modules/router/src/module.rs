@@ -288,19 +288,20 @@ impl Handler<Message> for Router {
     type Result = ();
 
     fn handle(&mut self, msg: Message, _ctx: &mut Self::Context) {
-        // Messages of edges come through cloudhub in group `user`; the cloud modules' own in
-        // group `resource`: an edge cannot pass for either cloud module.
-        let source = msg.route.source.as_str();
-        let cloud = msg.route.group == names::GROUP_RESOURCE;
-        if cloud && source == names::EDGECONTROLLER {
+        // Who sent it is the bus's word, not the route's: the edgecontroller's rules and
+        // cloudhub's own node events are taken from those modules' endpoints only, and
+        // everything else (what edges send comes through cloudhub's edge relay) is an edge
+        // message, whatever source or group it claims.
+        let from = |module: &str| msg.is_sent_by(module);
+        if from(names::EDGECONTROLLER) {
             self.learn(msg);
-        } else if cloud && source == names::CLOUDHUB && msg.route.operation == hub_op::CONNECTED {
+        } else if from(names::CLOUDHUB) && msg.route.operation == hub_op::CONNECTED {
             let Some(node) = msg.route.resource.strip_prefix("node/").map(str::to_owned) else {
                 return;
             };
             let shared = self.shared.clone();
             self.spawn(async move { shared.resubscribe(&node).await });
-        } else if cloud && source == names::CLOUDHUB {
+        } else if from(names::CLOUDHUB) {
             // Other node events (disconnected): nothing to do.
         } else {
             self.take_edge_message(msg);

@@ -186,10 +186,21 @@ impl World {
             })
     }
 
-    /// Sends what cloudhub passes on from an edge (resource already `node/<node>/…`).
+    /// Sends what cloudhub passes on from an edge (resource already `node/<node>/…`), from
+    /// cloudhub's edge relay endpoint as cloudhub does.
     async fn send_as_edge(&self, msg: Message) {
         self.bus
-            .endpoint("cloudhub-in")
+            .endpoint("cloudhub")
+            .sub("edge")
+            .send("router", msg)
+            .await
+            .unwrap();
+    }
+
+    /// Sends one of cloudhub's own node events, from its endpoint `cloudhub`.
+    async fn hub_event(&self, msg: Message) {
+        self.bus
+            .endpoint("cloudhub")
             .send("router", msg)
             .await
             .unwrap();
@@ -452,7 +463,15 @@ async fn an_edge_upload_is_posted_for_the_rules_naming_that_node_only() {
         format!("node/{}", w.node),
         "connected",
     );
-    w.send_as_edge(connected).await;
+    // An edge that claims cloudhub's event is not asked anything: only cloudhub's own
+    // endpoint speaks for the hub.
+    w.send_as_edge(connected.clone()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        w.hub.matching(|m| m.route.operation == "subscribe").is_empty(),
+        "a connected event relayed from an edge is not the hub's"
+    );
+    w.hub_event(connected).await;
     w.to_edge(&w.node, &topic, "subscribe").await;
 
     // Deleted: unsubscribed.

@@ -453,7 +453,9 @@ impl Handler<Message> for DynamicController {
             return;
         };
         let gate = self.gate.clone();
-        if msg.route.source == CLOUDHUB {
+        // Node events are cloudhub's own (its endpoint `cloudhub`); what an edge sends comes
+        // from cloudhub's edge relay and is a request, whatever source it claims.
+        if msg.is_sent_by(CLOUDHUB) {
             let Some(node) = kubeedge_api::node_of(&msg.route.resource).map(str::to_owned) else {
                 return;
             };

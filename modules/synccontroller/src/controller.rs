@@ -144,7 +144,9 @@ impl Handler<Message> for SyncController {
     type Result = ();
 
     fn handle(&mut self, msg: Message, _ctx: &mut Self::Context) {
-        let connected = msg.route.source == CLOUDHUB && msg.route.operation == hub_op::CONNECTED;
+        // cloudhub's own event (its endpoint `cloudhub`), never an edge's message relayed by
+        // cloudhub claiming to be one.
+        let connected = msg.is_sent_by(CLOUDHUB) && msg.route.operation == hub_op::CONNECTED;
         match msg.route.resource.strip_prefix("node/") {
             Some(node) if connected && !node.is_empty() && !node.contains('/') => {
                 if self.connected.try_send(node.to_owned()).is_err() {

@@ -89,7 +89,7 @@ async fn a_type_cloudcore_cannot_list_is_refused_at_once_while_other_nodes_are_s
     ))
     .unwrap();
     bus.start().unwrap();
-    let edge = bus.endpoint("cloudhub");
+    let edge = bus.endpoint("cloudhub").sub("edge");
 
     let started = Instant::now();
     let stuck = request("node-a", "watch", "/core/v1/resourcequotas/null/null");

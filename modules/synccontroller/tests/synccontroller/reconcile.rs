@@ -291,7 +291,7 @@ async fn an_unacknowledged_delete_is_resent_less_and_less_often_and_at_once_on_c
     );
     // The next one is due 8 s after the last; a connect brings it at once.
     env.bus
-        .endpoint("test")
+        .endpoint("cloudhub")
         .send("synccontroller", connected(&e1))
         .await
         .unwrap();
@@ -901,7 +901,7 @@ async fn only_nodes_held_here_are_reconciled_and_a_moved_node_gets_its_unrecorde
 
     // The node connects here, coming from 10.0.0.2.
     ownership.hold(&e1);
-    bus.endpoint("cloudhub-stand-in")
+    bus.endpoint("cloudhub")
         .send("synccontroller", connected(&e1))
         .await
         .unwrap();
@@ -951,7 +951,7 @@ async fn a_burst_of_moved_nodes_each_gets_its_own_unrecorded_pods() {
         ownership.observe(n, Some("10.0.0.2"));
         pods.push(bound_pod(&env.client, &ns, &format!("p-{n}"), n).await);
     }
-    let stand_in = env.bus.endpoint("cloudhub-stand-in");
+    let stand_in = env.bus.endpoint("cloudhub");
     for n in &nodes {
         ownership.hold(n);
         stand_in.send("synccontroller", connected(n)).await.unwrap();

@@ -200,6 +200,8 @@ async fn task_reports_need_the_node_certificate_and_reach_taskmanager() {
     let (status, text) = https(h.https, h.tls(Some(&cert)), "POST", path, &[], body).await;
     assert_eq!((status, text.as_slice()), (200, &b"ok"[..]));
     let m = recv(&mut h.tasks).await;
+    // A report an edge made over HTTPS is on the bus as the edge relay's, like its frames.
+    assert!(m.is_sent_by("cloudhub/edge"), "{:?}", m.sender());
     assert_eq!(
         (m.route.source.as_str(), m.route.group.as_str()),
         ("cloudhub", "cloudhub")

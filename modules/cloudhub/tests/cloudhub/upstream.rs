@@ -20,6 +20,8 @@ async fn the_keepalive_vector_is_accepted_and_forwarded_nowhere() {
             (event.route.source.as_str(), event.route.operation.as_str()),
             ("cloudhub", "connected")
         );
+        // The hub's own event, from its own endpoint: what modules trust as the hub's.
+        assert!(event.is_sent_by("cloudhub"), "{:?}", event.sender());
     }
     // The exact 196 bytes of a real edge keepalive.
     let wire = "{\"header\":{\"msg_id\":\"5f0c8a52-9a3e-4c1e-b7a4-2c6f3d1e9b01\",\"timestamp\":1700000000000},\"route\":{\"source\":\"websocket\",\"group\":\"resource\",\"operation\":\"keepalive\",\"resource\":\"node\"},\"content\":\"ping\"}\n";
@@ -46,6 +48,8 @@ async fn upstream_update_reaches_edgecontroller_with_the_node_prefix_only() {
     let got = h.next_controller_msg().await;
     assert_eq!(got.route.resource, "node/edge-1/default/podstatus/nginx");
     assert_eq!(got.header, msg.header);
+    // What an edge sent is on the bus as the edge relay's, never as the hub's own.
+    assert!(got.is_sent_by("cloudhub/edge"), "{:?}", got.sender());
     assert_eq!(
         (
             got.route.source.as_str(),
@@ -67,14 +71,18 @@ async fn upstream_routing_by_source() {
     let mut e = h.connect("edge-1").await;
     e.send(&Message::new().with_route("twin", "twin", "$hw/events/device/d/twin/update", "update"))
         .await;
+    let twin = recv(&mut h.devices).await;
     assert_eq!(
-        recv(&mut h.devices).await.route.resource,
+        twin.route.resource,
         "node/edge-1/$hw/events/device/d/twin/update"
     );
+    assert!(twin.is_sent_by("cloudhub/edge"));
     e.send(&Message::new().with_route("metaserver", "meta", "default/pod", "list"))
         .await;
     assert_eq!(recv(&mut h.dynamic).await.route.operation, "connected");
-    assert_eq!(recv(&mut h.dynamic).await.route.source, "metaserver");
+    let request = recv(&mut h.dynamic).await;
+    assert_eq!(request.route.source, "metaserver");
+    assert!(request.is_sent_by("cloudhub/edge"));
     e.send(&Message::new().with_route("metamanager", "meta", "default/configmap/c", "query"))
         .await;
     assert_eq!(
@@ -102,6 +110,7 @@ async fn user_upload_goes_to_the_router_with_the_node_prefix() {
         .await;
     let got = recv(&mut h.router).await;
     assert_eq!(got.route.resource, "node/edge-1/r/x");
+    assert!(got.is_sent_by("cloudhub/edge"));
 }
 
 #[actix_rt::test]
@@ -147,6 +156,7 @@ async fn task_operations_reach_taskmanager_with_the_sessions_node_and_errors_are
             (got.route.resource.as_str(), got.route.operation.as_str()),
             ("node/edge-1/task/t1/node/edge-2", op)
         );
+        assert!(got.is_sent_by("cloudhub/edge"));
     }
     e.send(&Message::new().with_route("edged", "meta", "default/pod/p", "error"))
         .await;
@@ -273,5 +283,7 @@ async fn a_sync_request_is_answered_only_by_the_node_it_was_sent_to() {
         a.send(&real).await;
         let answer = call.await.unwrap().expect("edge-a's answer");
         assert_eq!(answer.content.as_json(), r#""from edge-a""#, "{operation}");
+        // An edge's answer is the edge relay's, whatever source it names.
+        assert!(answer.is_sent_by("cloudhub/edge"), "{:?}", answer.sender());
     }
 }

@@ -11,7 +11,8 @@
 #   docker build --build-arg BUILD_IMAGE=rust:1.95-bookworm@sha256:<digest> \
 #                --build-arg RUNTIME_IMAGE=debian:bookworm-slim@sha256:<digest> ...
 # (the digest of a tag: `docker buildx imagetools inspect debian:bookworm-slim`). The defaults
-# below are tags.
+# below are tags, not digests: no container registry was reachable where this file was written,
+# so no digest could be looked up or verified (docs/security.md, "Residual risks").
 
 ARG BUILD_IMAGE=rust:1.95-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim

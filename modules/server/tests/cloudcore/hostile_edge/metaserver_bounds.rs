@@ -160,22 +160,7 @@ async fn one_node_holds_at_most_its_share_of_review_answers() {
 async fn a_watch_ends_when_the_cluster_stops_allowing_it() {
     test_tiers::require!(ApiServer);
     let s = Scenario::new("n10").await;
-    secret(&s, "creds").await;
-    s.own_pod(
-        "web",
-        json!({"volumes": [{"name": "s", "secret": {"secretName": "creds"}}]}),
-    )
-    .await;
-    let key = format!("/core/v1/secrets/{}/creds", s.ns);
-    eventually(WAIT, "the watch of the pod's Secret", || async {
-        let a = s
-            .edge
-            .apply(watch_app(&key, &unique("w"), json!({"watch": true})))
-            .await;
-        (a.status() == "Approved").then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    s.watched_secret(None).await;
     // The pod leaves the node: the Node authorizer no longer relates the Secret to it, and
     // the edgecontroller stops sending it.
     s.api::<Pod>()
@@ -184,35 +169,5 @@ async fn a_watch_ends_when_the_cluster_stops_allowing_it() {
         .expect("admin deletes the pod");
     // Listeners are re-reviewed every 2 s here; an allowed answer is remembered 10 s.
     tokio::time::sleep(Duration::from_secs(15)).await;
-    let rotations = |s: &Scenario| {
-        let resource = format!("{}/secret/creds", s.ns);
-        s.edge
-            .pushed
-            .lock()
-            .unwrap()
-            .iter()
-            // The watch's deliveries: the edgecontroller may still send the Secret for a
-            // moment, until its own caches see the pod gone.
-            .filter(|m| {
-                m.route.source == "dynamiccontroller"
-                    && m.route.resource == resource
-                    && m.route.operation != "delete"
-            })
-            .count()
-    };
-    let before = rotations(&s);
-    s.api::<Secret>()
-        .patch(
-            "creds",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"k": "rotated"}})),
-        )
-        .await
-        .expect("admin rotates the Secret");
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        rotations(&s),
-        before,
-        "a rotated Secret reached an edge whose watch the cluster no longer allows"
-    );
+    s.rotation_not_delivered().await;
 }

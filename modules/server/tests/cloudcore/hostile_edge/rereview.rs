@@ -9,48 +9,17 @@
 //! (`listenerReviewSeconds: 0`), so only the repeated watch can end the listener; the second
 //! with the periodic review an hour away, so only the pod's deletion can end it in time.
 
-use super::metaserver::application;
 use super::permits::own_cloudcore;
 use super::*;
 
 #[tokio::test]
 async fn a_repeated_watch_is_decided_again() {
     test_tiers::require!(ApiServer);
-    let (client, ns, node) = Scenario::names("n10-again").await;
     let dir = std::env::temp_dir().join(format!("cloudcore-rereview-{}", short_id()));
     let overrides = json!({"modules": {"dynamicController": {"listenerReviewSeconds": 0}}});
     let mut core = own_cloudcore(&dir, None, overrides).await;
-    edge_node(&client, &node).await;
-    let edge = Edge::connect_to(&core, &node).await;
-    edge.pushed_where("its own Node", |m| {
-        m.route.resource.ends_with(&format!("/node/{node}"))
-    })
-    .await;
-    let s = Scenario {
-        client,
-        ns,
-        node,
-        edge,
-    };
-    secret(&s, "creds").await;
-    s.own_pod(
-        "web",
-        json!({"volumes": [{"name": "s", "secret": {"secretName": "creds"}}]}),
-    )
-    .await;
-    let key = format!("/core/v1/secrets/{}/creds", s.ns);
-    let id = unique("w");
-    let watch = || {
-        let mut app = application("watch", &key, Some(json!({"watch": true})), None);
-        app["ID"] = json!(id);
-        app
-    };
-    eventually(WAIT, "the watch of the pod's Secret", || async {
-        let a = s.edge.apply(watch()).await;
-        (a.status() == "Approved").then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let s = Scenario::new_on(&core, "n10-again").await;
+    let watch = s.watched_secret(Some(unique("w"))).await;
 
     s.api::<Pod>()
         .delete("web", &kube::api::DeleteParams::default().grace_period(0))
@@ -59,40 +28,9 @@ async fn a_repeated_watch_is_decided_again() {
     // An allowed answer is remembered 10 s; the Node authorizer's graph follows the delete
     // within moments.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let again = s.edge.apply(watch()).await;
+    let again = s.edge.apply(watch.application()).await;
     again.rejected(403);
-
-    let rotations = |s: &Scenario| {
-        let resource = format!("{}/secret/creds", s.ns);
-        s.edge
-            .pushed
-            .lock()
-            .unwrap()
-            .iter()
-            // The watch's deliveries: the edgecontroller may still send the Secret for a
-            // moment, until its own caches see the pod gone.
-            .filter(|m| {
-                m.route.source == "dynamiccontroller"
-                    && m.route.resource == resource
-                    && m.route.operation != "delete"
-            })
-            .count()
-    };
-    let before = rotations(&s);
-    s.api::<Secret>()
-        .patch(
-            "creds",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"k": "rotated"}})),
-        )
-        .await
-        .expect("admin rotates the Secret");
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        rotations(&s),
-        before,
-        "a rotated Secret reached an edge whose watch the cluster no longer allows"
-    );
+    s.rotation_not_delivered().await;
     drop(s);
     core.stop().await;
 }
@@ -103,54 +41,12 @@ async fn a_repeated_watch_is_decided_again() {
 #[tokio::test]
 async fn a_watch_is_decided_again_when_the_pod_that_allowed_it_is_deleted() {
     test_tiers::require!(ApiServer);
-    let (client, ns, node) = Scenario::names("n10-pod").await;
     let dir = std::env::temp_dir().join(format!("cloudcore-rereview-pod-{}", short_id()));
     let overrides = json!({"modules": {"dynamicController": {"listenerReviewSeconds": 3600}}});
     let mut core = own_cloudcore(&dir, None, overrides).await;
-    edge_node(&client, &node).await;
-    let edge = Edge::connect_to(&core, &node).await;
-    edge.pushed_where("its own Node", |m| {
-        m.route.resource.ends_with(&format!("/node/{node}"))
-    })
-    .await;
-    let s = Scenario {
-        client,
-        ns,
-        node,
-        edge,
-    };
-    secret(&s, "creds").await;
-    s.own_pod(
-        "web",
-        json!({"volumes": [{"name": "s", "secret": {"secretName": "creds"}}]}),
-    )
-    .await;
-    let key = format!("/core/v1/secrets/{}/creds", s.ns);
-    eventually(WAIT, "the watch of the pod's Secret", || async {
-        let mut app = application("watch", &key, Some(json!({"watch": true})), None);
-        app["ID"] = json!(unique("w"));
-        let a = s.edge.apply(app).await;
-        (a.status() == "Approved").then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    let resource = format!("{}/secret/creds", s.ns);
-    let pushes = |s: &Scenario, delete: bool| {
-        s.edge
-            .pushed
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|m| {
-                // The watch's deliveries only: the edgecontroller may still send the Secret
-                // for a moment, until its own caches see the pod gone.
-                m.route.source == "dynamiccontroller"
-                    && m.route.resource == resource
-                    && (m.route.operation == "delete") == delete
-            })
-            .count()
-    };
-    let deletes = pushes(&s, true);
+    let s = Scenario::new_on(&core, "n10-pod").await;
+    s.watched_secret(None).await;
+    let deletes = s.secret_deliveries(true);
 
     s.api::<Pod>()
         .delete("web", &kube::api::DeleteParams::default().grace_period(0))
@@ -161,25 +57,11 @@ async fn a_watch_is_decided_again_when_the_pod_that_allowed_it_is_deleted() {
     eventually(
         Duration::from_secs(10),
         "the Secret deleted at the edge",
-        || async { (pushes(&s, true) > deletes).then_some(()) },
+        || async { (s.secret_deliveries(true) > deletes).then_some(()) },
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"));
-    let before = pushes(&s, false);
-    s.api::<Secret>()
-        .patch(
-            "creds",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"k": "rotated"}})),
-        )
-        .await
-        .expect("admin rotates the Secret");
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        pushes(&s, false),
-        before,
-        "a rotated Secret reached an edge whose watch the cluster no longer allows"
-    );
+    s.rotation_not_delivered().await;
     drop(s);
     core.stop().await;
 }

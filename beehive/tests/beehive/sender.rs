@@ -27,7 +27,9 @@ async fn the_receiver_sees_the_endpoint_not_the_claimed_source() {
     assert!(inbox.recv().await.unwrap().is_sent_by("hub/edge"));
 
     assert_eq!(
-        edge.send_to_group("controllers", claiming("hub")).await.unwrap(),
+        edge.send_to_group("controllers", claiming("hub"))
+            .await
+            .unwrap(),
         1
     );
     assert!(inbox.recv().await.unwrap().is_sent_by("hub/edge"));

@@ -241,10 +241,7 @@ async fn handle(item: Incoming, link: &Link, errors: &mut Throttle) -> Option<St
         Upstream::Answer(reply) => link.outbox.push_message(&reply),
         Upstream::VolumeReply(reply) => {
             let delivered = answers(link, &reply)
-                && matches!(
-                    hub.edge.send_resp(reply),
-                    beehive::RespOutcome::Delivered
-                );
+                && matches!(hub.edge.send_resp(reply), beehive::RespOutcome::Delivered);
             if !delivered {
                 hub.count_drop(Some(&link.counters), DropReason::Unroutable, 1);
             }

@@ -1181,17 +1181,21 @@ mod tests {
     /// `msg` as the bus delivers it from the endpoint named `sender`.
     async fn delivered(sender: &str, msg: Message) -> Message {
         let bus = beehive::Bus::new();
-        let mut inbox = bus.register_inbox("edgecontroller", "edgecontroller", 0).unwrap();
-        bus.endpoint(sender).send("edgecontroller", msg).await.unwrap();
+        let mut inbox = bus
+            .register_inbox("edgecontroller", "edgecontroller", 0)
+            .unwrap();
+        bus.endpoint(sender)
+            .send("edgecontroller", msg)
+            .await
+            .unwrap();
         inbox.recv().await.unwrap()
     }
 
     #[actix_rt::test]
     async fn cloud_only_kinds_are_decided_on_the_bus_sender_not_the_claimed_source() {
         let a = authz();
-        let connected = |source: &str| {
-            Message::new().with_route(source, "resource", "node/e1", "connected")
-        };
+        let connected =
+            |source: &str| Message::new().with_route(source, "resource", "node/e1", "connected");
         let status = |source: &str, resource: &str| {
             msg(resource, "update", json!({})).with_route(source, "resource", resource, "update")
         };
@@ -1232,12 +1236,10 @@ mod tests {
                 a.authorize(&m)
             );
         }
-        let m = delivered("cloudhub", connected("cloudhub").with_route(
+        let m = delivered(
             "cloudhub",
-            "resource",
-            "node/e1?x=1",
-            "connected",
-        ))
+            connected("cloudhub").with_route("cloudhub", "resource", "node/e1?x=1", "connected"),
+        )
         .await;
         assert!(matches!(a.authorize(&m), Err(Refusal::InvalidName(_))));
     }

@@ -831,7 +831,13 @@ async fn a_connection_event_is_taken_from_cloudhub_itself_only() {
     );
     env.hub_event(event("cloudhub")).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while nodes.get(&e1).await.unwrap().annotations().get("cloudcore").map(String::as_str)
+    while nodes
+        .get(&e1)
+        .await
+        .unwrap()
+        .annotations()
+        .get("cloudcore")
+        .map(String::as_str)
         != Some(CLOUDCORE_IP)
     {
         assert!(

@@ -468,7 +468,9 @@ async fn an_edge_upload_is_posted_for_the_rules_naming_that_node_only() {
     w.send_as_edge(connected.clone()).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        w.hub.matching(|m| m.route.operation == "subscribe").is_empty(),
+        w.hub
+            .matching(|m| m.route.operation == "subscribe")
+            .is_empty(),
         "a connected event relayed from an edge is not the hub's"
     );
     w.hub_event(connected).await;

@@ -238,7 +238,10 @@ impl Env {
     /// `edgecontroller`, from cloudhub's edge relay endpoint (bus sender `cloudhub/edge`).
     pub async fn inject(&self, msg: Message) {
         self.inject_from(
-            &self.bus.endpoint(names::CLOUDHUB).sub(names::EDGE_RELAY_ROLE),
+            &self
+                .bus
+                .endpoint(names::CLOUDHUB)
+                .sub(names::EDGE_RELAY_ROLE),
             msg,
         )
         .await

@@ -766,7 +766,8 @@ struct SecretWatch {
 impl SecretWatch {
     /// The watch as the edge's metaServer applies it.
     fn application(&self) -> Value {
-        let mut app = metaserver::application("watch", &self.key, Some(json!({"watch": true})), None);
+        let mut app =
+            metaserver::application("watch", &self.key, Some(json!({"watch": true})), None);
         app["ID"] = json!(self.id.clone().unwrap_or_else(|| unique("w")));
         app
     }
@@ -2573,7 +2574,14 @@ async fn an_edge_cannot_write_rule_status() {
 
 /// Sources an edge may name that cloudhub forwards: an edge's own modules, none, the bus name
 /// of cloudhub's edge relay, and near misses of cloud modules' names.
-const PASSING_SOURCES: [&str; 6] = ["edged", "", "cloudhub/edge", "Router", "router ", "CloudHub"];
+const PASSING_SOURCES: [&str; 6] = [
+    "edged",
+    "",
+    "cloudhub/edge",
+    "Router",
+    "router ",
+    "CloudHub",
+];
 
 #[tokio::test]
 async fn an_edge_cannot_send_connection_events() {

@@ -901,6 +901,22 @@ async fn only_nodes_held_here_are_reconciled_and_a_moved_node_gets_its_unrecorde
 
     // The node connects here, coming from 10.0.0.2.
     ownership.hold(&e1);
+    // An edge's message claiming cloudhub's event, as cloudhub relays it (its endpoint
+    // `cloudhub/edge`): not an event, so the moved node's unrecorded pod is not sent.
+    bus.endpoint("cloudhub")
+        .sub("edge")
+        .send("synccontroller", connected(&e1))
+        .await
+        .unwrap();
+    let passes = metrics.snapshot().passes;
+    while metrics.snapshot().passes < passes + 2 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        edge.matching(is(format!("node/{e1}/{ns}/pod/missed"), "update"))
+            .is_empty(),
+        "a connected event relayed from an edge caught the node up"
+    );
     bus.endpoint("cloudhub")
         .send("synccontroller", connected(&e1))
         .await

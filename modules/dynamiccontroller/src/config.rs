@@ -71,6 +71,18 @@ pub struct DynamicControllerConfig {
     pub max_delivered_bytes_per_node: usize,
     /// Bytes of the records of what watches delivered, all nodes together (default 64 MiB).
     pub max_delivered_bytes: usize,
+    /// Seconds a discovery answer (`/api`, `/apis/<group>/<version>`, `/version`,
+    /// `/openapi/v2`, …) fetched for one edge serves every edge (default 30): each path costs
+    /// the API server at most one request per period, however many nodes ask. 0 keeps
+    /// nothing, but requests for a path still share the fetch in flight.
+    pub pass_through_cache_seconds: u64,
+    /// Discovery paths whose answers are kept at once (default 256); the answers expiring
+    /// first make room.
+    pub max_pass_through_cache_entries: usize,
+    /// Bytes of discovery answers kept at once (default 64 MiB; `/openapi/v2` is a few MiB,
+    /// more with many CRDs). A larger answer is given to the requests that waited for its
+    /// fetch and not kept.
+    pub max_pass_through_cache_bytes: usize,
     /// Keep each node's watch listeners in a ConfigMap (`kubeedge/dynamiccontroller.<node>`)
     /// so a restarted cloudcore resumes pushing changes at once instead of waiting for the
     /// edge's next watch sync (default `true`).
@@ -100,6 +112,9 @@ impl Default for DynamicControllerConfig {
             listener_review_seconds: 300,
             max_delivered_bytes_per_node: 384 << 10,
             max_delivered_bytes: 64 << 20,
+            pass_through_cache_seconds: 30,
+            max_pass_through_cache_entries: 256,
+            max_pass_through_cache_bytes: 64 << 20,
             persist_listeners: true,
         }
     }
@@ -109,6 +124,11 @@ impl DynamicControllerConfig {
     /// [`DynamicControllerConfig::informer_sync_timeout`] as a duration (at least 1 s).
     pub fn sync_timeout(&self) -> Duration {
         Duration::from_secs(self.informer_sync_timeout.max(1))
+    }
+
+    /// [`DynamicControllerConfig::pass_through_cache_seconds`] as a duration.
+    pub fn pass_through_ttl(&self) -> Duration {
+        Duration::from_secs(self.pass_through_cache_seconds)
     }
 
     /// Whether edges may watch `resource` of `group`.
@@ -143,6 +163,14 @@ impl DynamicControllerConfig {
                 self.max_delivered_bytes_per_node,
             ),
             ("maxDeliveredBytes", self.max_delivered_bytes),
+            (
+                "maxPassThroughCacheEntries",
+                self.max_pass_through_cache_entries,
+            ),
+            (
+                "maxPassThroughCacheBytes",
+                self.max_pass_through_cache_bytes,
+            ),
         ]
         .into_iter()
         .find(|(_, v)| *v == 0)
@@ -157,10 +185,14 @@ mod tests {
     #[test]
     fn defaults_and_keys() {
         let c: DynamicControllerConfig = serde_saphyr::from_str(
-            "enable: false\nconcurrency: 4\ninformerSyncTimeout: 5\nallowedResources: [services, endpointslices.discovery.k8s.io]\npersistListeners: false\n",
+            "enable: false\nconcurrency: 4\ninformerSyncTimeout: 5\nallowedResources: [services, endpointslices.discovery.k8s.io]\npersistListeners: false\npassThroughCacheSeconds: 7\nmaxPassThroughCacheBytes: 1024\n",
         )
         .unwrap();
         assert!(!c.enable && !c.persist_listeners);
+        assert_eq!(
+            (c.pass_through_ttl(), c.max_pass_through_cache_bytes),
+            (Duration::from_secs(7), 1024)
+        );
         assert_eq!(
             (c.concurrency, c.sync_timeout()),
             (4, Duration::from_secs(5))

@@ -15,7 +15,7 @@
 //! * `requests` answers everything but watches from the API server; `watches` registers edge
 //!   watches on the shared type caches of `informer` and fans changes out; `filter` rewrites
 //!   what a node sees; `selector`, `key` and `discovery` parse and resolve what a request
-//!   names; `delivered` records what each node's watches delivered, so the deletes it missed
+//!   names; `passthrough` shares discovery answers among nodes; `delivered` records what each node's watches delivered, so the deletes it missed
 //!   while away are sent; `persist` keeps both across restarts.
 //!
 //! ```no_run
@@ -43,6 +43,7 @@ mod informer;
 mod key;
 mod listeners;
 mod metrics;
+mod passthrough;
 mod persist;
 mod policy;
 mod requests;

@@ -8,6 +8,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use kubeedge_api::application::verb;
@@ -56,6 +57,12 @@ pub(crate) struct Inner {
     missed_deletes: Counter,
     /// Requests refused by authorization (`403`), by verb.
     denied: Family<DeniedLabels, Counter>,
+    /// Discovery requests served from the shared cache or a fetch another request started.
+    passthrough_hits: Counter,
+    /// Discovery requests that fetched from the API server.
+    passthrough_misses: Counter,
+    /// Bytes of discovery answers kept.
+    passthrough_bytes: Gauge,
     pub(crate) registry: OnceLock<Arc<ListenerRegistry>>,
     pub(crate) informers: OnceLock<Arc<Informers>>,
     pub(crate) delivered: OnceLock<Arc<Delivered>>,
@@ -117,6 +124,13 @@ pub struct MetricsSnapshot {
     pub delivered_untracked: u64,
     /// Deletes sent for objects an edge missed while it or cloudcore was away.
     pub missed_deletes: u64,
+    /// Discovery requests answered without an API request of their own (a kept answer, or
+    /// the fetch another request started).
+    pub passthrough_hits: u64,
+    /// Discovery requests that fetched their answer from the API server.
+    pub passthrough_misses: u64,
+    /// Bytes of discovery answers kept, as counted against `maxPassThroughCacheBytes`.
+    pub passthrough_bytes: u64,
 }
 
 impl DynamicControllerMetrics {
@@ -151,6 +165,23 @@ impl DynamicControllerMetrics {
         self.0.untracked.inc();
     }
 
+    /// One discovery request served: `hit` when it made no API request of its own.
+    pub(crate) fn passthrough(&self, hit: bool) {
+        let c = if hit {
+            &self.0.passthrough_hits
+        } else {
+            &self.0.passthrough_misses
+        };
+        c.inc();
+    }
+
+    /// The bytes of discovery answers kept now.
+    pub(crate) fn passthrough_bytes(&self, bytes: usize) {
+        self.0
+            .passthrough_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
     /// One delete sent for an object the edge missed while away.
     pub(crate) fn missed_delete(&self) {
         self.0.missed_deletes.inc();
@@ -183,7 +214,9 @@ impl DynamicControllerMetrics {
 
     /// Registers `dynamiccontroller_requests_total` (by verb and outcome),
     /// `dynamiccontroller_events_{sent,failed}_total`,
-    /// `dynamiccontroller_{delivered_untracked,missed_deletes}_total`, and the gauges
+    /// `dynamiccontroller_{delivered_untracked,missed_deletes}_total`,
+    /// `dynamiccontroller_passthrough_cache_{hits,misses}_total`, the gauge
+    /// `dynamiccontroller_passthrough_cache_bytes`, and the gauges
     /// `dynamiccontroller_{listeners,listener_nodes,informers,delivered_objects,delivered_bytes}`
     /// (read when scraped).
     pub fn register(&self, registry: &mut Registry) {
@@ -212,6 +245,21 @@ impl DynamicControllerMetrics {
             "missed_deletes",
             "Deletes sent on reconnect or restore for objects an edge missed while it or cloudcore was away",
             self.0.missed_deletes.clone(),
+        );
+        r.register(
+            "passthrough_cache_hits",
+            "Discovery requests (/api, /apis, /openapi/v2, ...) answered from the shared cache or from a fetch another request started",
+            self.0.passthrough_hits.clone(),
+        );
+        r.register(
+            "passthrough_cache_misses",
+            "Discovery requests that fetched their answer from the API server",
+            self.0.passthrough_misses.clone(),
+        );
+        r.register(
+            "passthrough_cache_bytes",
+            "Bytes of discovery answers kept, as counted against maxPassThroughCacheBytes",
+            self.0.passthrough_bytes.clone(),
         );
         registry.register_collector(Box::new(Sizes(self.clone())));
     }
@@ -244,6 +292,9 @@ impl DynamicControllerMetrics {
             delivered_bytes,
             delivered_untracked: self.0.untracked.get(),
             missed_deletes: self.0.missed_deletes.get(),
+            passthrough_hits: self.0.passthrough_hits.get(),
+            passthrough_misses: self.0.passthrough_misses.get(),
+            passthrough_bytes: u64::try_from(self.0.passthrough_bytes.get()).unwrap_or(0),
             listener_bytes,
             review_cache_entries,
             discovery_entries,
@@ -337,6 +388,8 @@ mod tests {
             "dynamiccontroller_events_sent_total 0",
             "# TYPE dynamiccontroller_listeners gauge",
             "dynamiccontroller_informers 0",
+            "dynamiccontroller_passthrough_cache_hits_total 0",
+            "# TYPE dynamiccontroller_passthrough_cache_bytes gauge",
         ] {
             assert!(out.lines().any(|l| l == line), "{line} missing:\n{out}");
         }

@@ -12,7 +12,9 @@
 //!   tokens only for audiences its pod declares, no `cloudcore` annotation, finalizers or
 //!   owners on its Node or pods, and no writes to Devices (their status is the
 //!   devicecontroller's, decided per Device).
-//! * **Discovery** (`/api`, `/apis/<group>/<version>`, `/version`, …) is read as cloudcore.
+//! * **Discovery** (`/api`, `/apis/<group>/<version>`, `/version`, …) is read as cloudcore,
+//!   with impersonation on or off: the answers are the same for every node (Kubernetes gives
+//!   them to every authenticated user), so they are shared among nodes for a short while.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Resource;

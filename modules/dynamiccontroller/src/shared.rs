@@ -20,6 +20,7 @@ use crate::filter::{GROUP_LABEL, Lookup, RANGE_NODEGROUP, TOPOLOGY_ANNOTATION};
 use crate::informer::{Informer, Informers};
 use crate::listeners::Registry;
 use crate::metrics::DynamicControllerMetrics;
+use crate::passthrough::{self, PassThroughCache};
 use crate::persist::Persist;
 
 /// How long one API server call may take before the edge gets `504`.
@@ -38,6 +39,8 @@ pub(crate) struct Shared {
     /// them (a review cannot).
     pub writes: NodeClient,
     pub resolver: Resolver,
+    /// Discovery answers, shared by every node for `passThroughCacheSeconds`.
+    pub passthrough: PassThroughCache,
     pub reviewer: AccessReviewer,
     pub informers: Arc<Informers>,
     pub registry: Arc<Registry>,
@@ -88,6 +91,14 @@ impl Shared {
             reads: NodeClient::new(client.clone(), impersonate),
             writes: NodeClient::new(client.clone(), true),
             resolver: Resolver::new(client.clone(), config.max_discovery_entries),
+            passthrough: PassThroughCache::new(
+                passthrough::Limits {
+                    ttl: config.pass_through_ttl(),
+                    entries: config.max_pass_through_cache_entries,
+                    bytes: config.max_pass_through_cache_bytes,
+                },
+                metrics.clone(),
+            ),
             reviewer: AccessReviewer::new(
                 client.clone(),
                 Duration::from_secs(10),

@@ -41,6 +41,13 @@ impl TestEnv {
         &self.dir
     }
 
+    /// The API server's audit log: one JSON event per line for each discovery request
+    /// (`/api`, `/apis/...`, `/version`, `/openapi/...`) once answered, at level `Metadata`.
+    /// Nothing else is audited.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("logs/audit.log")
+    }
+
     /// The admin kubeconfig.
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")

@@ -70,3 +70,8 @@ pub(crate) fn replica_address() -> String {
     let p = 1 + std::process::id() % 250;
     format!("127.{p}.{}.{}", n / 250 % 250, 1 + n % 250)
 }
+
+/// Held by a test while it counts requests in the test API server's audit log: the hostile
+/// suite runs twice in this binary (once per configuration, each with its own cloudcore)
+/// against one API server, so two such tests at once would count each other's requests.
+pub(crate) static AUDIT_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -79,7 +79,8 @@ fn start_cloud() -> Cloudcore {
         // The optional modules whose edge-facing messages the suite attacks too. Listeners
         // are decided again every 2 s (300 s by default), so a test sees a watch end when the
         // cluster stops allowing it; a node's record of what its watches delivered holds
-        // 16 KiB (384 KiB by default), so a test reaches its bound with a hundred objects.
+        // 16 KiB (384 KiB by default), so a test reaches its bound with a hundred objects;
+        // discovery answers are shared for 8 s (30 s by default), so a test sees one expire.
         let router_port = edgecore_interop::listen_ports(1).expect("a port for the router")[0];
         let socket = format!("unix://{}", dir.join("kubeedge.sock").display());
         spec.extra = json!({
@@ -89,7 +90,9 @@ fn start_cloud() -> Cloudcore {
                            "restTimeout": 10},
                 "cloudHub": {"unixsocket": {"enable": true, "address": socket}},
                 "dynamicController": {"listenerReviewSeconds": 2,
-                                      "maxDeliveredBytesPerNode": 16384},
+                                      "maxDeliveredBytesPerNode": 16384,
+                                      "passThroughCacheSeconds":
+                                          metaserver_discovery::PASS_THROUGH_SECONDS},
             },
         });
         let mut core = Cloudcore::start(&spec)
@@ -2920,6 +2923,9 @@ mod executed_request;
 #[allow(clippy::duplicate_mod)]
 #[path = "metaserver_bounds.rs"]
 mod metaserver_bounds;
+#[allow(clippy::duplicate_mod)]
+#[path = "metaserver_discovery.rs"]
+mod metaserver_discovery;
 #[allow(clippy::duplicate_mod)]
 #[path = "metaserver_writes.rs"]
 mod metaserver_writes;

@@ -852,9 +852,12 @@ impl Reconciler {
                 tracked.seeded = true;
                 let cache = &mut self.slots[key.0].cache;
                 // A copy the watch brought meanwhile is at least as recent.
-                if let Some(obj) = found
+                if let Some(mut obj) = found
                     && cache.reader().get(&key.1).is_none()
                 {
+                    // The watches drop managedFields; a read must too, or a pod's copy held
+                    // here is several KiB larger than the watched ones.
+                    obj.metadata.managed_fields = None;
                     cache.upsert(obj);
                 }
             }

@@ -264,6 +264,8 @@ async fn the_metaserver_request_of_an_edge_node_is_approved_whoever_of_node_and_
     )
     .await;
     approved(&name).await;
+    // The counter moves after the approval is written: let the approver finish that event.
+    caught_up(&edge).await;
     assert_eq!(m.approved(), before + 1);
 
     // Created by the node itself (impersonation on), with the two-usage set.

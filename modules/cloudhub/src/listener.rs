@@ -197,6 +197,9 @@ async fn upgrade(
             return Ok(());
         }
     };
+    // What was recorded for the node while it was away goes before other nodes' backlog: the
+    // sync loop delivers from those records.
+    hub.persister.node_connected(&node);
     if let Some(old) = old {
         // Control message, not bus traffic: must arrive even if the old mailbox is full.
         old.session.stop.do_send(Stop(StopReason::Replaced));

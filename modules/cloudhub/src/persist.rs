@@ -1,7 +1,14 @@
 //! Success points written after acknowledgements, off the sessions' path: coalesced per record and
 //! written by a few background workers (never inside a sender: API server latency must not stall
 //! delivery).
+//!
+//! Two lanes: the records of nodes with a session here (acknowledgements, first sight) go
+//! first; the records ensured for nodes that are away wait in a backlog per node, which a
+//! node's connect moves to the front. A start-up sends every edge Node and pod to nodes that are
+//! not connected yet; without the lanes the record of the first node to connect would wait
+//! behind all of them, and the sync loop delivers from that record.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,10 +67,68 @@ impl PersistOp {
     }
 }
 
+/// Which lane a queued key waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// Written first: the node has a session here (or the op came from one).
+    Live,
+    /// A record ensured for a node that is away: written after the live lane.
+    Away,
+}
+
 #[derive(Debug, Default)]
 struct Pending {
-    ops: HashMap<SyncKey, PersistOp>,
-    order: VecDeque<SyncKey>,
+    ops: HashMap<SyncKey, (PersistOp, Lane)>,
+    live: VecDeque<SyncKey>,
+    /// Per node, the keys ensured while it was away. A key that moved to the live lane since
+    /// stays here as a stale entry, skipped when reached (its op says `Live` or is gone).
+    away: HashMap<String, VecDeque<SyncKey>>,
+    /// The nodes of `away`, oldest first, each once.
+    away_nodes: VecDeque<String>,
+}
+
+impl Pending {
+    fn push_away(&mut self, key: SyncKey) {
+        match self.away.get_mut(&key.node) {
+            Some(keys) => keys.push_back(key),
+            None => {
+                self.away_nodes.push_back(key.node.clone());
+                self.away.insert(key.node.clone(), VecDeque::from([key]));
+            }
+        }
+    }
+
+    /// The next live key with its op.
+    fn pop_live(&mut self) -> Option<(SyncKey, PersistOp)> {
+        while let Some(key) = self.live.pop_front() {
+            if let Some((op, _)) = self.ops.remove(&key) {
+                return Some((key, op));
+            }
+        }
+        None
+    }
+
+    /// The next key of the backlog (the oldest node's first) with its op.
+    fn pop_away(&mut self) -> Option<(SyncKey, PersistOp)> {
+        while let Some(node) = self.away_nodes.front() {
+            let Some(keys) = self.away.get_mut(node) else {
+                self.away_nodes.pop_front();
+                continue;
+            };
+            while let Some(key) = keys.pop_front() {
+                if let Entry::Occupied(e) = self.ops.entry(key)
+                    && e.get().1 == Lane::Away
+                {
+                    let (key, (op, _)) = e.remove_entry();
+                    return Some((key, op));
+                }
+            }
+            if let Some(node) = self.away_nodes.pop_front() {
+                self.away.remove(&node);
+            }
+        }
+        None
+    }
 }
 
 /// The coalescing write queue.
@@ -79,6 +144,9 @@ pub(crate) struct Persister {
 }
 
 const BATCH: usize = 32;
+/// Places of a batch kept for the backlog of nodes that are away while the live lane is busy,
+/// so the backlog is written even under a steady stream of acknowledgements.
+const AWAY_SHARE: usize = BATCH / 4;
 /// How long the writer waits after the first submit of a burst before taking batches.
 const COALESCE: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -108,35 +176,71 @@ impl Persister {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `op` for `key`, replacing a queued op for the same key (the newer version or a
-    /// delete wins).
+    /// Queues `op` for `key` in the live lane, replacing a queued op for the same key (the
+    /// newer version or a delete wins).
     pub(crate) fn submit(&self, key: SyncKey, op: PersistOp) {
+        self.enqueue(key, op, Lane::Live);
+    }
+
+    fn enqueue(&self, key: SyncKey, op: PersistOp, lane: Lane) {
         let mut p = self.lock();
         match p.ops.get_mut(&key) {
-            Some(existing) => {
+            Some((existing, queued_in)) => {
                 if let Some(merged) = existing.merge(op) {
                     *existing = merged;
                 }
+                // An op from a session moves a key of the backlog to the front (its entry
+                // in the backlog is skipped when reached).
+                if *queued_in == Lane::Away && lane == Lane::Live {
+                    *queued_in = Lane::Live;
+                    p.live.push_back(key);
+                }
             }
             None => {
-                p.ops.insert(key.clone(), op);
-                p.order.push_back(key);
+                p.ops.insert(key.clone(), (op, lane));
+                match lane {
+                    Lane::Live => p.live.push_back(key),
+                    Lane::Away => p.push_away(key),
+                }
             }
         }
         drop(p);
         self.notify.notify_one();
     }
 
+    /// `node` has a session here now: the records ensured while it was away are written
+    /// before the backlog of other nodes that are away.
+    pub(crate) fn node_connected(&self, node: &str) {
+        let mut p = self.lock();
+        let Some(keys) = p.away.remove(node) else {
+            return;
+        };
+        for key in keys {
+            if let Some((_, lane)) = p.ops.get_mut(&key)
+                && *lane == Lane::Away
+            {
+                *lane = Lane::Live;
+                p.live.push_back(key);
+            }
+        }
+        drop(p);
+        self.notify.notify_one();
+    }
+
+    /// Up to [`BATCH`] keys: the live lane first, keeping [`AWAY_SHARE`] places for the
+    /// backlog when it has any.
     fn take_batch(&self) -> Vec<(SyncKey, PersistOp)> {
         let mut p = self.lock();
         let mut batch = Vec::new();
+        while batch.len() < BATCH - AWAY_SHARE {
+            let Some(next) = p.pop_live() else { break };
+            batch.push(next);
+        }
         while batch.len() < BATCH {
-            let Some(key) = p.order.pop_front() else {
+            let Some(next) = p.pop_away().or_else(|| p.pop_live()) else {
                 break;
             };
-            if let Some(op) = p.ops.remove(&key) {
-                batch.push((key, op));
-            }
+            batch.push(next);
         }
         self.in_progress
             .fetch_add(batch.len() as u64, Ordering::AcqRel);
@@ -189,12 +293,13 @@ impl Persister {
 
     /// For a message its node did not take (away, queue full, session ended): the record a
     /// first-seen object gets (status `"0"`; an existing record is left alone) is what makes
-    /// the sync loop send it once the node can take it. True when the message is one the sync
-    /// loop redelivers (an ACK-class object with a UID).
+    /// the sync loop send it once the node can take it. It waits in the backlog of nodes that
+    /// are away until [`Persister::node_connected`] names its node. True when the message is
+    /// one the sync loop redelivers (an ACK-class object with a UID).
     pub(crate) fn record_undelivered(&self, node: &str, msg: &Message) -> bool {
         match offline_record(node, msg) {
             Some((key, spec)) => {
-                self.submit(key, PersistOp::Ensure { spec });
+                self.enqueue(key, PersistOp::Ensure { spec }, Lane::Away);
                 true
             }
             None => false,
@@ -205,8 +310,7 @@ impl Persister {
     pub(crate) async fn flushed(&self) {
         loop {
             let idle = self.idle.notified();
-            let empty =
-                self.lock().order.is_empty() && self.in_progress.load(Ordering::Acquire) == 0;
+            let empty = self.lock().ops.is_empty() && self.in_progress.load(Ordering::Acquire) == 0;
             if empty {
                 return;
             }
@@ -316,6 +420,88 @@ mod tests {
                 "{queued:?} + {submitted:?}"
             );
         }
+    }
+
+    fn persister() -> Arc<Persister> {
+        Persister::new(
+            Arc::new(crate::store::MemoryStore::new()),
+            Counter::default(),
+            Counter::default(),
+        )
+    }
+
+    fn key(node: &str, uid: &str) -> SyncKey {
+        SyncKey {
+            node: node.into(),
+            namespace: "ns".into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn away(p: &Persister, node: &str, uid: &str) {
+        p.enqueue(
+            key(node, uid),
+            PersistOp::Ensure { spec: spec() },
+            Lane::Away,
+        );
+    }
+
+    fn taken(p: &Persister) -> Vec<String> {
+        p.take_batch().into_iter().map(|(k, _)| k.name()).collect()
+    }
+
+    #[test]
+    fn a_connected_node_and_acknowledgements_go_before_the_backlog_of_nodes_away() {
+        let p = persister();
+        for i in 0..100 {
+            away(&p, &format!("away-{i}"), "u");
+        }
+        away(&p, "late", "u1");
+        away(&p, "late", "u2");
+        away(&p, "away-3", "u3");
+        p.node_connected("late");
+        // An acknowledgement for a key in the backlog takes it to the front too.
+        p.submit(key("away-5", "u"), acked("9"));
+        let first = taken(&p);
+        assert_eq!(first.len(), BATCH);
+        assert_eq!(first[..3], ["late.u1", "late.u2", "away-5.u"]);
+        // The rest of the batch is the backlog, oldest node first, each key once.
+        let mut rest: Vec<String> = first[3..].to_vec();
+        for _ in 0..10 {
+            rest.extend(taken(&p));
+        }
+        let mut want: Vec<String> = (0..100)
+            .filter(|&i| i != 5)
+            .map(|i| format!("away-{i}.u"))
+            .collect();
+        want.insert(4, "away-3.u3".into());
+        assert_eq!(rest, want);
+        assert!(p.lock().ops.is_empty());
+    }
+
+    #[test]
+    fn the_backlog_keeps_its_share_of_a_batch_under_a_stream_of_live_writes() {
+        let p = persister();
+        away(&p, "away", "u");
+        for i in 0..2 * BATCH {
+            p.submit(key("live", &format!("u{i}")), acked("1"));
+        }
+        let first = taken(&p);
+        assert_eq!(first.len(), BATCH);
+        assert!(first.contains(&"away.u".to_owned()), "{first:?}");
+    }
+
+    #[test]
+    fn a_connect_moves_only_what_was_queued_before_it() {
+        let p = persister();
+        away(&p, "other", "u");
+        p.node_connected("late");
+        away(&p, "late", "u");
+        assert_eq!(taken(&p), ["other.u", "late.u"]);
+        away(&p, "other", "u");
+        away(&p, "late", "u");
+        p.node_connected("late");
+        assert_eq!(taken(&p), ["late.u", "other.u"]);
     }
 
     #[test]

@@ -107,6 +107,12 @@ impl Hub {
     /// alone) is what makes the sync loop send it once the node can take it. True when the
     /// message is one the sync loop redelivers (an ACK-class object with a UID).
     pub(crate) fn record_offline(&self, node: &str, msg: &Message) -> bool {
-        self.persister.record_undelivered(node, msg)
+        let recorded = self.persister.record_undelivered(node, msg);
+        // A node that connected meanwhile (or has a session with a full queue) must not find
+        // its record behind the backlog: its connect moved only what was queued before it.
+        if recorded && self.registry.get(node).is_some() {
+            self.persister.node_connected(node);
+        }
+        recorded
     }
 }

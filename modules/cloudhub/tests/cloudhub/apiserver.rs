@@ -342,3 +342,68 @@ async fn an_acknowledgement_at_first_sight_creates_its_record_with_the_version()
         "a record without a kind is refused"
     );
 }
+
+/// A start-up sends every object to nodes that are not connected yet, and each gets its record
+/// (the sync loop delivers from it). A node that connects while that backlog is being written
+/// has its own record written ahead of it, not after the records of every node still away; and
+/// the backlog is written in full all the same.
+#[actix_rt::test]
+async fn a_node_that_connects_overtakes_the_records_of_nodes_still_away() {
+    test_tiers::require!(ApiServer);
+    crds().await;
+    let client = k8s_testenv::client().await;
+    let ns = k8s_testenv::namespace("hub-backlog").await;
+    let store = Arc::new(cloudhub::KubeStore::new(client.clone()));
+    let h = Harness::with_kube(client.clone(), store, Default::default()).await;
+    let objectsyncs = Api::<ObjectSync>::namespaced(client.clone(), &ns);
+    let sent_to = |node: &str, uid: &str| {
+        let mut msg = pod(node, "web", uid, "7", "insert");
+        msg.route.resource = format!("node/{node}/{ns}/pod/web").into();
+        msg
+    };
+    const BACKLOG: u64 = 1_500;
+    // The records the writer takes at a time.
+    const IN_FLIGHT: u64 = 32;
+    for i in 0..BACKLOG {
+        h.downstream(sent_to(&format!("away-{i}"), &format!("uid-{i}")))
+            .await;
+    }
+    // The late node's object is queued after the whole backlog.
+    h.downstream(sent_to("edge-late", "uid-late")).await;
+    wait_until(|| h.hub.stats().dropped_offline == BACKLOG + 1).await;
+    let _edge = h.connect("edge-late").await;
+    let before = h.hub.stats().records_written;
+    assert!(
+        before + 8 * IN_FLIGHT < BACKLOG,
+        "the backlog was written ({before} of {BACKLOG}) before the node connected: nothing to overtake"
+    );
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while objectsyncs
+        .get_opt("edge-late.uid-late")
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no record for edge-late"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Written since the connect: the batch in flight when it came, the rest of the late
+    // record's batch and what the poll's delay lets through (a few batches), not the rest of
+    // the backlog.
+    let since = h.hub.stats().records_written - before;
+    assert!(
+        since <= 4 * IN_FLIGHT,
+        "the late node's record waited for {since} records of the backlog written after its connect"
+    );
+    h.hub.flush_records().await;
+    let stats = h.hub.stats();
+    assert_eq!(
+        (stats.records_written, stats.records_failed),
+        (BACKLOG + 1, 0)
+    );
+    assert!(objectsyncs.get_opt("away-0.uid-0").await.unwrap().is_some());
+}

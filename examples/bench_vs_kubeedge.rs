@@ -1535,12 +1535,20 @@ async fn upstream_step(
     })
 }
 
+/// How many steps the upstream ramp takes between the last rate sustained and the first one
+/// not sustained, each halving the interval (4: the rate is known to 1/16 of the last
+/// doubling).
+const UPSTREAM_BISECTIONS: usize = 4;
+
 /// Upstream capacity: every edge sends node and pod status patches (as edged does through its
 /// metamanager) at a rate that doubles each step, from edged's own period
 /// (`--status-period-ms`) on, until a step is no longer sustained (under 95% answered with
-/// success within the step and a grace, or a p99 round trip above 1 s). Rows: the highest
-/// rate sustained, the p99 at the first step (edged's rate, the same offered load on both
-/// sides), and cloudcore's CPU per status over every step.
+/// success within the step and a grace, or a p99 round trip above 1 s); then
+/// [`UPSTREAM_BISECTIONS`] steps halve the interval between the last rate sustained and the
+/// first one not. Rows: the highest rate sustained, the p99 at the first step (edged's rate,
+/// the same offered load on both sides), and cloudcore's CPU per status answered at the
+/// highest doubling step both sides sustained (the script pairs the `step` lines of both; on
+/// its own this side reports its own highest doubling step sustained).
 async fn upstream(
     args: &SideArgs,
     report: &mut Report,
@@ -1553,22 +1561,60 @@ async fn upstream(
     let step_ms: u64 = if args.quick { 10_000 } else { 20_000 };
     let grace = Duration::from_secs(if args.quick { 5 } else { 10 });
     let mut raw = String::new();
-    let mut steps: Vec<UpstreamStep> = Vec::new();
+    // Each step with whether it belongs to the doubling ladder (the steps both sides run).
+    let mut steps: Vec<(UpstreamStep, bool)> = Vec::new();
     let requests_before = apiserver_requests(client).await;
+    // Rounds of a step: as many periods as fill about `step_ms`.
+    let rounds = |period_ms: u64| ((step_ms + period_ms / 2) / period_ms).max(1);
     let mut period_ms = base_ms;
+    // The periods of the last step sustained and the first one not (shorter).
+    let mut sustained_ms: Option<u64> = None;
+    let mut failed_ms: Option<u64> = None;
     // At most 7 doublings (1,000 edges: 200/s to 25,600/s offered).
     for _ in 0..8 {
-        let rounds = (step_ms / period_ms).max(1);
-        let step = upstream_step(cloud, fleet, n, period_ms, rounds, grace, &mut raw).await?;
-        info!(step = %step.describe(), sustained = step.sustained(), "upstream step");
+        let step = upstream_step(
+            cloud,
+            fleet,
+            n,
+            period_ms,
+            rounds(period_ms),
+            grace,
+            &mut raw,
+        )
+        .await?;
         let sustained = step.sustained();
-        steps.push(step);
-        if !sustained || period_ms / 2 < 10 {
+        info!(step = %step.describe(), sustained, "upstream step");
+        steps.push((step, true));
+        // The last step's stragglers are not the next step's answers.
+        tokio::time::sleep(Duration::from_secs(if sustained { 1 } else { 3 })).await;
+        if !sustained {
+            failed_ms = Some(period_ms);
+            break;
+        }
+        sustained_ms = Some(period_ms);
+        if period_ms / 2 < 10 {
             break;
         }
         period_ms /= 2;
-        // The last step's stragglers are not the next step's answers.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Between the two: the rate halfway (the harmonic mean of the periods), kept or refused.
+    if let (Some(mut lo), Some(mut hi)) = (sustained_ms, failed_ms) {
+        for _ in 0..UPSTREAM_BISECTIONS {
+            let mid = 2 * lo * hi / (lo + hi);
+            if mid == lo || mid == hi {
+                break;
+            }
+            let step = upstream_step(cloud, fleet, n, mid, rounds(mid), grace, &mut raw).await?;
+            let sustained = step.sustained();
+            info!(step = %step.describe(), sustained, "upstream step (between)");
+            steps.push((step, false));
+            tokio::time::sleep(Duration::from_secs(if sustained { 1 } else { 3 })).await;
+            if sustained {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
     }
     if let Some(dir) = cloud.log.parent() {
         std::fs::write(dir.join("upstream-answers.txt"), raw)?;
@@ -1583,11 +1629,24 @@ async fn upstream(
         }
         std::fs::write(dir.join("upstream-apiserver-requests.txt"), text)?;
     }
+    // Every step, for the script to pair the doubling steps of both sides.
+    for (s, ladder) in &steps {
+        report.line(format!(
+            "step impl={} name=upstream offered={:.0} ladder={} sustained={} ok={} cpu={:.3}",
+            report.imp,
+            s.offered,
+            u8::from(*ladder),
+            u8::from(s.sustained()),
+            s.ok,
+            s.cpu
+        ));
+    }
     let ladder = steps
         .iter()
-        .map(|s| {
+        .map(|(s, ladder)| {
             format!(
-                "{}{}",
+                "{}{}{}",
+                if *ladder { "" } else { "between: " },
                 s.describe(),
                 if s.sustained() {
                     ""
@@ -1600,12 +1659,10 @@ async fn upstream(
         .join("; ");
     let best = steps
         .iter()
-        .filter(|s| s.sustained())
-        .map(|s| s.rate)
+        .filter(|(s, _)| s.sustained())
+        .map(|(s, _)| s.rate)
         .fold(0.0, f64::max);
-    let first = &steps[0];
-    let ok: usize = steps.iter().map(|s| s.ok).sum();
-    let cpu: f64 = steps.iter().map(|s| s.cpu).sum();
+    let first = &steps[0].0;
     report.result(
         "upstream_rate",
         best,
@@ -1625,17 +1682,28 @@ async fn upstream(
         2.0,
         &format!("at edged's rate: {}", first.describe()),
     );
+    // This side's own highest doubling step sustained (or the first step); the script puts
+    // the highest one both sides sustained in its place.
+    let own = steps
+        .iter()
+        .filter(|(s, ladder)| *ladder && s.sustained())
+        .map(|(s, _)| s)
+        .next_back()
+        .unwrap_or(first);
     report.result(
         "upstream_cpu_per_status",
-        if ok > 0 {
-            cpu * 1000.0 / ok as f64
+        if own.ok > 0 {
+            own.cpu * 1000.0 / own.ok as f64
         } else {
             0.0
         },
         "ms",
         true,
         2.0,
-        &format!("cloudcore CPU {cpu:.1} s over {ok} statuses answered OK, every step"),
+        &format!(
+            "cloudcore CPU {:.2} s over {} statuses answered OK at {:.0}/s offered",
+            own.cpu, own.ok, own.offered
+        ),
     );
     Ok(())
 }

@@ -26,6 +26,12 @@ fn fetched(uri: &str) -> usize {
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["stage"] == "ResponseComplete" && e["requestURI"] == uri)
+        // cloudcore's own requests: other tests' clients (kubectl, admin) may fetch it too.
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("cloudcore@"))
+        })
         .count()
 }
 
@@ -92,6 +98,7 @@ async fn openapi_asked_by_many_nodes_is_fetched_once_per_period() {
     let hits_before = hits().await;
 
     // Ten at once from two nodes, then one more from each: one fetch serves them all.
+    let asked = Instant::now();
     let at_once =
         futures::future::join_all((0..10).map(|i| ask(if i % 2 == 0 { &a.edge } else { &b.edge })))
             .await;
@@ -99,10 +106,14 @@ async fn openapi_asked_by_many_nodes_is_fetched_once_per_period() {
     bodies.push(raw(&ask(&a.edge).await));
     bodies.push(raw(&ask(&b.edge).await));
     let served = Instant::now();
-    assert_eq!(
-        fetched_settled("/openapi/v2", start + 1).await,
-        start + 1,
-        "12 requests from two nodes within {PASS_THROUGH_SECONDS} s made one fetch"
+    // One fetch per period: the twelve fit in one period unless the machine is so loaded that
+    // relaying them (2 MiB each) outlasts it, and then each later period may fetch once more.
+    let periods = 1 + (served - asked).as_secs() / PASS_THROUGH_SECONDS;
+    let fetches = fetched_settled("/openapi/v2", start + 1).await - start;
+    assert!(
+        (1..=periods as usize).contains(&fetches),
+        "12 requests from two nodes in {:?} ({periods} period(s) of {PASS_THROUGH_SECONDS} s) made {fetches} fetches",
+        served - asked
     );
     let doc_after = openapi(&a.client).await;
     // The document changes only when a CRD comes or goes (other tests may add one meanwhile).

@@ -82,8 +82,9 @@ async fn real_edges_run_pods_through_cloudcore() {
     let mut failures: Vec<String> = Vec::new();
 
     // Both Leases exist before the baseline: a kubelet asks for its Lease before creating it,
-    // and that first answer is NotFound.
-    let leases = eventually(Duration::from_secs(60), POLL, "node leases", || async {
+    // and that first answer is NotFound. edged's lease controller backs off when it runs before
+    // its own Node is in its local store, and was seen to create the Lease 70 s after start.
+    let leases = eventually(Duration::from_secs(180), POLL, "node leases", || async {
         let l = c
             .kubectl_json(&["-n", "kube-node-lease", "get", "leases"])
             .await

@@ -527,10 +527,7 @@ async fn rules_go_to_the_router_added_replaced_and_deleted() {
     let ns = k8s_testenv::namespace("ec").await;
     let name = unique("r");
     let rules = Api::<kubeedge_api::rules::Rule>::namespaced(env.client.clone(), &ns);
-    let rule: kubeedge_api::rules::Rule = serde_json::from_value(json!({
-        "apiVersion": "rules.kubeedge.io/v1", "kind": "Rule", "metadata": {"name": name},
-        "spec": {"source": "a", "sourceResource": {"path": "/x"}, "target": "b", "targetResource": {"topic": "t"}}}))
-    .unwrap();
+    let rule = rule(&name);
     rules.create(&Default::default(), &rule).await.unwrap();
     let resource = format!("rule/{name}");
     let m = router

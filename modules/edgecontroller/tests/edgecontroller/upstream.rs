@@ -746,10 +746,7 @@ async fn rule_status_is_taken_from_the_router_module_only_whatever_an_edge_claim
     let ns = k8s_testenv::namespace("ec").await;
     let name = unique("r");
     let rules = Api::<kubeedge_api::rules::Rule>::namespaced(env.client.clone(), &ns);
-    let rule: kubeedge_api::rules::Rule = serde_json::from_value(json!({
-        "apiVersion": "rules.kubeedge.io/v1", "kind": "Rule", "metadata": {"name": name},
-        "spec": {"source": "a", "sourceResource": {"path": "/x"}, "target": "b", "targetResource": {"topic": "t"}}}))
-    .unwrap();
+    let rule = rule(&name);
     let created = rules.create(&Default::default(), &rule).await.unwrap();
     let status = |source: &str, node: &str| {
         let mut m = beehive::Message::new()

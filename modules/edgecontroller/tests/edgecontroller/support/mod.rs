@@ -298,3 +298,11 @@ impl Env {
 pub fn rv(m: &Message) -> &str {
     &m.header.resource_version
 }
+
+/// A Rule named `name` (MQTT-style source and target), for tests that write its status.
+pub fn rule(name: &str) -> kubeedge_api::rules::Rule {
+    serde_json::from_value(json!({
+        "apiVersion": "rules.kubeedge.io/v1", "kind": "Rule", "metadata": {"name": name},
+        "spec": {"source": "a", "sourceResource": {"path": "/x"}, "target": "b", "targetResource": {"topic": "t"}}}))
+    .unwrap()
+}

@@ -22,6 +22,17 @@ use tower::{BoxError, ServiceBuilder};
 const PING_INTERVAL: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Flow-control windows of the connection (client-go's: 4 MiB a stream, 1 GiB the
+/// connection). Every watch and request shares the connection, and a watch whose reader is
+/// busy keeps what the API server sent it unread, up to its stream's window. The connection's
+/// window must never be what stops a stream: with hyper's defaults (2 MiB a stream, 5 MiB the
+/// connection) three watches falling behind took it all, and every other watch and answer on
+/// the connection stopped for good — among them the answer their readers were waiting for.
+/// What is held unread stays bounded by the stream window times the streams open at once
+/// (one per watch, plus the requests in flight).
+const STREAM_WINDOW: u32 = 4 << 20;
+const CONNECTION_WINDOW: u32 = 1 << 30;
+
 /// A client for `config` with the same authentication, extra headers (User-Agent,
 /// impersonation), base URI and retries as kube's own, over HTTP/2 when the server offers it.
 ///
@@ -52,6 +63,8 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
         .http2_keep_alive_interval(PING_INTERVAL)
         .http2_keep_alive_timeout(PING_TIMEOUT)
         .http2_keep_alive_while_idle(true)
+        .http2_initial_stream_window_size(STREAM_WINDOW)
+        .http2_initial_connection_window_size(CONNECTION_WINDOW)
         .build(https);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())

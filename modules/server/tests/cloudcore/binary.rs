@@ -814,3 +814,53 @@ async fn requests_in_flight_together_share_one_connection_to_the_api_server() {
         "one connection for the watch and 64 concurrent lists"
     );
 }
+
+/// Watches whose readers fall behind hold only their own streams: on the one HTTP/2 connection,
+/// four watches left unread with more than the connection's worth of events waiting must not
+/// stop a request beside them. With the connection window smaller than the streams' windows
+/// together (hyper's defaults: 5 MiB against 2 MiB a stream), the unread events took the whole
+/// connection window and every other watch and answer on the connection stopped for good — a
+/// controller that waits for an answer while its own watch fills never got it.
+#[tokio::test]
+async fn watches_left_unread_do_not_stop_the_requests_beside_them() {
+    test_tiers::require!(ApiServer);
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{ListParams, WatchParams};
+    let ns = k8s_testenv::namespace("h2-window").await;
+    let admin: Api<ConfigMap> = Api::namespaced(k8s_testenv::client().await, &ns);
+    // 10 ConfigMaps of 900 KiB: each watch from "0" has ~9 MiB of events to send.
+    let data = "x".repeat(900 * 1024);
+    for i in 0..10 {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("big-{i}")},
+            "data": {"blob": data},
+        }))
+        .unwrap();
+        admin
+            .create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+    let client = cloudcore_server::apiclient::client(k8s_testenv::config().await).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let mut unread = Vec::new();
+    for _ in 0..4 {
+        let watch = cms
+            .watch(&WatchParams::default().timeout(120), "0")
+            .await
+            .expect("watch");
+        unread.push(watch);
+    }
+    // Time for the API server to fill every window it is given.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Stalled for good, this list never returns: the deadline only bounds the failure.
+    let listed = tokio::time::timeout(
+        Duration::from_secs(60),
+        cms.list(&ListParams::default().limit(2)),
+    )
+    .await
+    .expect("a list answered beside four unread watches")
+    .expect("list");
+    assert_eq!(listed.items.len(), 2);
+    drop(unread);
+}

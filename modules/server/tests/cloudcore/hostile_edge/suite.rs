@@ -39,8 +39,10 @@ use tokio::sync::{Notify, oneshot};
 
 /// The refusal counter every denied request increments.
 const DENIED: &str = "cloudcore_node_authorization_denied_total";
-/// How long an edge waits for the answer to one request.
-const REPLY_WAIT: Duration = Duration::from_secs(15);
+/// How long an edge waits for the answer to one request: longer than dynamiccontroller's own
+/// bound on a metaServer request (an informer's first sync, `informerSyncTimeout`, 30 s by
+/// default), so that a slow API server gets cloudcore's answer rather than the test's panic.
+const REPLY_WAIT: Duration = Duration::from_secs(45);
 /// How long a test waits for something that should happen.
 const WAIT: Duration = Duration::from_secs(15);
 /// The annotation that marks a mirror pod.

@@ -25,8 +25,15 @@
 //! `kubeedge/casecret` (as a cloudcore that ran before leaves it), so edge certificates can be
 //! made before the process starts.
 //!
+//! Two rows carry the floor they meet, measured in the same run: **connect** gives the CPU the
+//! simulators, cloudcore and the API server spent, and the time the same simulators take
+//! against a server doing only the handshakes, the token check and the CSR signing
+//! (`support/floor.rs`); the **relay throughput** rows give the CPU of the real edgecore,
+//! cloudcore and this harness over the transfers, and the ceiling edgecore's CPU per MiB sets.
+//!
 //! Result lines: `result impl=<i> name=<row> value=<v> unit=<u> dir=lower|higher target=<t>
-//! notes=<text>`, and `cpu impl=<i> phase=<p> seconds=<s>` for the cloudcore process.
+//! notes=<text>`, `bound impl=<i> name=<row> value=<v> how=<text>` (the best value the floor
+//! named allows), and `cpu impl=<i> phase=<p> seconds=<s>` for the cloudcore process.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -52,6 +59,8 @@ use tracing::{info, warn};
 
 #[path = "support/fleet.rs"]
 mod fleet;
+#[path = "support/floor.rs"]
+mod floor;
 #[path = "support/latency.rs"]
 mod latency;
 #[path = "support/procstat.rs"]
@@ -79,6 +88,8 @@ enum Cmd {
     Side(SideArgs),
     /// A share of the simulated edges (started by `side`).
     Edges(fleet::EdgesArgs),
+    /// The least a cloudcore must do for edges to bootstrap and connect (started by `side`).
+    FloorServer(floor::FloorArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -122,7 +133,8 @@ struct SideArgs {
     #[arg(long, default_value_t = 2500)]
     per_child: usize,
     /// Phases left out, to look at one row closely (`edgecore`: the real-edgecore rows;
-    /// `downstream`, `upstream`, `reconnect`); startup, connect and idle always run.
+    /// `floor`: the connect row's minimal server; `downstream`, `upstream`, `reconnect`);
+    /// startup, connect and idle always run.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -164,6 +176,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.cmd {
         Cmd::Edges(args) => fleet::edges(args),
+        Cmd::FloorServer(args) => floor::floor_server(args),
         Cmd::Side(args) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
@@ -210,6 +223,17 @@ impl Report {
         self.line(text);
     }
 
+    /// The best value ours could reach in row `name` given a floor (or ceiling) measured in
+    /// this run, `how` naming it; the script states the factor it allows against KubeEdge.
+    fn bound(&mut self, name: &str, value: f64, how: &str) {
+        let text = format!(
+            "bound impl={} name={name} value={value:.4} how={}",
+            self.imp,
+            how.replace(char::is_whitespace, "_")
+        );
+        self.line(text);
+    }
+
     fn cpu(&mut self, phase: &str, seconds: f64) {
         let text = format!("cpu impl={} phase={phase} seconds={seconds:.3}", self.imp);
         self.line(text);
@@ -227,6 +251,93 @@ fn cpu_seconds(pid: u32) -> f64 {
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The CPU seconds of every process in `pids` so far.
+fn cpu_of(pids: &[u32]) -> f64 {
+    pids.iter().map(|p| cpu_seconds(*p)).sum()
+}
+
+/// The test API server's processes (kube-apiserver and etcd), from the environment's pid files.
+fn apiserver_pids() -> Vec<u32> {
+    let dir = k8s_testenv::env().dir();
+    ["kube-apiserver.pid", "etcd.pid"]
+        .iter()
+        .filter_map(|f| {
+            std::fs::read_to_string(dir.join(f))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// CPU seconds so far of the processes that share the machine during a phase: groups of
+/// processes, this harness, and the whole machine (other work included).
+#[derive(Debug, Clone)]
+struct Usage {
+    at: Instant,
+    groups: Vec<f64>,
+    harness: f64,
+    machine: f64,
+}
+
+impl Usage {
+    fn now(groups: &[&[u32]]) -> Usage {
+        Usage {
+            at: Instant::now(),
+            groups: groups.iter().map(|g| cpu_of(g)).collect(),
+            harness: cpu_seconds(std::process::id()),
+            machine: procstat::machine_busy_seconds(),
+        }
+    }
+
+    /// What each used from `self` to `later`, and the wall time between.
+    fn until(&self, later: &Usage) -> Spent {
+        Spent {
+            wall: later.at.duration_since(self.at).as_secs_f64(),
+            groups: later
+                .groups
+                .iter()
+                .zip(&self.groups)
+                .map(|(b, a)| b - a)
+                .collect(),
+            harness: later.harness - self.harness,
+            machine: later.machine - self.machine,
+        }
+    }
+}
+
+/// CPU seconds spent over a wall time.
+#[derive(Debug, Clone)]
+struct Spent {
+    wall: f64,
+    groups: Vec<f64>,
+    harness: f64,
+    machine: f64,
+}
+
+impl Spent {
+    /// CPU seconds as % of one core over the wall time.
+    fn pct(&self, cpu: f64) -> f64 {
+        if self.wall > 0.0 {
+            cpu / self.wall * 100.0
+        } else {
+            0.0
+        }
+    }
+
+    /// The machine's busy share, as "`<busy>` of `<all>` core-s (`<pct>`% of `<cores>` cores)".
+    fn machine_text(&self) -> String {
+        let cores = procstat::cores() as f64;
+        format!(
+            "the machine {:.2} of {:.2} core-s ({:.0}% of {cores:.0} cores, other work included)",
+            self.machine,
+            self.wall * cores,
+            self.pct(self.machine) / cores
+        )
+    }
 }
 
 // ------------------------------------------------------------------------- the cloud process
@@ -610,8 +721,7 @@ async fn side(args: SideArgs) -> anyhow::Result<()> {
             &mut report,
             &mut cloud,
             &client,
-            ports,
-            &token,
+            (ports, &token, &ca, &dir),
             k,
             *n,
             last,
@@ -913,7 +1023,8 @@ async fn real_edge(
     }
 
     // Relay through the edge's stream agent: the tunnel is up once a small logs request passes.
-    let relay = relay(args, report, ports, body.len()).await;
+    let pids = [edgecore.process().id(), cloud.pid];
+    let relay = relay(args, report, ports, body.len(), pids).await;
     stand_in.abort();
     let _ = edgecore.process().terminate(Duration::from_secs(5)).await;
     relay
@@ -1045,11 +1156,13 @@ Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channe
     Ok((first.unwrap_or_default(), start.elapsed()))
 }
 
+/// `[edgecore, cloudcore]`: the processes whose CPU the throughput rows report.
 async fn relay(
     args: &SideArgs,
     report: &mut Report,
     ports: Ports,
     big: usize,
+    [edgecore, cloudcore]: [u32; 2],
 ) -> anyhow::Result<()> {
     let pki = k8s_testenv::env().pki();
     let read = |f: &str| std::fs::read_to_string(pki.join(f));
@@ -1091,19 +1204,41 @@ async fn relay(
         );
         let rounds = if args.quick { 2 } else { 3 };
         let mut rates = Vec::new();
+        let before = Usage::now(&[&[edgecore], &[cloudcore]]);
         for _ in 0..rounds {
             let conn = stream_conn(ports, &tls).await?;
             let (_, total) = transfer(conn, exec, "big", big).await?;
             rates.push(big as f64 / (1 << 20) as f64 / total.as_secs_f64());
         }
+        let spent = before.until(&Usage::now(&[&[edgecore], &[cloudcore]]));
         rates.sort_by(|a, b| a.total_cmp(b));
-        report.result(
-            &format!("relay_{what}_throughput"),
-            rates[rates.len() / 2],
-            "MiB/s",
-            false,
-            2.0,
-            &format!("median of {rounds} x {} MiB", big >> 20),
+        let row = format!("relay_{what}_throughput");
+        let mib = (rounds * big) as f64 / (1 << 20) as f64;
+        let (edge_cpu, cloud_cpu) = (spent.groups[0], spent.groups[1]);
+        let per_mib = |cpu: f64| cpu / mib * 1000.0;
+        let cores = procstat::cores();
+        // Ceilings if cloudcore cost nothing: edgecore's stream agent on one core, and
+        // edgecore with the harness (the other end of both hops) sharing every core.
+        let one_core = mib / edge_cpu.max(1e-9);
+        let all_cores = cores as f64 * mib / (edge_cpu + spent.harness).max(1e-9);
+        let notes = format!(
+            "median of {rounds} x {} MiB; over the {rounds} transfers ({:.1} s): real edgecore {:.0}% of one core, cloudcore {:.0}%, harness (TLS client and kubelet stand-in, one thread) {:.0}%, {}; CPU-ms per MiB: edgecore {:.1}, cloudcore {:.1}, harness {:.1}; with cloudcore costing nothing the ceiling is {one_core:.1} MiB/s with edgecore on one core, {all_cores:.1} MiB/s with edgecore and the harness on all {cores} cores",
+            big >> 20,
+            spent.wall,
+            spent.pct(edge_cpu),
+            spent.pct(cloud_cpu),
+            spent.pct(spent.harness),
+            spent.machine_text(),
+            per_mib(edge_cpu),
+            per_mib(cloud_cpu),
+            per_mib(spent.harness),
+        );
+        report.result(&row, rates[rates.len() / 2], "MiB/s", false, 2.0, &notes);
+        report.bound(&row, one_core, "edgecore's CPU per MiB on one core");
+        report.bound(
+            &row,
+            all_cores,
+            &format!("edgecore's and the harness' CPU per MiB on {cores} cores"),
         );
     }
     Ok(())
@@ -1111,19 +1246,36 @@ async fn relay(
 
 // ------------------------------------------------------------------------- fleets
 
+/// What the fleet phases connect with: the ports, the bootstrap token, the CA, the work folder.
+type Cluster<'a> = (Ports, &'a str, &'a pki::CertificateAuthority, &'a Path);
+
 #[allow(clippy::too_many_arguments)] // one phase, everything it measures with
 async fn fleet_phase(
     args: &SideArgs,
     report: &mut Report,
     cloud: &mut Cloud,
     client: &kube::Client,
-    ports: Ports,
-    token: &str,
+    (ports, token, ca, dir): Cluster<'_>,
     k: usize,
     n: usize,
     last: bool,
 ) -> anyhow::Result<()> {
     let prefix = prefix(k);
+    // ---- the floor of connect: the same simulators against the least a server must do, in
+    // the same minute as the row (before it, so cloudcore's state is not touched).
+    let floor = if args.runs("floor") {
+        match handshake_floor(args, ca, dir, &format!("{prefix}-floor"), n).await {
+            Ok(f) => Some(f),
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), n, "the connect floor failed");
+                let text = format!("error impl={} row=connect_floor_{n} {e:#}", report.imp);
+                report.line(text.replace('\n', " "));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let rss_before = cloud.rss_kib();
     let mut fleet = Fleet::start(&FleetSpec {
         hub: ports.ws_addr(),
@@ -1135,23 +1287,43 @@ async fn fleet_phase(
         per_child: args.per_child,
     })?;
     // ---- connect: bootstrap and connect, all at once.
+    let (sims, cloud_pid, api) = (fleet.pids(), [cloud.pid], apiserver_pids());
+    let before = Usage::now(&[&sims, &cloud_pid, &api]);
     let t = Instant::now();
     fleet.command("go")?;
     let took = fleet.wait_up(n, t, Duration::from_secs(300)).await?;
+    let spent = before.until(&Usage::now(&[&sims, &cloud_pid, &api]));
     let (failures, why) = fleet.board.bootstrap_failures();
-    let notes = if failures > 0 {
-        format!("{failures} bootstrap attempts failed and were retried (last: {why})")
+    let mut notes = if failures > 0 {
+        format!("{failures} bootstrap attempts failed and were retried (last: {why}); ")
     } else {
         String::new()
     };
-    report.result(
-        &format!("connect_{n}"),
-        took.as_secs_f64(),
-        "s",
-        true,
-        2.0,
-        &notes,
+    let cores = procstat::cores();
+    let (sim_cpu, cloud_cpu, api_cpu) = (spent.groups[0], spent.groups[1], spent.groups[2]);
+    notes.push_str(&format!(
+        "CPU-s over the phase: simulators {sim_cpu:.2} ({:.0}% of a core), cloudcore {cloud_cpu:.2}, API server and etcd {api_cpu:.2}, harness {:.2}; {}; the simulators' own work alone needs {:.2} s on {cores} cores",
+        spent.pct(sim_cpu),
+        spent.harness,
+        spent.machine_text(),
+        sim_cpu / cores as f64,
+    ));
+    if let Some(f) = &floor {
+        notes.push_str(&format!(
+            "; the same simulators against a server doing only the TLS handshakes, the token check, the CSR signing and the WebSocket upgrade (same CA): {:.2} s, simulators {:.2} CPU-s, that server {:.2} CPU-s, {}",
+            f.wall, f.sims, f.server, f.machine
+        ));
+    }
+    let row = format!("connect_{n}");
+    report.result(&row, took.as_secs_f64(), "s", true, 2.0, &notes);
+    report.bound(
+        &row,
+        sim_cpu / cores as f64,
+        &format!("the simulators' CPU on {cores} cores"),
     );
+    if let Some(f) = &floor {
+        report.bound(&row, f.wall, "the minimal server's connect time");
+    }
     cloud.alive()?;
 
     // ---- idle
@@ -1217,6 +1389,55 @@ async fn fleet_phase(
         failed(report, &format!("reconnect_{n}"), r);
     }
     Ok(())
+}
+
+/// The connect phase against [`floor::FloorServer`].
+struct Floor {
+    wall: f64,
+    sims: f64,
+    server: f64,
+    machine: String,
+}
+
+/// `n` simulated edges (named `<prefix>-<i>`) bootstrap with a token of `ca` and connect to a
+/// server that does only what no cloudcore can leave out; the fleet and the server are gone
+/// when this returns.
+async fn handshake_floor(
+    args: &SideArgs,
+    ca: &pki::CertificateAuthority,
+    dir: &Path,
+    prefix: &str,
+    n: usize,
+) -> anyhow::Result<Floor> {
+    let server = floor::FloorServer::start(dir, ca)?;
+    let token = pki::create_token(ca, Duration::from_secs(3600));
+    let mut fleet = Fleet::start(&FleetSpec {
+        hub: SocketAddr::from(([127, 0, 0, 1], server.ws)),
+        https: format!("https://127.0.0.1:{}", server.https),
+        token: &token,
+        prefix,
+        ns: NS,
+        n,
+        per_child: args.per_child,
+    })?;
+    let (sims, srv) = (fleet.pids(), [server.pid()]);
+    let before = Usage::now(&[&sims, &srv]);
+    let t = Instant::now();
+    fleet.command("go")?;
+    let took = fleet.wait_up(n, t, Duration::from_secs(300)).await?;
+    let spent = before.until(&Usage::now(&[&sims, &srv]));
+    let (failures, why) = fleet.board.bootstrap_failures();
+    if failures > 0 {
+        bail!("{failures} bootstraps against the floor server failed (last: {why})");
+    }
+    drop(fleet);
+    drop(server);
+    Ok(Floor {
+        wall: took.as_secs_f64(),
+        sims: spent.groups[0],
+        server: spent.groups[1],
+        machine: spent.machine_text(),
+    })
 }
 
 /// The ObjectSyncs of the run's namespace as a watch sees them: per record, its status version

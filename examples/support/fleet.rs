@@ -564,6 +564,11 @@ impl Fleet {
         Ok(Fleet { children, board })
     }
 
+    /// The children's process ids (their CPU is the simulators' own work).
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.child.id()).collect()
+    }
+
     /// Sends `command` to every child.
     pub(crate) fn command(&mut self, command: &str) -> anyhow::Result<()> {
         for c in &mut self.children {

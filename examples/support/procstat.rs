@@ -70,3 +70,36 @@ pub(crate) fn connections_to(pid: u32, port: u16) -> usize {
     }
     count
 }
+
+/// CPU seconds the whole machine spent busy so far (every core, every process: `/proc/stat`'s
+/// first line less idle and iowait, in clock ticks of 10 ms); 0 when unreadable.
+// Not every tool that includes this file reads the machine's CPU.
+#[allow(dead_code)]
+pub(crate) fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    // user nice system idle iowait irq softirq steal …
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let busy: f64 = ticks
+        .iter()
+        .enumerate()
+        .take(8)
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum();
+    busy / 100.0
+}
+
+/// The cores this process may run on.
+#[allow(dead_code)]
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

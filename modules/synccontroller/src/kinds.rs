@@ -10,12 +10,17 @@ pub(crate) fn gvk(api_version: &str, kind: &str) -> Option<GroupVersionKind> {
     if kind.is_empty() {
         return None;
     }
-    let (group, version) = match api_version.split_once('/') {
-        Some((g, v)) if !g.is_empty() && !v.is_empty() && !v.contains('/') => (g, v),
-        None if !api_version.is_empty() => ("", api_version),
-        _ => return None,
-    };
+    let (group, version) = group_version(api_version)?;
     Some(GroupVersionKind::gvk(group, version, kind))
+}
+
+/// Group and version of an `apiVersion` (see [`gvk`]), borrowed; `None` when malformed.
+pub(crate) fn group_version(api_version: &str) -> Option<(&str, &str)> {
+    match api_version.split_once('/') {
+        Some((g, v)) if !g.is_empty() && !v.is_empty() && !v.contains('/') => Some((g, v)),
+        None if !api_version.is_empty() => Some(("", api_version)),
+        _ => None,
+    }
 }
 
 /// The resource-type segment of message resources: the kind lower-cased.

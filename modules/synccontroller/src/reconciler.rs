@@ -46,7 +46,7 @@ use tracing::{debug, info, warn};
 
 use crate::kinds;
 use crate::metrics::Counters;
-use crate::record::{Decision, NOT_ACKNOWLEDGED, Record, RecordKey, decide};
+use crate::record::{self, Decision, NOT_ACKNOWLEDGED, Record, RecordKey, decide};
 use crate::takeover::{self, Found, Takeovers};
 
 /// Kinds whose content differs per node (filtered by dynamiccontroller): never re-sent here.
@@ -318,6 +318,107 @@ impl Reconciler {
         all
     }
 
+    /// Every record but the settled ones: those showing an acknowledged version that the
+    /// cached copy of their object (same UID) is not newer than, for which [`Self::assess`]
+    /// would decide "up to date" and change nothing. They are recognised in place in the
+    /// record caches, so a pass over thousands of settled records copies none of them (most
+    /// records, most of the time: a record is reconciled at once when it or its object
+    /// changes).
+    fn unsettled_records(&self) -> Vec<Record> {
+        let mut all: Vec<Record> = self
+            .syncs
+            .reader()
+            .filter(|os| {
+                let (meta, spec) = (&os.metadata, &os.spec);
+                let acked = os
+                    .status
+                    .as_ref()
+                    .map(|s| s.object_resource_version.as_str());
+                !self.settled(
+                    Some(meta.namespace.as_deref().unwrap_or_default()),
+                    meta.name.as_deref().unwrap_or_default(),
+                    (
+                        &spec.object_api_version,
+                        &spec.object_kind,
+                        &spec.object_name,
+                    ),
+                    acked.unwrap_or_default(),
+                )
+            })
+            .iter()
+            .map(|o| Record::namespaced(o))
+            .collect();
+        all.extend(
+            self.cluster_syncs
+                .reader()
+                .filter(|cos| {
+                    let (meta, spec) = (&cos.metadata, &cos.spec);
+                    let acked = cos
+                        .status
+                        .as_ref()
+                        .map(|s| s.object_resource_version.as_str());
+                    !self.settled(
+                        None,
+                        meta.name.as_deref().unwrap_or_default(),
+                        (
+                            &spec.object_api_version,
+                            &spec.object_kind,
+                            &spec.object_name,
+                        ),
+                        acked.unwrap_or_default(),
+                    )
+                })
+                .iter()
+                .map(|o| Record::cluster(o)),
+        );
+        all
+    }
+
+    /// Whether the record (`namespace`: `None` for a ClusterObjectSync; `object`: its spec's
+    /// apiVersion, kind and name) is settled: its kind is watched already and the cached
+    /// copy of its object is one [`record::settled`] calls up to date. Nothing is looked up
+    /// or allocated beyond the cache key.
+    fn settled(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        object: (&str, &str, &str),
+        acked: &str,
+    ) -> bool {
+        let (api_version, kind, object_name) = object;
+        if acked.is_empty() {
+            return false;
+        }
+        let Some(slot) = self.known_slot(api_version, kind) else {
+            return false;
+        };
+        let s = &self.slots[slot];
+        // As `assess` looks objects up: a cluster-scoped kind by name; a namespaced kind in
+        // the record's namespace (a ClusterObjectSync of one is never settled here).
+        let lookup_ns = match (namespace, s.namespaced) {
+            (_, false) => None,
+            (Some(ns), true) => Some(ns),
+            (None, true) => return false,
+        };
+        s.cache
+            .reader()
+            .get(&watch::key(lookup_ns, object_name))
+            .is_some_and(|obj| record::settled(name, acked, &obj))
+    }
+
+    /// The slot of a kind already watched, found without allocating (a handful of kinds).
+    fn known_slot(&self, api_version: &str, kind: &str) -> Option<usize> {
+        let (group, version) = kinds::group_version(api_version)?;
+        self.lookups.iter().find_map(|(gvk, lookup)| match lookup {
+            Lookup::Known(i)
+                if gvk.kind == kind && gvk.version == version && gvk.group == group =>
+            {
+                Some(*i)
+            }
+            _ => None,
+        })
+    }
+
     async fn on_records(&mut self, changes: Vec<Change<Record>>) {
         for change in changes {
             match change {
@@ -415,7 +516,7 @@ impl Reconciler {
     async fn full_pass(&mut self) {
         self.counters.passes.inc();
         let mut updates = Vec::new();
-        for r in self.all_records() {
+        for r in self.unsettled_records() {
             if !self.mine(&r) {
                 continue;
             }

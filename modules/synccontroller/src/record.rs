@@ -132,6 +132,24 @@ pub(crate) fn decide(record: &Record, object: Option<&DynamicObject>) -> Decisio
     }
 }
 
+/// Whether [`decide`] says "up to date" for a record named `name` showing `acked`, given the
+/// live `object`, read from borrowed fields: the periodic pass leaves such records alone without
+/// copying them into a [`Record`].
+pub(crate) fn settled(name: &str, acked: &str, object: &DynamicObject) -> bool {
+    let Some((_, uid)) = parse_object_sync_name(name) else {
+        return false;
+    };
+    let live = object
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or_default();
+    !acked.is_empty()
+        && object.metadata.uid.as_deref() == Some(uid)
+        && version::compare(live, acked).is_some()
+        && !version::is_newer(live, acked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +217,37 @@ mod tests {
         let mut bad = record("5");
         bad.target = None;
         assert!(matches!(decide(&bad, None), Decision::Skip(_)));
+    }
+
+    /// The periodic pass skips a record on `settled` alone: it must say yes exactly where
+    /// `decide` says "up to date", never where anything would be sent or waited for.
+    #[test]
+    fn settled_is_exactly_decide_up_to_date() {
+        let objects = [
+            object("u1", "9"),
+            object("u1", "10"),
+            object("u1", "abc"),
+            object("u1", ""),
+            object("other", "9"),
+        ];
+        for acked in ["", "0", "5", "9", "10", "abc"] {
+            for name in ["edge.2.u1", "nodot", "edge.2.other"] {
+                for obj in &objects {
+                    let mut r = record(acked);
+                    r.target = target(name);
+                    let up_to_date = decide(&r, Some(obj)) == Decision::Skip("up to date");
+                    assert_eq!(
+                        settled(name, acked, obj),
+                        up_to_date,
+                        "record {name} acked {acked:?}, object {:?}",
+                        obj.metadata
+                    );
+                }
+            }
+        }
+        assert!(settled("edge.2.u1", "9", &object("u1", "9")));
+        assert!(!settled("edge.2.u1", "9", &object("u1", "10")), "newer");
+        assert!(!settled("edge.2.u1", "", &object("u1", "9")), "no status");
+        assert!(!settled("edge.2.u1", "9", &object("u2", "9")), "recreated");
     }
 }

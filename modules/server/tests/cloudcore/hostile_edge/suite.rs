@@ -227,6 +227,29 @@ struct Edge {
     push_arrived: Arc<Notify>,
 }
 
+/// A certificate for `node` from the certificate server at `server`, dialing again after a
+/// failed connection or a `429` as edgecore does: the suite's cloud is shared with tests that
+/// flood its listeners, and on a loaded machine a handshake may outlast their limits. Any other
+/// refusal fails at once.
+async fn bootstrap(server: &str, token: &str, node: &str) -> edge::hub::EdgeCerts {
+    use edge::hub::HubError;
+    let deadline = tokio::time::Instant::now() + WAIT * 4;
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match edge::hub::bootstrap(server, token, node).await {
+            Ok(certs) => return certs,
+            Err(e @ (HubError::Transport { .. } | HubError::Http { status: 429, .. }))
+                if tokio::time::Instant::now() + pause < deadline =>
+            {
+                eprintln!("bootstrap of {node}: {e}; dialing again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => panic!("bootstrap of {node}: {e}"),
+        }
+    }
+}
+
 impl Edge {
     /// Bootstraps a certificate for `node` with the cloud's token (like edgecore), connects and
     /// waits until the session is up.
@@ -238,9 +261,7 @@ impl Edge {
     async fn connect_to(core: &Cloudcore, node: &str) -> Edge {
         let ports = core.spec().ports;
         let token = core.token().expect("bootstrap token");
-        let certs = edge::hub::bootstrap(&format!("https://{}", ports.https_addr()), &token, node)
-            .await
-            .unwrap_or_else(|e| panic!("bootstrap of {node}: {e}"));
+        let certs = bootstrap(&format!("https://{}", ports.https_addr()), &token, node).await;
         let tls = Arc::new(certs.client_tls().expect("client TLS"));
         let config = HubClientConfig::new(node, ports.websocket_addr().to_string());
         let (client, mut events) = HubClient::start(config, tls);

@@ -329,8 +329,17 @@ async fn an_account_used_on_edge_nodes_reaches_exactly_those_nodes_and_follows_i
             .is_some_and(|s| s.node_list == [e2.clone()])
     })
     .await;
-    let last = w.sent(&e1, "app-sa");
-    assert_eq!(last.last().unwrap().0, "delete");
+    // The status and the messages are written by different steps: the delete for e1 may
+    // follow the status the wait above saw.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while w.sent(&e1, "app-sa").last().map(|(op, _)| op.as_str()) != Some("delete") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no delete for e1: {:?}",
+            w.sent(&e1, "app-sa")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     w.delete_pod("app2").await;
     w.gone("app-sa").await;
     let last = w.nth(&e2, "app-sa", 2).await;
@@ -338,6 +347,11 @@ async fn an_account_used_on_edge_nodes_reaches_exactly_those_nodes_and_follows_i
     assert!(
         w.sent(&plain, "app-sa").is_empty(),
         "never to a non-edge node"
+    );
+    assert_eq!(
+        w.sent(&e1, "app-sa").last().unwrap().0,
+        "delete",
+        "nothing for e1 after its delete"
     );
 }
 

@@ -109,6 +109,14 @@ async fn ack_stops_retransmission_and_records_the_version() {
     assert_eq!(ack.route.source, "edgecontroller");
     e.send(&ack).await;
     wait_until(|| h.hub.node_stats("edge-1").is_some_and(|s| s.acked == 1)).await;
+    // The session counts the ACK before it hands the record's write to the persister, so a
+    // flush right after the count may find nothing queued yet: wait for the record itself.
+    wait_until(|| {
+        h.store
+            .record(&key("edge-1", "default", "u1"))
+            .is_some_and(|(_, rv)| rv == "48213")
+    })
+    .await;
     h.hub.flush_records().await;
     let (spec, rv) = h.store.record(&key("edge-1", "default", "u1")).unwrap();
     assert_eq!(rv, "48213");

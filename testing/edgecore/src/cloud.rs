@@ -263,22 +263,36 @@ impl Cloudcore {
         std::fs::create_dir_all(&spec.dir).map_err(|e| Error::io(&spec.dir, e))?;
         let config = spec.config_file();
         std::fs::write(&config, spec.render()?).map_err(|e| Error::io(&config, e))?;
-        let mut cmd = Command::new(bin);
-        cmd.arg("--config")
-            .arg(&config)
-            .arg("--log-level")
-            .arg(&spec.log_level)
-            .env_remove("RUST_LOG")
-            // Plain text in the log file.
-            .env("NO_COLOR", "1")
-            .current_dir(&spec.dir);
-        let process = Process::spawn("cloudcore", cmd, &spec.log_file())?;
-        let mut core = Cloudcore {
-            process,
-            spec: spec.clone(),
-        };
-        core.wait_ready(Duration::from_secs(60)).await?;
-        Ok(core)
+        // The ports were free when chosen; another test's outgoing connection may hold one for
+        // a moment since (its ephemeral port). The same ports are tried again a few times, as
+        // the edges of a scenario may already point at them.
+        let mut attempt = 1;
+        loop {
+            let mut cmd = Command::new(&bin);
+            cmd.arg("--config")
+                .arg(&config)
+                .arg("--log-level")
+                .arg(&spec.log_level)
+                .env_remove("RUST_LOG")
+                // Plain text in the log file.
+                .env("NO_COLOR", "1")
+                .current_dir(&spec.dir);
+            let process = Process::spawn("cloudcore", cmd, &spec.log_file())?;
+            let mut core = Cloudcore {
+                process,
+                spec: spec.clone(),
+            };
+            match core.wait_ready(Duration::from_secs(60)).await {
+                Ok(()) => return Ok(core),
+                Err(Error::Process { log, .. })
+                    if attempt < 5 && log.contains("Address already in use") =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn wait_ready(&mut self, limit: Duration) -> Result<()> {

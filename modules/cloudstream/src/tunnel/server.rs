@@ -427,6 +427,7 @@ async fn authenticate(
     nodes: Option<&NodeUpdater>,
 ) -> Option<Admitted> {
     let limit = shared.tuning.handshake_timeout;
+    let deadline = tokio::time::Instant::now() + limit;
     let Some(mut tls) = handshake(tls, tcp, peer, limit, "tunnel").await else {
         shared.metrics.tunnel_refused();
         return None;
@@ -455,6 +456,7 @@ async fn authenticate(
         .to_owned();
     let checked = async {
         if let (Some(revocations), Some(leaf)) = (&shared.revocations, &leaf) {
+            loaded_by(revocations, deadline).await;
             revocations.check(leaf).map_err(|e| Refusal {
                 status: 403,
                 reason: e.to_string(),
@@ -486,6 +488,16 @@ async fn authenticate(
             refuse(&mut tls, shared, r.status, &r.reason).await;
             None
         }
+    }
+}
+
+/// Waits until `revocations` is loaded or `deadline` passes. A tunnel dialed in the first
+/// moments after a start (edges redial at once when cloudcore restarts) waits for the table
+/// instead of being refused; past the deadline the check refuses it as before (fail closed).
+async fn loaded_by(revocations: &pki::Revocations, deadline: tokio::time::Instant) {
+    const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+    while !revocations.is_loaded() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + POLL)).await;
     }
 }
 

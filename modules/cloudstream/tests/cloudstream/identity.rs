@@ -8,6 +8,7 @@ use crate::support::{self, Cloud, Pki, RawTunnel, raw_dial, upgrade_request};
 use beehive::Bus;
 use cloudstream::{
     CloudStream, CloudStreamConfig, CloudStreamHandle, CloudStreamTls, ServerTls, StaticPods,
+    Tuning,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -281,6 +282,67 @@ async fn a_revoked_edge_certificate_should_be_refused_at_the_tunnel() {
         dial(&cloud.handle, &cloud.edge_ca, "edge-2", Some("127.0.0.1")).await;
     assert_eq!(status, 101, "{body}");
     assert!(tunnel.is_some());
+}
+
+#[actix_rt::test]
+async fn a_tunnel_dialed_while_revocations_load_waits_for_them_within_the_handshake_timeout() {
+    let revocations = pki::Revocations::pending();
+    let table = revocations.clone();
+    let tuning = Tuning {
+        handshake_timeout: Duration::from_secs(2),
+        ..Tuning::default()
+    };
+    let cloud = Cloud::start_adjusted(tuning, |cs| cs.with_revocations(table)).await;
+    let port = cloud.handle.tunnel_addr().port();
+
+    // Loaded half a second after the dial: the tunnel opens, nothing is refused.
+    let loader = revocations.clone();
+    let load = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        loader.mark_loaded();
+    });
+    let cert = cloud.edge_ca.node("edge-1");
+    let (head, tunnel, body) = raw_dial(
+        port,
+        &cert,
+        &upgrade_request(Some("edge-1"), Some("127.0.0.1")),
+    )
+    .await
+    .unwrap();
+    load.await.unwrap();
+    assert_eq!(head.status, 101, "{}", String::from_utf8_lossy(&body));
+    assert!(tunnel.is_some());
+    assert_eq!(cloud.handle.counters().tunnel_identity_refused, 0);
+}
+
+#[actix_rt::test]
+async fn a_tunnel_is_refused_when_revocations_stay_unknown_past_the_handshake_timeout() {
+    let tuning = Tuning {
+        handshake_timeout: Duration::from_secs(1),
+        ..Tuning::default()
+    };
+    let cloud = Cloud::start_adjusted(tuning, |cs| {
+        cs.with_revocations(pki::Revocations::pending())
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let (head, tunnel, body) = raw_dial(
+        cloud.handle.tunnel_addr().port(),
+        &cloud.edge_ca.node("edge-1"),
+        &upgrade_request(Some("edge-1"), Some("127.0.0.1")),
+    )
+    .await
+    .unwrap();
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(head.status, 403, "{body}");
+    assert!(tunnel.is_none());
+    assert!(body.contains("not loaded yet"), "{body}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "refused only once the handshake timeout passed: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(cloud.handle.counters().tunnel_identity_refused, 1);
 }
 
 #[actix_rt::test]

@@ -790,7 +790,19 @@ async fn update_updatestatus_and_delete_go_to_the_api_server_as_the_node() {
     let s = Scenario::new("meta-rw").await;
     let nodes: Api<Node> = Api::all(s.client.clone());
     let key = format!("/core/v1/nodes/null/{}", s.node);
-    let mut own = to_value(&nodes.get(&s.node).await.unwrap());
+    // The replica that holds the node marks it (annotation `cloudcore`) a moment after the
+    // edge connects; an update read before that would remove the mark, which is refused.
+    let own = eventually(WAIT, "the node marked by its replica", || async {
+        let node = nodes.get(&s.node).await.ok()?;
+        node.metadata
+            .annotations
+            .as_ref()?
+            .contains_key("cloudcore")
+            .then_some(node)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut own = to_value(&own);
     // As a client does: what it read, with its change (the `cloudcore` annotation kept).
     own["metadata"]["annotations"]["metaserver.test/update"] = json!("1");
     let updated = s

@@ -1205,12 +1205,18 @@ async fn relay(
         let rounds = if args.quick { 2 } else { 3 };
         let mut rates = Vec::new();
         let before = Usage::now(&[&[edgecore], &[cloudcore]]);
+        let calls_before = [edgecore, cloudcore].map(Calls::of);
         for _ in 0..rounds {
             let conn = stream_conn(ports, &tls).await?;
             let (_, total) = transfer(conn, exec, "big", big).await?;
             rates.push(big as f64 / (1 << 20) as f64 / total.as_secs_f64());
         }
         let spent = before.until(&Usage::now(&[&[edgecore], &[cloudcore]]));
+        let [edge_calls, cloud_calls] = [edgecore, cloudcore].map(Calls::of);
+        let (edge_calls, cloud_calls) = (
+            edge_calls.since(&calls_before[0]),
+            cloud_calls.since(&calls_before[1]),
+        );
         rates.sort_by(|a, b| a.total_cmp(b));
         let row = format!("relay_{what}_throughput");
         let mib = (rounds * big) as f64 / (1 << 20) as f64;
@@ -1222,7 +1228,7 @@ async fn relay(
         let one_core = mib / edge_cpu.max(1e-9);
         let all_cores = cores as f64 * mib / (edge_cpu + spent.harness).max(1e-9);
         let notes = format!(
-            "median of {rounds} x {} MiB; over the {rounds} transfers ({:.1} s): real edgecore {:.0}% of one core, cloudcore {:.0}%, harness (TLS client and kubelet stand-in, one thread) {:.0}%, {}; CPU-ms per MiB: edgecore {:.1}, cloudcore {:.1}, harness {:.1}; with cloudcore costing nothing the ceiling is {one_core:.1} MiB/s with edgecore on one core, {all_cores:.1} MiB/s with edgecore and the harness on all {cores} cores",
+            "median of {rounds} x {} MiB; over the {rounds} transfers ({:.1} s): real edgecore {:.0}% of one core, cloudcore {:.0}%, harness (TLS client and kubelet stand-in, one thread) {:.0}%, {}; CPU-ms per MiB: edgecore {:.1}, cloudcore {:.1}, harness {:.1}; with cloudcore costing nothing the ceiling is {one_core:.1} MiB/s with edgecore on one core, {all_cores:.1} MiB/s with edgecore and the harness on all {cores} cores; per MiB, edgecore {}, cloudcore {}",
             big >> 20,
             spent.wall,
             spent.pct(edge_cpu),
@@ -1232,6 +1238,8 @@ async fn relay(
             per_mib(edge_cpu),
             per_mib(cloud_cpu),
             per_mib(spent.harness),
+            edge_calls.per(mib),
+            cloud_calls.per(mib),
         );
         report.result(&row, rates[rates.len() / 2], "MiB/s", false, 2.0, &notes);
         report.bound(&row, one_core, "edgecore's CPU per MiB on one core");
@@ -1242,6 +1250,43 @@ async fn relay(
         );
     }
     Ok(())
+}
+
+/// A process's read and write system calls and context switches so far: how finely it cut
+/// the relayed bytes, which its CPU per MiB follows.
+#[derive(Clone, Copy)]
+struct Calls {
+    reads: u64,
+    writes: u64,
+    switches: u64,
+}
+
+impl Calls {
+    fn of(pid: u32) -> Calls {
+        let (reads, writes) = procstat::io_calls(pid);
+        Calls {
+            reads,
+            writes,
+            switches: procstat::context_switches(pid),
+        }
+    }
+
+    fn since(&self, before: &Calls) -> Calls {
+        Calls {
+            reads: self.reads.saturating_sub(before.reads),
+            writes: self.writes.saturating_sub(before.writes),
+            switches: self.switches.saturating_sub(before.switches),
+        }
+    }
+
+    fn per(&self, mib: f64) -> String {
+        format!(
+            "{:.0} reads, {:.0} writes, {:.0} context switches",
+            self.reads as f64 / mib,
+            self.writes as f64 / mib,
+            self.switches as f64 / mib
+        )
+    }
 }
 
 // ------------------------------------------------------------------------- fleets
@@ -1288,11 +1333,13 @@ async fn fleet_phase(
     })?;
     // ---- connect: bootstrap and connect, all at once.
     let (sims, cloud_pid, api) = (fleet.pids(), [cloud.pid], apiserver_pids());
+    let requests_before = apiserver_requests(client).await;
     let before = Usage::now(&[&sims, &cloud_pid, &api]);
     let t = Instant::now();
     fleet.command("go")?;
     let took = fleet.wait_up(n, t, Duration::from_secs(300)).await?;
     let spent = before.until(&Usage::now(&[&sims, &cloud_pid, &api]));
+    let asked = requests_between(&requests_before, &apiserver_requests(client).await);
     let (failures, why) = fleet.board.bootstrap_failures();
     let mut notes = if failures > 0 {
         format!("{failures} bootstrap attempts failed and were retried (last: {why}); ")
@@ -1314,12 +1361,38 @@ async fn fleet_phase(
             f.wall, f.sims, f.server, f.machine
         ));
     }
+    // What made the API server work: the requests of the phase (every client), the most
+    // frequent first, per edge.
+    let top: Vec<String> = asked
+        .iter()
+        .take(4)
+        .map(|(d, key)| format!("{:.2} {key}", d / n as f64))
+        .collect();
+    notes.push_str(&format!(
+        "; API requests per edge over the phase: {:.2} in all, most: {}",
+        asked.iter().map(|(d, _)| d).sum::<f64>() / n as f64,
+        top.join(", ")
+    ));
+    if let Some(dir) = cloud.log.parent() {
+        let text: String = asked.iter().map(|(d, k)| format!("{d:.0} {k}\n")).collect();
+        std::fs::write(
+            dir.join(format!("connect-{n}-apiserver-requests.txt")),
+            text,
+        )?;
+    }
     let row = format!("connect_{n}");
     report.result(&row, took.as_secs_f64(), "s", true, 2.0, &notes);
     report.bound(
         &row,
         sim_cpu / cores as f64,
         &format!("the simulators' CPU on {cores} cores"),
+    );
+    // The API server's work in the phase is what this cloudcore asked of it: a floor for a
+    // cloudcore that asks the same and costs nothing itself.
+    report.bound(
+        &row,
+        (sim_cpu + api_cpu) / cores as f64,
+        &format!("the simulators' and the API server's CPU on {cores} cores"),
     );
     if let Some(f) = &floor {
         report.bound(&row, f.wall, "the minimal server's connect time");
@@ -1648,6 +1721,20 @@ async fn apiserver_requests(client: &kube::Client) -> BTreeMap<String, f64> {
     out
 }
 
+/// The requests counted between two [`apiserver_requests`] readings, the most frequent first.
+fn requests_between(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> Vec<(f64, String)> {
+    let mut grown: Vec<(f64, String)> = after
+        .iter()
+        .map(|(key, n)| (n - before.get(key).copied().unwrap_or(0.0), key.clone()))
+        .filter(|(d, _)| *d >= 1.0)
+        .collect();
+    grown.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    grown
+}
+
 /// The p99 round trip above which an upstream step no longer counts as sustained.
 const UPSTREAM_P99_BOUND: Duration = Duration::from_secs(1);
 /// The share of a step's patches that must be answered with success within the step and its
@@ -1841,13 +1928,10 @@ async fn upstream(
         std::fs::write(dir.join("upstream-answers.txt"), raw)?;
         // What the API server was asked meanwhile (every client), by verb and resource.
         let after = apiserver_requests(client).await;
-        let mut text = String::new();
-        for (key, n) in &after {
-            let d = n - requests_before.get(key).copied().unwrap_or(0.0);
-            if d >= 1.0 {
-                text.push_str(&format!("{d:.0} {key}\n"));
-            }
-        }
+        let text: String = requests_between(&requests_before, &after)
+            .iter()
+            .map(|(d, key)| format!("{d:.0} {key}\n"))
+            .collect();
         std::fs::write(dir.join("upstream-apiserver-requests.txt"), text)?;
     }
     // Every step, for the script to pair the doubling steps of both sides.

@@ -31,6 +31,44 @@ pub(crate) fn open_fds(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// Read and write system calls the whole process made so far (`syscr`, `syscw` of
+/// `/proc/<pid>/io`, every thread, live or ended); zeros when unreadable.
+// Not every tool that includes this file counts system calls.
+#[allow(dead_code)]
+pub(crate) fn io_calls(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("syscr"), field("syscw"))
+}
+
+/// Context switches of the process's live threads so far, voluntary (waiting for something)
+/// plus involuntary (preempted), summed over `/proc/<pid>/task/*/status`.
+// Not every tool that includes this file counts context switches.
+#[allow(dead_code)]
+pub(crate) fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| {
+                    l.strip_prefix("voluntary_ctxt_switches:")
+                        .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                })
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
 /// KiB as MiB for tables.
 pub(crate) fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0

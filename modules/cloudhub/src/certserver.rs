@@ -299,9 +299,10 @@ async fn edge_crt(
                     payload,
                 );
             }
-            // Read now, not cached: an invalidation must hold for every replica at once.
+            // Read now, not cached: an invalidation must hold for every replica at once
+            // (a read shared with the bootstraps waiting beside this one began after it came).
             let current = match &hub.kube {
-                Some(client) => match crate::material::token_generation(client).await {
+                Some(client) => match hub.generation_reads.read(client).await {
                     Ok(g) => g,
                     Err(e) => {
                         warn!(node = %node, error = %e, "edge.crt: cannot read the token generation");

@@ -48,6 +48,7 @@ mod downstream;
 mod edgenodes;
 mod error;
 mod events;
+mod generation;
 mod handle;
 mod kv;
 mod listener;

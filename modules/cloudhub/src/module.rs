@@ -160,6 +160,7 @@ impl CloudHub {
             sign_policy,
             token: RwLock::new(token),
             token_generation: RwLock::new(generation),
+            generation_reads: Default::default(),
             kube_ca_pem: RwLock::new(options.kube_ca_pem),
             token_refresh,
             servers: Mutex::new(Servers::default()),

@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::CloudHubConfig;
 use crate::events::Events;
+use crate::generation::GenerationReads;
 use crate::material::Material;
 use crate::metrics::{DropReason, HubMetrics, NodeCounters};
 use crate::persist::Persister;
@@ -55,6 +56,8 @@ pub(crate) struct Hub {
     pub(crate) token: RwLock<String>,
     /// The token generation `token` was issued under (see `material::token_generation`).
     pub(crate) token_generation: RwLock<String>,
+    /// The certificate server's reads of the stored token generation.
+    pub(crate) generation_reads: GenerationReads,
     pub(crate) kube_ca_pem: RwLock<String>,
     pub(crate) token_refresh: Duration,
     pub(crate) servers: Mutex<Servers>,

@@ -214,6 +214,7 @@ async fn check_ip(
     nodes: Option<&NodeUpdater>,
     id: &Identity,
     peer: SocketAddr,
+    deadline: tokio::time::Instant,
 ) -> Result<Claim, Refusal> {
     if id.ip == peer.ip().to_canonical() {
         return Ok(Claim {
@@ -228,6 +229,7 @@ async fn check_ip(
         });
     };
     let index = nodes.index();
+    ready_by(|| index.is_synced(), deadline).await;
     if !index.is_synced() {
         return Err(Refusal::request(
             503,
@@ -456,7 +458,7 @@ async fn authenticate(
         .to_owned();
     let checked = async {
         if let (Some(revocations), Some(leaf)) = (&shared.revocations, &leaf) {
-            loaded_by(revocations, deadline).await;
+            ready_by(|| revocations.is_loaded(), deadline).await;
             revocations.check(leaf).map_err(|e| Refusal {
                 status: 403,
                 reason: e.to_string(),
@@ -464,7 +466,7 @@ async fn authenticate(
             })?;
         }
         let id = admit(&head, cn.as_deref(), peer)?;
-        let claim = check_ip(nodes, &id, peer).await?;
+        let claim = check_ip(nodes, &id, peer, deadline).await?;
         Ok::<_, Refusal>((id, claim))
     };
     match checked.await {
@@ -491,12 +493,13 @@ async fn authenticate(
     }
 }
 
-/// Waits until `revocations` is loaded or `deadline` passes. A tunnel dialed in the first
-/// moments after a start (edges redial at once when cloudcore restarts) waits for the table
-/// instead of being refused; past the deadline the check refuses it as before (fail closed).
-async fn loaded_by(revocations: &pki::Revocations, deadline: tokio::time::Instant) {
+/// Waits until `ready()` holds or `deadline` passes. A tunnel dialed in the first moments
+/// after a start (edges redial at once when cloudcore restarts) waits for what its checks
+/// read — the certificate revocations, the Node address index — instead of being refused;
+/// past the deadline the checks refuse it as before (fail closed).
+async fn ready_by(ready: impl Fn() -> bool, deadline: tokio::time::Instant) {
     const POLL: std::time::Duration = std::time::Duration::from_millis(20);
-    while !revocations.is_loaded() && tokio::time::Instant::now() < deadline {
+    while !ready() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + POLL)).await;
     }
 }

@@ -255,6 +255,26 @@ async fn with_kubernetes_the_ip_should_be_the_peer_or_one_of_the_nodes_addresses
     assert_eq!(handle.counters().tunnel_identity_refused, 3);
 }
 
+/// Dials the tunnel as node `edge-1` (claiming 127.0.0.1) with `cert`: the status, the tunnel
+/// when upgraded, the body as text.
+async fn dial_edge_1(
+    cloud: &Cloud,
+    cert: &cloudstream::TlsMaterial,
+) -> (u16, Option<RawTunnel>, String) {
+    let (head, tunnel, body) = raw_dial(
+        cloud.handle.tunnel_addr().port(),
+        cert,
+        &upgrade_request(Some("edge-1"), Some("127.0.0.1")),
+    )
+    .await
+    .unwrap();
+    (
+        head.status,
+        tunnel,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
 #[actix_rt::test]
 async fn a_revoked_edge_certificate_should_be_refused_at_the_tunnel() {
     let revocations = pki::Revocations::new();
@@ -264,15 +284,8 @@ async fn a_revoked_edge_certificate_should_be_refused_at_the_tunnel() {
     // Certificates of edge-1 made so far are revoked (as a deletion of Node edge-1 does).
     let old = cloud.edge_ca.node("edge-1");
     revocations.revoke("edge-1", pki::unix_now() + 5);
-    let (head, tunnel, body) = raw_dial(
-        cloud.handle.tunnel_addr().port(),
-        &old,
-        &upgrade_request(Some("edge-1"), Some("127.0.0.1")),
-    )
-    .await
-    .unwrap();
-    let body = String::from_utf8_lossy(&body);
-    assert_eq!(head.status, 403, "{body}");
+    let (status, tunnel, body) = dial_edge_1(&cloud, &old).await;
+    assert_eq!(status, 403, "{body}");
     assert!(tunnel.is_none());
     assert!(body.contains("revoked"), "{body}");
     assert_eq!(cloud.handle.counters().tunnel_identity_refused, 1);
@@ -293,7 +306,6 @@ async fn a_tunnel_dialed_while_revocations_load_waits_for_them_within_the_handsh
         ..Tuning::default()
     };
     let cloud = Cloud::start_adjusted(tuning, |cs| cs.with_revocations(table)).await;
-    let port = cloud.handle.tunnel_addr().port();
 
     // Loaded half a second after the dial: the tunnel opens, nothing is refused.
     let loader = revocations.clone();
@@ -301,16 +313,9 @@ async fn a_tunnel_dialed_while_revocations_load_waits_for_them_within_the_handsh
         tokio::time::sleep(Duration::from_millis(500)).await;
         loader.mark_loaded();
     });
-    let cert = cloud.edge_ca.node("edge-1");
-    let (head, tunnel, body) = raw_dial(
-        port,
-        &cert,
-        &upgrade_request(Some("edge-1"), Some("127.0.0.1")),
-    )
-    .await
-    .unwrap();
+    let (status, tunnel, body) = dial_edge_1(&cloud, &cloud.edge_ca.node("edge-1")).await;
     load.await.unwrap();
-    assert_eq!(head.status, 101, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(status, 101, "{body}");
     assert!(tunnel.is_some());
     assert_eq!(cloud.handle.counters().tunnel_identity_refused, 0);
 }
@@ -326,15 +331,8 @@ async fn a_tunnel_is_refused_when_revocations_stay_unknown_past_the_handshake_ti
     })
     .await;
     let started = std::time::Instant::now();
-    let (head, tunnel, body) = raw_dial(
-        cloud.handle.tunnel_addr().port(),
-        &cloud.edge_ca.node("edge-1"),
-        &upgrade_request(Some("edge-1"), Some("127.0.0.1")),
-    )
-    .await
-    .unwrap();
-    let body = String::from_utf8_lossy(&body);
-    assert_eq!(head.status, 403, "{body}");
+    let (status, tunnel, body) = dial_edge_1(&cloud, &cloud.edge_ca.node("edge-1")).await;
+    assert_eq!(status, 403, "{body}");
     assert!(tunnel.is_none());
     assert!(body.contains("not loaded yet"), "{body}");
     assert!(
